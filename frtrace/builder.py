@@ -1,0 +1,163 @@
+"""Rebuild the job's process groups from the dumps.
+
+Takes the loaded `RankDump`s; returns a `Layout`: world size, ranks found and
+missing, `Group`s and `Membership`s, and a way to route each rank's entries to its
+group. Groups are identified by name (the rank-local `pg_id` means different groups
+on different ranks). Membership comes from `pg_config` when it lists ranks; gloo
+dumps leave it empty, so it is then rebuilt from which ranks carry entries of the
+group, the default group spans the world, and ranks without a dump are placed into
+the sibling group that is one member short.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from .model import Group, Membership, RankDump
+
+DEFAULT_GROUP_NAME = "0"
+DEFAULT_GROUP_DESC = "default_pg"
+
+
+@dataclass(slots=True)
+class Layout:
+    world_size: int
+    ranks_found: tuple
+    ranks_missing: tuple  # members of the world without a usable dump
+    groups: tuple  # tuple[Group, ...] ordered by id
+    memberships: tuple
+    # pg_name -> group ids carrying that name (several only when rank sets differ)
+    ids_by_name: dict
+
+    def group_of(self, pg_name: str, rank: int) -> Optional[int]:
+        ids = self.ids_by_name.get(pg_name)
+        if not ids:
+            return None
+        if len(ids) == 1:
+            return ids[0]
+        for gid in ids:
+            if rank in self.groups[gid].ranks:
+                return gid
+        return ids[0]
+
+
+@dataclass(slots=True)
+class _GroupFacts:
+    descs: Counter
+    users: set  # ranks that carry entries of the group
+    configured: dict  # rank -> ranks tuple from that rank's own pg_config
+
+
+def _collect_facts(dumps: Iterable[RankDump]) -> dict:
+    facts: dict = defaultdict(lambda: _GroupFacts(Counter(), set(), {}))
+    for dump in dumps:
+        seen = set()
+        for entry in dump.entries:
+            key = (entry.pg_name, entry.pg_desc)
+            if key not in seen:
+                seen.add(key)
+                fact = facts[entry.pg_name]
+                fact.users.add(dump.rank)
+                fact.descs[entry.pg_desc] += 1
+        for config in dump.pg_config:
+            # gloo writes one group named '' whose ranks are meaningless for the entries
+            if config.name == "" and "" not in facts:
+                continue
+            fact = facts[config.name]
+            if config.desc:
+                fact.descs[config.desc] += 1
+            if config.ranks:
+                fact.configured[dump.rank] = config.ranks
+    return facts
+
+
+def _world_size(dumps: list, failed_ranks: Iterable[int], hint: Optional[int]) -> int:
+    highest = max([d.rank for d in dumps] + list(failed_ranks) + [-1])
+    for dump in dumps:
+        for config in dump.pg_config:
+            if config.ranks:
+                highest = max(highest, config.ranks[-1])
+    return max(highest + 1, hint or 0)
+
+
+def _is_default(name: str, desc: str) -> bool:
+    return name == DEFAULT_GROUP_NAME or desc == DEFAULT_GROUP_DESC
+
+
+def _draft_groups(facts: dict, world: int) -> list:
+    """(name, desc, ranks, source) for every group, before missing ranks are placed."""
+    drafts = []
+    for name, fact in facts.items():
+        desc = fact.descs.most_common(1)[0][0] if fact.descs else ""
+        rank_sets = set(fact.configured.values())
+        if rank_sets:
+            # Same-named groups with different rank sets stay apart.
+            for ranks in sorted(rank_sets):
+                drafts.append([name, desc, ranks, "pg_config"])
+        elif _is_default(name, desc):
+            drafts.append([name, desc, tuple(range(world)), "world"])
+        else:
+            drafts.append([name, desc, tuple(sorted(fact.users)), "entries"])
+    return drafts
+
+
+def _stride(ranks: tuple) -> Optional[int]:
+    steps = {b - a for a, b in zip(ranks, ranks[1:])}
+    return steps.pop() if len(steps) == 1 else None
+
+
+def _place_missing_ranks(drafts: list, missing: tuple) -> None:
+    """A rank without a dump is invisible in entry-built groups; put it back where a
+    sibling group (same description) is exactly that rank short of the usual shape."""
+    by_desc = defaultdict(list)
+    for draft in drafts:
+        if draft[3] == "entries":
+            by_desc[draft[1]].append(draft)
+    for siblings in by_desc.values():
+        sizes = Counter(len(d[2]) for d in siblings)
+        usual_size, _ = sizes.most_common(1)[0]
+        strides = Counter(_stride(d[2]) for d in siblings if len(d[2]) == usual_size)
+        usual_stride = strides.most_common(1)[0][0] if strides else None
+        taken = {r for d in siblings for r in d[2]}
+        for draft in siblings:
+            short_by = usual_size - len(draft[2])
+            if short_by <= 0:
+                continue
+            fits = [m for m in missing if m not in taken and _fits(draft[2], m, usual_size, usual_stride)]
+            if 0 < len(fits) <= short_by:
+                draft[2] = tuple(sorted(draft[2] + tuple(fits)))
+                taken.update(fits)
+
+
+def _fits(ranks: tuple, candidate: int, usual_size: int, usual_stride: Optional[int]) -> bool:
+    grown = tuple(sorted(ranks + (candidate,)))
+    if usual_stride is None:
+        return ranks[0] <= candidate <= ranks[-1] or len(grown) == usual_size
+    offsets = {(r - grown[0]) % usual_stride for r in grown}
+    return offsets == {0} and (grown[-1] - grown[0]) <= usual_stride * (usual_size - 1)
+
+
+def _group_sort_key(draft: list) -> tuple:
+    name = draft[0]
+    return (0, int(name), "", draft[2]) if name.isdigit() else (1, 0, name, draft[2])
+
+
+def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Optional[int] = None) -> Layout:
+    """Groups, memberships and world of the job behind `dumps`."""
+    failed_ranks = tuple(failed_ranks)
+    world = _world_size(dumps, failed_ranks, world_size)
+    found = tuple(sorted(d.rank for d in dumps))
+    found_set = set(found)
+    missing = tuple(r for r in range(world) if r not in found_set)
+    drafts = _draft_groups(_collect_facts(dumps), world)
+    if missing:
+        _place_missing_ranks(drafts, missing)
+    drafts.sort(key=_group_sort_key)
+    groups, memberships, ids_by_name = [], [], defaultdict(list)
+    for gid, (name, desc, ranks, source) in enumerate(drafts):
+        groups.append(Group(gid, name, desc, ranks, len(ranks), source))
+        memberships.extend(Membership(gid, rank, local) for local, rank in enumerate(ranks))
+        ids_by_name[name].append(gid)
+    return Layout(world, found, missing, tuple(groups), tuple(memberships), dict(ids_by_name))

@@ -1,0 +1,219 @@
+"""The `frtrace` command: a thin click layer over the library.
+
+Parses options, calls `pipeline.analyze`, `diagnosis.diagnose` and a renderer or
+exporter, and maps the outcome to an exit code: 0 healthy, 1 faults, 2 usage or
+input error, 3 inconclusive. Reports go to stdout; notes and errors to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from . import __version__
+from .diagnosis import diagnose
+from .loader import DEFAULT_MAX_FILE_BYTES, InputError
+from .outputs import OutputError, write_output
+from .pipeline import analyze
+from .rawview import render_raw_entries
+from .report import render_json, render_markdown, render_text
+
+EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+EXIT_BY_STATUS = {"healthy": EXIT_HEALTHY, "faults": EXIT_FAULTS, "inconclusive": EXIT_INCONCLUSIVE}
+DUMP_PATH_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+# torchfrtrace takes several values after one flag (`--selected-ranks 0 1 2`).
+MULTI_VALUE_OPTIONS = ("--selected-ranks", "--selected_ranks", "--pg-filters", "--pg_filters")
+
+EPILOG = """\b
+Examples:
+  frtrace dumps/                      diagnose every rank's dump in dumps/
+  frtrace -d dumps/ --format json     the same, as JSON for CI (exit 1 on faults)
+  frtrace -d dumps/ -o db.pkl         also save the Database as a pickle
+  frtrace -d dumps/ -o db.sqlite      ... or as SQLite, to query with SQL
+  cd dumps && frtrace -j --selected-ranks 0 1
+                                      raw entries of ranks 0 and 1, side by side
+  frtrace -j --pg-filters tp --print-stack-trace dumps/
+                                      raw entries of the groups named or described "tp"
+
+\b
+Exit codes: 0 healthy, 1 faults found, 2 usage or input error, 3 inconclusive.
+"""
+
+
+def _parse_rank_list(text: str) -> list:
+    ranks = []
+    for part in text.replace(",", " ").split():
+        if "-" in part.strip("-"):
+            low, high = part.split("-", 1)
+            ranks.extend(range(int(low), int(high) + 1))
+        else:
+            ranks.append(int(part))
+    return ranks
+
+
+def _join_multi_values(args: list) -> list:
+    """Rewrite `--selected-ranks 0 1 2` as `--selected-ranks=0,1,2` for click."""
+    out, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in MULTI_VALUE_OPTIONS:
+            values, i = [], i + 1
+            ranks = "rank" in arg
+            while i < len(args) and not args[i].startswith("-") and (
+                (ranks and args[i].replace(",", "").replace("-", "").isdigit()) or (not ranks and not os.path.isdir(args[i]))
+            ):
+                values.append(args[i])
+                i += 1
+            out.append(f"{arg}={','.join(values)}")
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
+def _default_dump_dir() -> Path:
+    for variable in DUMP_PATH_VARIABLES:
+        value = os.environ.get(variable)
+        if value:
+            return Path(value).parent if Path(value).parent != Path("") else Path(".")
+    return Path(".")
+
+
+def _parse_size(text: str) -> int:
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    text = text.strip().lower().rstrip("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+class _Progress:
+    """A loading counter on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (done < total and now - self.last < 0.2):
+            return
+        self.last = now
+        sys.stderr.write(f"\rloading dumps: {done}/{total}" + ("\n" if done == total else ""))
+        sys.stderr.flush()
+
+
+@click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR_OR_FILE]...")
+@click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
+@click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
+@click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
+@click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
+@click.option("-j", "--just-print-entries", "--just_print_entries", "just_print", is_flag=True, help="Print the raw entries side by side, one column per rank, rows aligned by group and sequence number.")
+@click.option("--selected-ranks", "--selected_ranks", "selected_ranks", help="Ranks to show with -j (e.g. '0 1' or 0-3,8) and to draw on the timeline.")
+@click.option("--pg-filters", "--pg_filters", "pg_filters", help="Groups to show with -j / the timeline, by name or description (e.g. 'tp dp').")
+@click.option("--print-stack-trace", "--print_stack_trace", "print_stack", is_flag=True, help="With -j, add the de-duplicated stack traces.")
+@click.option("--mismatch-cap", "--mismatch_cap", type=click.IntRange(min=1), default=None, help="Print at most N findings per group (all are still analysed).")
+@click.option("--allow-incomplete-ranks", "--allow_incomplete_ranks", is_flag=True, help="Accepted for torchfrtrace compatibility: missing ranks are always analysed as evidence.")
+@click.option("--world-size", type=click.IntRange(min=1), help="Number of ranks in the job, when the highest ranks left no dump.")
+@click.option("--transform-ft", "--transform_ft", is_flag=True, help="torchft dumps: group ranks in pg_config are local to each replica group.")
+@click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
+@click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
+@click.option("-v", "--verbose", is_flag=True, help="Notes on skipped files and a timing line on stderr.")
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
+@click.version_option(__version__, "--version", prog_name="frtrace")
+def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
+            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, workers, max_file_size,
+            exit_zero, verbose, debug):
+    """Find the rank, process group and collective behind a hung PyTorch job
+    from its Flight Recorder dumps (one file per rank).
+
+    DIR_OR_FILE defaults to the directory of $TORCH_FR_DUMP_TEMP_FILE (or
+    $TORCH_NCCL_DEBUG_INFO_TEMP_FILE) when set, else the current directory.
+    """
+    started = time.monotonic()
+    inputs = list(dirs) + list(dump_dirs) or [_default_dump_dir()]
+    try:
+        ranks = _parse_rank_list(selected_ranks) if selected_ranks else None
+    except ValueError:
+        raise click.UsageError(f"--selected-ranks takes rank numbers such as '0 1' or 0-3, not {selected_ranks!r}")
+    try:
+        max_bytes = _parse_size(max_file_size)
+    except ValueError:
+        raise click.UsageError(f"--max-file-size takes a size such as 512M or 4G, not {max_file_size!r}")
+    if transform_ft and not group_world_size:
+        raise click.UsageError("--transform-ft needs --group-world-size")
+    filters = [f for f in (pg_filters or "").replace(",", " ").split()]
+    try:
+        analysis = analyze(
+            inputs, prefix=prefix, world_size=world_size, workers=workers or (os.cpu_count() or 1),
+            max_bytes=max_bytes, progress=_Progress(sys.stderr.isatty()),
+            ft_group_world_size=group_world_size if transform_ft else None,
+        )
+    except InputError as exc:
+        _fail(str(exc))
+    for issue in analysis.load.errors:
+        click.echo(f"frtrace: skipped {issue}", err=True)
+    if verbose:
+        for issue in analysis.load.skipped:
+            click.echo(f"frtrace: ignored {issue}", err=True)
+    load_seconds = time.monotonic() - started
+
+    if just_print:
+        click.echo(render_raw_entries(analysis.matches, ranks, filters, print_stack))
+        return _finish(EXIT_HEALTHY, verbose, started, load_seconds)
+
+    diagnosis = diagnose(analysis)
+    try:
+        for path in filter(None, (output, timeline)):
+            kind = "timeline" if path is timeline else "database"
+            written = write_output(path, kind, analysis, diagnosis, force=force, ranks=ranks, pg_filters=filters)
+            click.echo(f"frtrace: wrote {written}", err=True)
+    except OutputError as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        click.echo(render_json(analysis, diagnosis), nl=False)
+    elif fmt == "markdown":
+        click.echo(render_markdown(analysis, diagnosis, mismatch_cap))
+    else:
+        styler = click.style if sys.stdout.isatty() else None
+        click.echo(render_text(analysis, diagnosis, mismatch_cap, styler), nl=False)
+    code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diagnosis.status]
+    return _finish(code, verbose, started, load_seconds)
+
+
+def _fail(message: str):
+    click.echo(f"frtrace: error: {message}", err=True)
+    sys.exit(EXIT_INPUT)
+
+
+def _finish(code: int, verbose: bool, started: float, load_seconds: float):
+    if verbose:
+        total = time.monotonic() - started
+        click.echo(f"frtrace: {total:.2f}s total ({load_seconds:.2f}s loading and matching)", err=True)
+    sys.exit(code)
+
+
+def main(argv: Optional[list] = None) -> None:
+    """Console entry point; internal errors become one line unless --debug is given."""
+    args = _join_multi_values(list(sys.argv[1:] if argv is None else argv))
+    try:
+        frtrace.main(args=args, prog_name="frtrace", standalone_mode=True)
+    except SystemExit:
+        raise
+    except Exception as exc:  # a bug of ours: say so in one line, full detail on request
+        if "--debug" in args:
+            traceback.print_exc()
+        else:
+            click.echo(f"frtrace: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+        sys.exit(EXIT_INPUT)

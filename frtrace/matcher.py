@@ -1,0 +1,310 @@
+"""Pair operations across ranks, per group, by sequence number.
+
+Takes the `RankDump`s and the `Layout`; returns a `MatchResult`:
+- a `GroupView` per group: each member's entries indexed by `collective_seq_id`
+  (a coalesced batch stays together under its one id) plus its P2P entries, and the
+  window of sequence numbers its ring buffer still holds;
+- a `CollectiveMatch` per (group, seq) seen anywhere, saying which members issued it,
+  which never did, which cannot tell (their buffer no longer reaches back, or they
+  have no dump), and whether the members agree on op, sizes and dtypes;
+- a `P2PMatch` per send/recv pair, paired in order on each (group, src, dst) channel.
+
+Never by `record_id` or file position. One pass over the entries builds hash
+indexes; every comparison afterwards is a lookup.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .builder import Layout
+from .model import Entry, Group, RankDump
+
+# Ops whose sizes legitimately differ per rank (uneven splits, variable counts).
+RANK_DEPENDENT_SIZE_OPS = frozenset(
+    {"all_to_all", "all_to_all_single", "alltoall", "alltoall_base", "all_to_all_v_single", "all_gather_v", "reduce_scatter_v"}
+)
+# Only the root holds real data on one side of these.
+ROOT_ONLY_INPUT_OPS = frozenset({"scatter"})
+ROOT_ONLY_OUTPUT_OPS = frozenset({"gather"})
+
+
+@dataclass(slots=True)
+class RankStream:
+    """One rank's entries in one group."""
+
+    rank: int
+    collectives: dict  # collective_seq_id -> tuple[Entry, ...]
+    p2p: list  # P2P entries, oldest first
+    first_seq: Optional[int]
+    last_seq: Optional[int]
+    # The rank's ring buffer wrapped: sequence numbers before first_seq fell off it.
+    clipped: bool
+
+    def covers(self, seq: int) -> bool:
+        """Whether a missing entry for `seq` would mean the rank never issued it."""
+        return not self.clipped or (self.first_seq is not None and seq >= self.first_seq)
+
+
+@dataclass(slots=True)
+class GroupView:
+    group: Group
+    streams: dict  # rank -> RankStream, for ranks with a dump (members and any stray rank)
+    no_dump: tuple  # members without a usable dump
+
+
+@dataclass(slots=True)
+class Disagreement:
+    """Members issued different things at one sequence number."""
+
+    kind: str  # op_mismatch | dtype_mismatch | size_mismatch
+    majority_ranks: tuple  # the largest agreeing class ((), when it is a tie)
+    odd_ranks: tuple  # everyone outside the majority (all of them on a tie)
+    classes: tuple  # tuple of (ranks, signature) per distinct signature, largest first
+    tie: bool
+
+
+@dataclass(slots=True)
+class CollectiveMatch:
+    group_id: int
+    seq: int
+    calls: dict  # rank -> tuple[Entry, ...] (several for a coalesced batch)
+    not_issued: tuple  # members whose window covers seq but who have no entry for it
+    out_of_window: tuple  # members whose buffer no longer reaches back to seq
+    no_dump: tuple
+    disagreement: Optional[Disagreement] = None
+
+    @property
+    def issued(self) -> tuple:
+        return tuple(sorted(self.calls))
+
+    @property
+    def completed_ranks(self) -> tuple:
+        return tuple(sorted(r for r, entries in self.calls.items() if all(e.completed for e in entries)))
+
+    @property
+    def first_entry(self) -> Entry:
+        return self.calls[min(self.calls)][0]
+
+
+@dataclass(slots=True)
+class P2PMatch:
+    group_id: int
+    src: int  # global ranks
+    dst: int
+    ordinal: int  # position on the (src, dst) channel within the compared window
+    send: Optional[Entry]
+    recv: Optional[Entry]
+
+
+@dataclass(slots=True)
+class MatchResult:
+    layout: Layout
+    views: tuple  # GroupView per group id
+    collectives: list = field(default_factory=list)  # CollectiveMatch sorted by (group, seq)
+    p2p: list = field(default_factory=list)  # P2PMatch sorted by (group, src, dst, ordinal)
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _rank_streams(dump: RankDump, layout: Layout) -> dict:
+    """group id -> RankStream for one rank, in one pass over its entries."""
+    per_group: dict = {}
+    for entry in dump.entries:
+        gid = layout.group_of(entry.pg_name, dump.rank)
+        if gid is None:
+            continue
+        stream = per_group.get(gid)
+        if stream is None:
+            stream = per_group[gid] = RankStream(dump.rank, defaultdict(list), [], None, None, dump.wrapped)
+        name = entry.name
+        if name.is_p2p:
+            if not name.is_coalesced_marker:
+                stream.p2p.append(entry)
+            continue
+        stream.collectives[entry.collective_seq_id].append(entry)
+    for stream in per_group.values():
+        stream.collectives = {seq: tuple(entries) for seq, entries in stream.collectives.items()}
+        if stream.collectives:
+            stream.first_seq = min(stream.collectives)
+            stream.last_seq = max(stream.collectives)
+    return per_group
+
+
+def build_views(dumps: list, layout: Layout) -> tuple:
+    streams_by_group: dict = defaultdict(dict)
+    dumped = {d.rank for d in dumps}
+    for dump in dumps:
+        for gid, stream in _rank_streams(dump, layout).items():
+            streams_by_group[gid][dump.rank] = stream
+    views = []
+    for group in layout.groups:
+        streams = streams_by_group.get(group.id, {})
+        for rank in group.ranks:
+            if rank in dumped and rank not in streams:
+                # A member with a dump but no entries of this group: nothing fell off
+                # unless its buffer wrapped.
+                wrapped = next(d.wrapped for d in dumps if d.rank == rank)
+                streams[rank] = RankStream(rank, {}, [], None, None, wrapped)
+        no_dump = tuple(r for r in group.ranks if r not in dumped)
+        views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
+    return tuple(views)
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def _numel(shapes: tuple) -> int:
+    total = 0
+    for shape in shapes:
+        count = 1
+        for dim in shape:
+            count *= dim
+        total += count
+    return total
+
+
+def _op_signature(entry: Entry) -> tuple:
+    """What every member must agree on for one op, given what may legitimately differ."""
+    op = entry.op
+    shapes = entry.shapes
+    if op in RANK_DEPENDENT_SIZE_OPS:
+        in_numel = out_numel = None
+    else:
+        # Element counts, not shapes: list-form and stacked all_gather outputs are both valid.
+        in_numel = None if op in ROOT_ONLY_INPUT_OPS else _numel(shapes.input_sizes)
+        out_numel = None if op in ROOT_ONLY_OUTPUT_OPS else _numel(shapes.output_sizes)
+    dtypes = frozenset(shapes.input_dtypes) | frozenset(shapes.output_dtypes)
+    return op, in_numel, out_numel, dtypes
+
+
+def batch_signature(entries: tuple) -> tuple:
+    return tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
+
+
+def _difference_kind(a: tuple, b: tuple) -> str:
+    if len(a) != len(b) or any(x[0] != y[0] for x, y in zip(a, b)):
+        return "op_mismatch"
+    if any(x[3] and y[3] and x[3] != y[3] for x, y in zip(a, b)):
+        return "dtype_mismatch"
+    return "size_mismatch"
+
+
+def find_disagreement(calls: dict) -> Optional[Disagreement]:
+    """Consensus over the members that issued the op: the odd ones out, or a tie."""
+    by_signature: dict = defaultdict(list)
+    for rank, entries in calls.items():
+        by_signature[batch_signature(entries)].append(rank)
+    if len(by_signature) < 2:
+        return None
+    classes = sorted(((tuple(sorted(r)), sig) for sig, r in by_signature.items()), key=lambda c: (-len(c[0]), c[0]))
+    tie = len(classes[0][0]) == len(classes[1][0])
+    majority_ranks, majority_sig = classes[0]
+    odd = tuple(sorted(r for ranks, _ in classes[1:] for r in ranks))
+    kinds = Counter(_difference_kind(majority_sig, sig) for _, sig in classes[1:])
+    # Report the most fundamental difference: op beats dtype beats size.
+    kind = next(k for k in ("op_mismatch", "dtype_mismatch", "size_mismatch") if k in kinds)
+    if tie:
+        return Disagreement(kind, (), tuple(sorted(majority_ranks + odd)), tuple(classes), True)
+    return Disagreement(kind, majority_ranks, odd, tuple(classes), False)
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def _match_collectives(view: GroupView) -> list:
+    seqs = set()
+    for stream in view.streams.values():
+        seqs.update(stream.collectives)
+    members = [r for r in view.group.ranks if r in view.streams]
+    matches = []
+    for seq in sorted(seqs):
+        calls, not_issued, out_of_window = {}, [], []
+        for rank, stream in view.streams.items():
+            entries = stream.collectives.get(seq)
+            if entries is not None:
+                calls[rank] = entries
+        for rank in members:
+            if rank not in calls:
+                (not_issued if view.streams[rank].covers(seq) else out_of_window).append(rank)
+        match = CollectiveMatch(view.group.id, seq, calls, tuple(not_issued), tuple(out_of_window), view.no_dump)
+        match.disagreement = find_disagreement(calls)
+        matches.append(match)
+    return matches
+
+
+def _channel_ends(view: GroupView, rank: int, entry: Entry) -> Optional[tuple]:
+    """Global (src, dst) of a P2P entry; the recording rank is one end."""
+    ranks = view.group.ranks
+    name = entry.name
+
+    def to_global(local: Optional[int]) -> Optional[int]:
+        if local is None or local < 0:
+            return None
+        return ranks[local] if local < len(ranks) else None
+
+    if name.op == "send":
+        return rank, to_global(name.local_dst)
+    if name.op == "recv":
+        return to_global(name.local_src), rank
+    return None
+
+
+def _trim_to_overlap(sends: list, recvs: list, send_clipped: bool, recv_clipped: bool) -> tuple:
+    """When a buffer wrapped, ops older than that end's oldest kept op have no partner
+    left to compare with: drop them rather than misaligning the whole channel."""
+    starts = [ops[0].time_created_ns for ops, clipped in ((sends, send_clipped), (recvs, recv_clipped)) if clipped and ops]
+    if not starts:
+        return sends, recvs
+    start = max(starts)
+    return [s for s in sends if s.time_created_ns >= start], [r for r in recvs if r.time_created_ns >= start]
+
+
+def _p2p_order(entry: Entry) -> tuple:
+    return (entry.p2p_seq_id, entry.op_id, entry.record_id)
+
+
+def _match_p2p(view: GroupView) -> list:
+    sends: dict = defaultdict(list)
+    recvs: dict = defaultdict(list)
+    any_source: dict = defaultdict(list)
+    for rank, stream in view.streams.items():
+        for entry in stream.p2p:
+            ends = _channel_ends(view, rank, entry)
+            if ends is None:
+                continue
+            src, dst = ends
+            if entry.op == "send" and dst is not None:
+                sends[(src, dst)].append(entry)
+            elif entry.op == "recv":
+                (recvs[(src, dst)] if src is not None else any_source[dst]).append(entry)
+    matches = []
+    for src, dst in sorted(set(sends) | set(recvs)):
+        channel_sends = sorted(sends.get((src, dst), ()), key=_p2p_order)
+        channel_recvs = sorted(recvs.get((src, dst), ()), key=_p2p_order)
+        send_clipped = view.streams[src].clipped if src in view.streams else False
+        recv_clipped = view.streams[dst].clipped if dst in view.streams else False
+        channel_sends, channel_recvs = _trim_to_overlap(channel_sends, channel_recvs, send_clipped, recv_clipped)
+        for ordinal in range(max(len(channel_sends), len(channel_recvs))):
+            send = channel_sends[ordinal] if ordinal < len(channel_sends) else None
+            recv = channel_recvs[ordinal] if ordinal < len(channel_recvs) else None
+            if recv is None and any_source.get(dst):
+                recv = any_source[dst].pop(0)  # a `recv 1<-?` takes whichever send is left
+            matches.append(P2PMatch(view.group.id, src, dst, ordinal, send, recv))
+    for dst, leftovers in sorted(any_source.items()):
+        for ordinal, recv in enumerate(leftovers):
+            matches.append(P2PMatch(view.group.id, -1, dst, ordinal, None, recv))
+    return matches
+
+
+def match(dumps: list, layout: Layout) -> MatchResult:
+    """Pair every rank's entries with its peers' (see module docstring)."""
+    views = build_views(dumps, layout)
+    result = MatchResult(layout, views)
+    for view in views:
+        result.collectives.extend(_match_collectives(view))
+        result.p2p.extend(_match_p2p(view))
+    return result

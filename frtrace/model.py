@@ -1,0 +1,244 @@
+"""Plain data passed between the pipeline stages.
+
+loader   -> RankDump (one per dump file, entries normalised into `Entry`)
+builder  -> Group, Membership (the job's process groups)
+matcher  -> MatchResult (entries paired across ranks per group and sequence number)
+database -> Database of Group, Membership, Traceback, Collective, NCCLCall rows
+
+Everything here is immutable or slotted so millions of entries stay cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+
+class Frame(NamedTuple):
+    name: str
+    filename: str
+    line: int
+
+
+class OpName(NamedTuple):
+    """A parsed `profiling_name` such as `nccl:send 0->1`."""
+
+    profiling_name: str
+    backend: str
+    op: str
+    is_p2p: bool
+    # Group-local peers written in P2P names (`send 0->1`, `recv 1<-0`); -1 means `?`.
+    local_src: Optional[int] = None
+    local_dst: Optional[int] = None
+
+    @property
+    def is_coalesced_marker(self) -> bool:
+        # `nccl:coalesced`, `ALLGATHER_coalesced`, `REDUCE_SCATTER_coalesced` close a batch;
+        # lower-case `*_coalesced` names are real collectives.
+        stem = self.op[: -len("_coalesced")]
+        return self.op == "coalesced" or (self.op.endswith("_coalesced") and stem.isupper())
+
+
+class Shapes(NamedTuple):
+    input_sizes: tuple
+    input_dtypes: tuple
+    output_sizes: tuple
+    output_dtypes: tuple
+
+
+class Entry(NamedTuple):
+    """One Flight Recorder entry, normalised across dump versions and backends.
+
+    Strings, shapes and tracebacks are interned, so equal values share one object.
+    """
+
+    index: int  # position in the rank's file, oldest first
+    record_id: int
+    pg_name: str
+    pg_desc: str
+    pg_id: int
+    collective_seq_id: int
+    p2p_seq_id: int
+    op_id: int
+    name: OpName
+    shapes: Shapes
+    state: str  # scheduled | started | completed (or what the producer wrote)
+    retired: Optional[bool]
+    time_created_ns: int
+    time_started_ns: Optional[int]
+    time_completed_ns: Optional[int]
+    duration_ms: Optional[float]
+    timeout_ms: Optional[int]
+    frames: tuple  # tuple[Frame, ...]; () when the dump has no stacks
+
+    @property
+    def op(self) -> str:
+        return self.name.op
+
+    @property
+    def is_p2p(self) -> bool:
+        return self.name.is_p2p
+
+    @property
+    def completed(self) -> bool:
+        """Whether this rank finished the op (gloo only ever says so through `retired`)."""
+        return self.state == "completed" or bool(self.retired) or bool(self.time_completed_ns)
+
+    @property
+    def started(self) -> bool:
+        return self.state == "started" or bool(self.time_started_ns)
+
+
+class PgConfig(NamedTuple):
+    name: str
+    desc: str
+    ranks: Optional[tuple]  # global ranks, or None when the dump did not say
+
+
+class PgStatus(NamedTuple):
+    last_enqueued: Optional[int]
+    last_started: Optional[int]
+    last_completed: Optional[int]
+
+
+@dataclass(slots=True)
+class RankDump:
+    """Everything frtrace keeps from one rank's dump file."""
+
+    rank: int
+    path: str
+    encoding: str  # pickle | json, with "+gzip" when compressed
+    version: str
+    comm_lib_version: str
+    pg_config: tuple  # tuple[PgConfig, ...]
+    pg_status: dict  # rank-local pg_id -> PgStatus
+    entries: tuple  # tuple[Entry, ...] oldest first
+    has_entries: bool  # False when the dump was taken without collectives
+    warnings: tuple = ()
+
+    @property
+    def backend(self) -> str:
+        for entry in self.entries:
+            if entry.name.backend:
+                return entry.name.backend
+        return ""
+
+    @property
+    def wrapped(self) -> bool:
+        """The ring buffer overwrote older entries (its oldest record id is not 0)."""
+        return bool(self.entries) and self.entries[0].record_id > 0
+
+    @property
+    def has_frames(self) -> bool:
+        return any(entry.frames for entry in self.entries)
+
+
+class Group(NamedTuple):
+    id: int
+    name: str
+    desc: str
+    ranks: tuple  # sorted global ranks
+    size: int
+    # "pg_config" when the dumps listed the members, "entries" when rebuilt from who
+    # carried entries of the group, "world" for the default group sized by the files.
+    membership_source: str
+
+
+class Membership(NamedTuple):
+    group_id: int
+    global_rank: int
+    local_rank: int
+
+
+class Traceback(NamedTuple):
+    id: int
+    frames: tuple  # tuple[Frame, ...] innermost first
+
+
+class Collective(NamedTuple):
+    """One operation as the whole group saw it: a collective (by group and
+    `collective_seq_id`) or a P2P transfer (by group, ends and order)."""
+
+    id: int
+    group_id: int
+    kind: str  # "collective" | "p2p"
+    collective_seq_id: Optional[int]
+    p2p_seq_id: Optional[int]
+    op: str  # majority op name
+    input_sizes: tuple
+    output_sizes: tuple
+    input_dtypes: tuple
+    output_dtypes: tuple
+    expected_ranks: tuple  # members whose window covers this op
+    issued_ranks: tuple
+    completed_ranks: tuple
+    not_issued_ranks: tuple  # members with a dump, inside their window, no entry
+    no_dump_ranks: tuple
+    out_of_window_ranks: tuple  # their ring buffer no longer reaches back this far
+    state: str  # completed | in_flight | partial | mismatch
+    problem: Optional[str]  # what went wrong, e.g. "size_mismatch: rank 1 [[17]] vs [[16]]"
+
+
+class NCCLCall(NamedTuple):
+    """One rank's own view of one operation (one entry of its dump)."""
+
+    id: int
+    collective_id: int
+    group_id: int
+    global_rank: int
+    record_id: int
+    profiling_name: str
+    op: str
+    collective_seq_id: int
+    p2p_seq_id: int
+    op_id: int
+    input_sizes: tuple
+    output_sizes: tuple
+    input_dtypes: tuple
+    output_dtypes: tuple
+    state: str
+    retired: Optional[bool]
+    time_created_ns: int
+    time_started_ns: Optional[int]
+    time_completed_ns: Optional[int]
+    duration_ms: Optional[float]
+    timeout_ms: Optional[int]
+    traceback_id: Optional[int]
+
+
+class Database(NamedTuple):
+    groups: list
+    memberships: list
+    tracebacks: list
+    collectives: list
+    ncclcalls: list
+
+
+TABLE_TYPES = {
+    "groups": Group,
+    "memberships": Membership,
+    "tracebacks": Traceback,
+    "collectives": Collective,
+    "ncclcalls": NCCLCall,
+}
+
+
+@dataclass(slots=True)
+class LoadIssue:
+    """A file that could not be used, or a note about one that could."""
+
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+@dataclass(slots=True)
+class LoadResult:
+    dumps: list  # list[RankDump] sorted by rank
+    skipped: list = field(default_factory=list)  # unrelated files: list[LoadIssue]
+    errors: list = field(default_factory=list)  # dump files that could not be read: list[LoadIssue]
+    prefix: str = ""
+    # ranks whose file was found but unusable; they count as missing dumps
+    failed_ranks: tuple = ()

@@ -1,0 +1,26 @@
+"""Small helpers shared by the stages: rank-range folding and sizes in words."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def fold_ranks(ranks: Iterable[int]) -> str:
+    """`0-11,13-15` for 0..11 and 13..15; sorted and de-duplicated."""
+    ordered = sorted(set(ranks))
+    if not ordered:
+        return ""
+    parts = []
+    start = prev = ordered[0]
+    for rank in ordered[1:] + [None]:
+        if rank is not None and rank == prev + 1:
+            prev = rank
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if rank is not None:
+            start = prev = rank
+    return ",".join(parts)
+
+
+def plural(count: int, word: str, many: str = "") -> str:
+    return f"{count} {word if count == 1 else (many or word + 's')}"

@@ -1,0 +1,104 @@
+import gzip
+import pickle
+
+import pytest
+
+from frtrace.loader import InputError, find_dump_files, load_dumps, parse_rank_from_name
+from frtrace.safe_decode import DecodeError, decode_dump_bytes
+
+from helpers import dump, entry, write_job, write_json, write_pickle
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("rank_3", ("rank_", 3)),
+        ("rank_3.pkl", ("rank_", 3)),
+        ("nccl_trace_rank_12.json.gz", ("nccl_trace_rank_", 12)),
+        ("comm_lib_trace_rank_0", ("comm_lib_trace_rank_", 0)),
+        ("_dump_7", ("_dump_", 7)),
+        ("nccl_trace_rank_node02_5", ("nccl_trace_rank_node02_", 5)),
+        ("host0.pci3_rank_5", ("host0.pci3_rank_", 5)),
+        ("train.log", None),
+    ],
+)
+def test_rank_comes_from_the_file_name(name, expected):
+    assert parse_rank_from_name(name) == expected
+
+
+def test_host_qualified_names_form_one_family_and_unrelated_files_are_skipped(tmp_path):
+    for host, rank in [("node00", 0), ("node00", 1), ("node01", 2), ("node01", 3)]:
+        write_pickle(tmp_path / f"nccl_trace_rank_{host}_{rank}", dump([entry(1)]))
+    (tmp_path / "core.123").write_bytes(b"\x7fELF")
+    (tmp_path / "train.log").write_text("hello")
+    files, skipped, prefix = find_dump_files([tmp_path])
+    assert [rank for rank, _ in files] == [0, 1, 2, 3]
+    assert sorted(p.path.rsplit("/", 1)[-1] for p in skipped) == ["core.123", "train.log"]
+    assert prefix == "nccl_trace_rank_nodeN_"
+
+
+def test_two_files_for_one_rank_is_an_error_naming_both(tmp_path):
+    write_pickle(tmp_path / "rank_0", dump([entry(1)]))
+    write_json(tmp_path / "rank_0.json", dump([entry(1)]))
+    with pytest.raises(InputError) as err:
+        find_dump_files([tmp_path])
+    assert "rank_0.json" in str(err.value) and "rank_0 " in str(err.value) + " "
+
+
+def test_pickle_json_and_gzip_normalise_to_the_same_entries(tmp_path):
+    data = dump([entry(1), entry(2, "broadcast")])
+    write_pickle(tmp_path / "rank_0", data)
+    json_data = dict(data, entries=[dict(e, process_group=list(e["process_group"]), frames=[]) for e in data["entries"]])
+    write_json(tmp_path / "rank_1", json_data)
+    (tmp_path / "rank_2.gz").write_bytes(gzip.compress(pickle.dumps(data, protocol=2)))
+    result = load_dumps([tmp_path])
+    assert [d.encoding for d in result.dumps] == ["pickle", "json", "pickle+gzip"]
+    ops = {tuple((e.op, e.collective_seq_id, e.pg_name) for e in d.entries) for d in result.dumps}
+    assert ops == {(("all_reduce", 1, "0"), ("broadcast", 2, "0"))}
+
+
+def test_old_versions_and_odd_fields_become_warnings_not_crashes(tmp_path):
+    old = {"version": "2.0", "entries": [
+        {"record_id": 0, "pg_id": 0, "process_group": ["0", ""], "seq_id": 1, "profiling_name": "nccl:all_reduce",
+         "input_sizes": "oops", "time_created_ns": 5, "state": "completed"},
+        "not an entry",
+    ]}
+    write_pickle(tmp_path / "rank_0", old)
+    write_pickle(tmp_path / "rank_1", [entry(1, backend="xccl")])  # bare list: oldest producers
+    result = load_dumps([tmp_path])
+    first, second = result.dumps
+    assert [e.collective_seq_id for e in first.entries] == [1]
+    assert any("input_sizes" in w for w in first.warnings) and any("not a dict" in w for w in first.warnings)
+    assert second.entries[0].name.backend == "xccl"
+
+
+class _Boom:
+    def __reduce__(self):
+        import os
+        return (os.system, ("echo pwned > /tmp/frtrace_pwned",))
+
+
+def test_a_pickle_with_a_reduce_call_is_refused_and_runs_nothing(tmp_path):
+    hostile = pickle.dumps({"version": "2.10", "entries": [_Boom()]}, protocol=2)
+    with pytest.raises(DecodeError, match="posix.system|os.system"):
+        decode_dump_bytes(hostile, 10**6)
+    write_pickle(tmp_path / "rank_0", dump([entry(1)]))
+    (tmp_path / "rank_1").write_bytes(hostile)
+    result = load_dumps([tmp_path])
+    assert [d.rank for d in result.dumps] == [0]
+    assert result.errors[0].path.endswith("rank_1") and "refused" in result.errors[0].problem
+    assert result.failed_ranks == (1,)
+    import os
+    assert not os.path.exists("/tmp/frtrace_pwned")
+
+
+@pytest.mark.parametrize("payload, problem", [
+    (b"", "empty file"),
+    (b"\x80\x02}q\x00(X", "truncated or corrupt pickle"),
+    (b"{not json", "invalid JSON"),
+    (b"GIF89a....", "not a Flight Recorder dump"),
+    (b"\x1f\x8b\x08\x00garbage", "corrupt gzip"),
+])
+def test_broken_files_name_the_problem(payload, problem):
+    with pytest.raises(DecodeError, match=problem):
+        decode_dump_bytes(payload, 10**6)
