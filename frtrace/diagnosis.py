@@ -293,6 +293,10 @@ def _frontier_findings(view: GroupView, matches: list, reliable: bool) -> list:
     if not matches:
         return []
     last = matches[-1]
+    if reliable:
+        # Ranks may have enqueued more ops behind the one they wait in: the oldest
+        # unfinished op is where the group stands.
+        last = next((m for m in matches if len(m.completed_ranks) < len(m.calls)), last)
     issued = last.issued
     entry = last.calls[issued[0]][0]
     completed = last.completed_ranks
