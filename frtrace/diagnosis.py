@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .matcher import CollectiveMatch, GroupView, P2PMatch, batch_signature
+from .matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
 from .model import Entry
 from .pipeline import Analysis
 from .util import fold_ranks, plural
@@ -62,6 +62,9 @@ class Finding:
     message: str
     evidence: dict = field(default_factory=dict)
     waiting_ranks: tuple = ()  # ranks that issued the op and wait for the suspects
+    # Ranks whose absence the finding is about (who never issued the op); when they are
+    # all waiting somewhere else, this finding is a consequence of that other one.
+    absent_ranks: tuple = ()
     age_ns: int = 0  # creation time of the oldest entry involved: older roots come first
     caused_by: Optional[int] = None  # index of the root finding when this is a consequence
 
@@ -187,9 +190,36 @@ def _alignment(view: GroupView, matches: list, index: int, rank: int) -> Optiona
 # --------------------------------------------------------------------------- per group
 
 
-def _mismatch_findings(view: GroupView, matches: list, index: int) -> list:
+def _break_tie(match: CollectiveMatch, siblings: list) -> Optional[Disagreement]:
+    """Two equal camps have no majority; sibling groups (same description, e.g. the
+    other pipeline pairs) running the same program at the same sequence number show
+    which camp did what everyone else did."""
+    dis = match.disagreement
+    votes: dict = defaultdict(int)
+    for sibling in siblings:
+        if sibling.disagreement is None and sibling.calls:
+            votes[batch_signature(next(iter(sibling.calls.values())))] += 1
+    if not votes:
+        return None
+    reference, count = max(votes.items(), key=lambda kv: kv[1])
+    if 2 * count <= sum(votes.values()):
+        return None
+    agreeing = [ranks for ranks, sig in dis.classes if sig == reference]
+    if len(agreeing) != 1:
+        return None
+    majority = agreeing[0]
+    odd = tuple(sorted(r for ranks, _ in dis.classes if ranks != majority for r in ranks))
+    return Disagreement(dis.kind, majority, odd, dis.classes, False)
+
+
+def _mismatch_findings(view: GroupView, matches: list, index: int, siblings: list = ()) -> list:
     match = matches[index]
     dis = match.disagreement
+    tie_broken_by = 0
+    if dis.tie:
+        resolved = _break_tie(match, siblings)
+        if resolved is not None:
+            dis, tie_broken_by = resolved, len(siblings)
     findings = []
     odd_by_kind: dict = defaultdict(list)
     for rank in dis.odd_ranks:
@@ -206,6 +236,8 @@ def _mismatch_findings(view: GroupView, matches: list, index: int) -> list:
             ],
             "tie": dis.tie,
         }
+        if tie_broken_by:
+            evidence["tie_broken_by_sibling_groups"] = tie_broken_by
         evidence.update(_call_sites(odd_entry, majority_entry))
         where = f"{_group_text(view)} #{match.seq}"
         if dis.tie:
@@ -241,7 +273,7 @@ def _mismatch_findings(view: GroupView, matches: list, index: int) -> list:
     return findings
 
 
-def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool) -> Finding:
+def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool, waiting_elsewhere: frozenset = frozenset()) -> Finding:
     """Some members issued op #seq and others never did."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
@@ -258,8 +290,14 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
         last = _last_entry(view, rank)
         if last is not None:
             evidence.setdefault("last_seq_of_suspects", {})[str(rank)] = last.collective_seq_id
-    if 2 * len(issued) < len(issued) + len(missing):
+    tie = len(issued) == len(missing)
+    # On an even split, ranks that did not arrive because they wait in another op are
+    # not behind: the others went ahead (a desync); ranks waiting nowhere are behind.
+    ahead = tie and set(missing) <= waiting_elsewhere
+    if 2 * len(issued) < len(issued) + len(missing) or ahead:
         # The minority went ahead: it issued an op its peers never issued.
+        if tie:
+            evidence["tie_broken_by"] = "the other ranks are waiting in another op"
         evidence.update(_call_sites(peer_entry, _last_entry(view, missing[0])))
         message = (
             f"{_ranks_text(issued)} issued an extra {peer_entry.op} #{match.seq} in {_group_text(view)} "
@@ -269,11 +307,10 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
         return _new_finding(
             "extra_op", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
             ranks=tuple(sorted(issued + missing)), suspect_ranks=issued, message=message,
-            evidence=evidence, waiting_ranks=issued, age_ns=age,
+            evidence=evidence, waiting_ranks=issued, age_ns=age, absent_ranks=missing,
         )
     evidence.update(_call_sites(_last_entry(view, missing[0]), peer_entry))
     waiting = tuple(r for r in issued if not (reliable and r in match.completed_ranks)) or issued
-    tie = len(issued) == len(missing)
     message = (
         f"{_ranks_text(missing)} never issued {peer_entry.op} #{match.seq} in {_group_text(view)}; "
         f"{_ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
@@ -284,7 +321,7 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
     return _new_finding(
         "not_issued", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
         ranks=tuple(sorted(issued + missing)), suspect_ranks=missing, message=message,
-        evidence=evidence, waiting_ranks=waiting, age_ns=age,
+        evidence=evidence, waiting_ranks=waiting, age_ns=age, absent_ranks=missing,
     )
 
 
@@ -324,7 +361,7 @@ def _frontier_findings(view: GroupView, matches: list, reliable: bool) -> list:
         return [_new_finding(
             "missing_dump", view, op=entry.op, collective_seq_id=last.seq, p2p_seq_id=None,
             ranks=tuple(sorted(issued + last.no_dump)), suspect_ranks=last.no_dump, message=message,
-            evidence=evidence, waiting_ranks=waiting or issued, age_ns=age,
+            evidence=evidence, waiting_ranks=waiting or issued, age_ns=age, absent_ranks=last.no_dump,
         )]
     if completed or not issued:
         return []
@@ -343,12 +380,13 @@ def _frontier_findings(view: GroupView, matches: list, reliable: bool) -> list:
     )]
 
 
-def _diagnose_group(view: GroupView, matches: list, reliable: bool) -> list:
+def _diagnose_group(view: GroupView, matches: list, reliable: bool, siblings=None,
+                    waiting_elsewhere: frozenset = frozenset()) -> list:
     for index, match in enumerate(matches):
         if match.disagreement is not None:
-            return _mismatch_findings(view, matches, index)
+            return _mismatch_findings(view, matches, index, siblings.matches_at(match.seq) if siblings else [])
         if match.not_issued:
-            return _gap_finding(view, matches, index) or [_presence_finding(view, matches, index, reliable)]
+            return _gap_finding(view, matches, index) or [_presence_finding(view, matches, index, reliable, waiting_elsewhere)]
     return _frontier_findings(view, matches, reliable)
 
 
@@ -366,6 +404,7 @@ def _gap_finding(view: GroupView, matches: list, index: int) -> list:
                  f"but went on to later ops (a gap in its sequence numbers)"),
         evidence={"issued_ranks": list(match.issued), "not_issued_ranks": list(skipped)},
         waiting_ranks=match.issued, age_ns=min(e[0].time_created_ns for e in match.calls.values()),
+        absent_ranks=tuple(skipped),
     )]
 
 
@@ -396,6 +435,7 @@ def _p2p_findings(view: GroupView, p2p_matches: list, reliable: bool) -> list:
             "p2p_unmatched", view, op=present.op, collective_seq_id=None, p2p_seq_id=present.p2p_seq_id,
             ranks=tuple(sorted({holder, absent} - {-1})), suspect_ranks=(absent,) if absent >= 0 else (),
             message=message, evidence=evidence, waiting_ranks=(holder,), age_ns=present.time_created_ns,
+            absent_ranks=(absent,) if absent >= 0 else (),
         ))
     return findings
 
@@ -457,36 +497,96 @@ def _straggler_findings(analysis: Analysis, clean: list) -> list:
 # --------------------------------------------------------------------------- roots
 
 
+# When findings explain each other in a circle, the most fundamental kind is the root.
+ROOT_PRIORITY = {"missing_dump": 0, "op_mismatch": 1, "dtype_mismatch": 1, "size_mismatch": 1,
+                 "extra_op": 2, "not_issued": 3, "stuck": 4, "p2p_unmatched": 5}
+
+
+def _same_place(a: Finding, b: Finding) -> bool:
+    return a.group_id == b.group_id and (a.kind == "p2p_unmatched") == (b.kind == "p2p_unmatched")
+
+
+def _source_circle(members: list, parents: dict, resolved: set) -> list:
+    """Unresolved findings that nothing outside their own circle holds."""
+    by_id = {id(f): f for f in members if id(f) not in resolved}
+
+    def ancestors(key: int) -> set:
+        seen, todo = set(), [key]
+        while todo:
+            for parent in parents.get(todo.pop(), ()):
+                if parent in by_id and parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+    lineage = {key: ancestors(key) for key in by_id}
+    sources = [by_id[key] for key in by_id if all(key in lineage[a] for a in lineage[key])]
+    return sources or list(by_id.values())
+
+
 def _link_consequences(findings: list) -> None:
-    """Mark a blocking finding as a consequence when all its suspects are themselves
-    waiting in an older root finding of another group (a TP hang stalls DP)."""
-    order = sorted(range(len(findings)), key=lambda i: (findings[i].age_ns, i))
-    roots: list = []
-    for i in order:
-        finding = findings[i]
-        if finding.kind in BLOCKING_KINDS and finding.suspect_ranks:
-            cause = next(
-                (j for j in roots
-                 if findings[j].group_id != finding.group_id
-                 and set(finding.suspect_ranks) <= set(findings[j].waiting_ranks) | set(findings[j].suspect_ranks)
-                 and not set(finding.suspect_ranks) & set(findings[j].suspect_ranks)),
-                None,
-            )
-            if cause is not None:
-                finding.caused_by = cause
-                continue
-        roots.append(i)
+    """Find the root causes among blocking findings. A rank that never issued an op
+    because it is waiting in another group's unfinished op is a victim (a TP hang
+    stalls DP, which stalls the pipeline's P2P); a rank that is waiting nowhere is
+    where the trouble starts, and every finding it is absent from is one story.
+    Findings that wait on each other in a circle (a desync deadlock) get their most
+    fundamental, oldest member as the root."""
+    candidates = [f for f in findings if f.kind in ROOT_PRIORITY]
+    blocking = [f for f in candidates if f.kind in BLOCKING_KINDS and f.absent_ranks]
+    holders = {
+        id(f): [(g, set(f.absent_ranks) & set(g.waiting_ranks)) for g in candidates if g is not f and not _same_place(g, f)]
+        for f in blocking
+    }
+    holders = {key: [(g, held) for g, held in pairs if held] for key, pairs in holders.items()}
+    waited = {id(f): set().union(set(), *(held for _, held in holders[id(f)])) for f in blocking}
+    roots = [f for f in candidates if id(f) not in holders]
+    cause = {}
+    # Findings with ranks that wait nowhere: the purest first (fewest victims in them).
+    partial = [f for f in blocking if set(f.absent_ranks) - waited[id(f)]]
+    for finding in sorted(partial, key=lambda f: (len(waited[id(f)]), ROOT_PRIORITY[f.kind], f.age_ns)):
+        free = set(finding.absent_ranks) - waited[id(finding)]
+        same = [r for r in roots if free <= set(r.suspect_ranks) and not _same_place(r, finding)]
+        if same:
+            cause[id(finding)] = (min(same, key=lambda r: (ROOT_PRIORITY[r.kind], r.age_ns)), "same_suspects")
+        else:
+            roots.append(finding)
+    resolved = {id(f) for f in roots} | set(cause)
+    parents = {key: {id(g) for g, _ in pairs} for key, pairs in holders.items()}
+    pending = [f for f in blocking if id(f) not in resolved]
+    while pending:
+        ready = [f for f in pending if any(id(g) in resolved for g, _ in holders[id(f)])]
+        if not ready:
+            best = min(_source_circle(pending, parents, resolved), key=lambda f: (ROOT_PRIORITY[f.kind], f.age_ns))
+            roots.append(best)
+            ready = [best]
+        for finding in ready:
+            if finding not in roots:
+                settled = [(g, held) for g, held in holders[id(finding)] if id(g) in resolved]
+                cause[id(finding)] = (max(settled, key=lambda p: (len(p[1]), -p[0].age_ns))[0], "blocked")
+            resolved.add(id(finding))
+        pending = [f for f in pending if id(f) not in resolved]
+    index = {id(f): i for i, f in enumerate(findings)}
+    for finding in blocking:
+        if id(finding) in cause:
+            root, link = cause[id(finding)]
+            finding.caused_by = index[id(root)]
+            finding.evidence["link"] = link
 
 
 def _demote_consequences(findings: list) -> None:
     for finding in findings:
-        if finding.caused_by is not None:
-            root = findings[finding.caused_by]
-            finding.evidence["blocked_ranks"] = list(finding.suspect_ranks)
-            finding.evidence["consequence_of"] = {"kind": root.kind, "pg_name": root.pg_name, "collective_seq_id": root.collective_seq_id}
-            finding.message += f" — a consequence: they are stuck in {root.op} #{root.collective_seq_id or root.p2p_seq_id} of group {root.pg_name}"
+        if finding.caused_by is None:
+            continue
+        root = findings[finding.caused_by]
+        where = f"{root.op} #{root.collective_seq_id or root.p2p_seq_id} of group {root.pg_name}"
+        finding.evidence["consequence_of"] = {"kind": root.kind, "pg_name": root.pg_name, "collective_seq_id": root.collective_seq_id}
+        if finding.evidence["link"] == "blocked":
+            finding.evidence["blocked_ranks"] = list(finding.absent_ranks)
+            finding.message += f" — a consequence: they are stuck in {where}"
             finding.suspect_ranks = ()
-            finding.severity = "warning"
+        else:
+            finding.message += f" — the same rank(s) as the root cause in {where}"
+        finding.severity = "warning"
 
 
 def _missing_dump_notes(analysis: Analysis, findings: list) -> list:
@@ -523,6 +623,42 @@ def _verdict(status: str, roots: list, analysis: Analysis, findings: list) -> st
     return f"FAULT: {first.message}{more}"
 
 
+@dataclass(slots=True)
+class _Siblings:
+    """The other groups with the same description and size (the other TP groups of
+    a TP group, and so on): in an SPMD program they run the same ops."""
+
+    views: list
+    by_seq: list  # per sibling: {seq: CollectiveMatch}
+
+    def matches_at(self, seq: int) -> list:
+        return [index[seq] for index in self.by_seq if seq in index]
+
+
+def _sibling_index(views: tuple, by_group: dict):
+    by_seq = {gid: {m.seq: m for m in matches} for gid, matches in by_group.items()}
+    families = defaultdict(list)
+    for view in views:
+        if view.group.desc:
+            families[(view.group.desc, view.group.size)].append(view)
+
+    def siblings_of(view: GroupView) -> _Siblings:
+        others = [v for v in families.get((view.group.desc, view.group.size), ()) if v.group.id != view.group.id]
+        return _Siblings(others, [by_seq.get(v.group.id, {}) for v in others])
+
+    return siblings_of
+
+
+def _blocked_in(analysis: Analysis) -> dict:
+    """rank -> name of the group whose op the rank's newest entry is, when that op
+    has not completed: where the rank is waiting right now."""
+    blocked = {}
+    for dump in analysis.load.dumps:
+        if dump.entries and not dump.entries[-1].completed:
+            blocked[dump.rank] = dump.entries[-1].pg_name
+    return blocked
+
+
 def diagnose(analysis: Analysis) -> Diagnosis:
     reliable = _completion_is_reliable(analysis)
     by_group = defaultdict(list)
@@ -532,9 +668,12 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     for p2p in analysis.matches.p2p:
         p2p_by_group[p2p.group_id].append(p2p)
     findings, clean = [], []
+    siblings_of = _sibling_index(analysis.matches.views, by_group)
+    blocked_in = _blocked_in(analysis) if reliable else {}
     for view in analysis.matches.views:
         matches = by_group.get(view.group.id, [])
-        findings.extend(_diagnose_group(view, matches, reliable))
+        elsewhere = frozenset(rank for rank, name in blocked_in.items() if name != view.group.name)
+        findings.extend(_diagnose_group(view, matches, reliable, siblings_of(view), elsewhere))
         findings.extend(_p2p_findings(view, p2p_by_group.get(view.group.id, []), reliable))
         clean.extend(m for m in matches if m.disagreement is None and not m.not_issued and not m.no_dump
                      and (not reliable or len(m.completed_ranks) == len(m.calls)))

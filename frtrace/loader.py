@@ -181,11 +181,12 @@ class _Normaliser:
     def sizes(self, value, field_name: str) -> tuple:
         if value is None:
             return ()
-        try:
-            return tuple(tuple(int(d) for d in shape) for shape in value)
-        except (TypeError, ValueError):
-            self.warn(f"{field_name} is not a list of shapes")
-            return ()
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(shape, (list, tuple)) and all(type(d) is int for d in shape) for shape in value
+        ):
+            return tuple(map(tuple, value))
+        self.warn(f"{field_name} is not a list of shapes")
+        return ()
 
     def dtypes(self, value, field_name: str) -> tuple:
         if value is None:
