@@ -498,8 +498,13 @@ def _straggler_findings(analysis: Analysis, clean: list) -> list:
 
 
 # When findings explain each other in a circle, the most fundamental kind is the root.
+# Which finding tells the story of one culprit best: a missed collective comes before
+# the P2P its pipeline peer then waits for ...
 ROOT_PRIORITY = {"missing_dump": 0, "op_mismatch": 1, "dtype_mismatch": 1, "size_mismatch": 1,
                  "extra_op": 2, "not_issued": 3, "stuck": 4, "p2p_unmatched": 5}
+# ... but in a circle of findings waiting on each other (a deadlock), an unmatched P2P
+# is the most specific evidence of who broke the symmetry.
+CIRCLE_PRIORITY = dict(ROOT_PRIORITY, p2p_unmatched=2, extra_op=3, not_issued=4)
 
 
 def _same_place(a: Finding, b: Finding) -> bool:
@@ -556,7 +561,7 @@ def _link_consequences(findings: list) -> None:
     while pending:
         ready = [f for f in pending if any(id(g) in resolved for g, _ in holders[id(f)])]
         if not ready:
-            best = min(_source_circle(pending, parents, resolved), key=lambda f: (ROOT_PRIORITY[f.kind], f.age_ns))
+            best = min(_source_circle(pending, parents, resolved), key=lambda f: (CIRCLE_PRIORITY[f.kind], f.age_ns))
             roots.append(best)
             ready = [best]
         for finding in ready:
@@ -654,8 +659,9 @@ def _blocked_in(analysis: Analysis) -> dict:
     has not completed: where the rank is waiting right now."""
     blocked = {}
     for dump in analysis.load.dumps:
-        if dump.entries and not dump.entries[-1].completed:
-            blocked[dump.rank] = dump.entries[-1].pg_name
+        newest = dump.entries[-1] if dump.entries else None
+        if newest is not None and not newest.completed:
+            blocked[dump.rank] = (newest.pg_name, newest.is_p2p)
     return blocked
 
 
@@ -672,7 +678,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     blocked_in = _blocked_in(analysis) if reliable else {}
     for view in analysis.matches.views:
         matches = by_group.get(view.group.id, [])
-        elsewhere = frozenset(rank for rank, name in blocked_in.items() if name != view.group.name)
+        elsewhere = frozenset(rank for rank, place in blocked_in.items() if place != (view.group.name, False))
         findings.extend(_diagnose_group(view, matches, reliable, siblings_of(view), elsewhere))
         findings.extend(_p2p_findings(view, p2p_by_group.get(view.group.id, []), reliable))
         clean.extend(m for m in matches if m.disagreement is None and not m.not_issued and not m.no_dump
