@@ -508,7 +508,12 @@ CIRCLE_PRIORITY = dict(ROOT_PRIORITY, p2p_unmatched=2, extra_op=3, not_issued=4)
 
 
 def _same_place(a: Finding, b: Finding) -> bool:
-    return a.group_id == b.group_id and (a.kind == "p2p_unmatched") == (b.kind == "p2p_unmatched")
+    """Findings about one collective stream, or one P2P channel, cannot explain each other."""
+    if a.group_id != b.group_id or (a.kind == "p2p_unmatched") != (b.kind == "p2p_unmatched"):
+        return False
+    if a.kind == "p2p_unmatched":
+        return (a.evidence.get("src"), a.evidence.get("dst")) == (b.evidence.get("src"), b.evidence.get("dst"))
+    return True
 
 
 def _source_circle(members: list, parents: dict, resolved: set) -> list:

@@ -1,0 +1,1162 @@
+"""Synthetic NCCL-shaped Flight Recorder dumps, for tests and benchmarks.
+
+A dev tool, not part of the analyzer: nothing else in the package imports it. Standard
+library only. Usage:
+
+    job = generate(world_size=16, tp=2, pp=2, steps=3, fault=Fault("hang", rank=5, group="tp"))
+    write_job(job, "out/hang")        # one pickle per rank, named nccl_trace_rank_<rank>
+    job.truth["suspect_ranks"]        # [5]
+
+    python -m frtrace.synth out/hang --world-size 64 --tp 4 --pp 2 --fault hang --fault-rank 5
+
+How a job is made:
+
+1. **Layout.** world = dp x pp x tp, tp innermost (rank = dp_idx*pp*tp + pp_idx*tp + tp_idx).
+   Groups are created in one global order that every rank agrees on: the default group "0",
+   then the TP groups, the PP groups and the DP groups, named "1", "2", ... Each rank's
+   `pg_id` counts only the groups it belongs to (default 0, tp 1, pp 2, dp 3).
+2. **Programs.** Every rank gets the list of operations it would issue: a prologue, then
+   `steps` training steps (forward TP collectives, pipeline send/recv of activations, an
+   uneven MoE all_to_all on even steps, backward, a PP grad-norm all_reduce, a coalesced DP
+   gradient batch plus a parameter all_gather, and a default-group loss all_reduce).
+3. **Fault injection** edits the programs (a rank stops early, skips, adds or changes one
+   operation, omits a send) or marks one collective as never finishing.
+4. **Simulation.** Operations match across ranks the way NCCL matches them: the k-th
+   collective of a group on every member, the n-th send a->b with the n-th recv at b from a.
+   A rank's operations complete in program order; an operation completes once every
+   participant has it as its next operation and they all agree on op, shapes and dtypes.
+   The first operation a rank cannot complete is where it blocks; it may have enqueued
+   `lookahead` more. Hangs therefore cascade across groups as they do in a real job.
+5. **Dumps** are built per rank from the simulation (lazily: see `RankDumps`) in the exact
+   shape `torch._C._distributed_c10d._dump_nccl_trace()` pickles, ring buffer included.
+
+What the entries look like (NCCL, dump version 2.10):
+
+* `profiling_name` is `nccl:<op>`: `all_reduce`, `_all_gather_base` (all_gather_into_tensor:
+  output = input with dim 0 x group size), `all_gather` (list form: one output per rank),
+  `_reduce_scatter_base` (the reverse), `broadcast`, `all_reduce_barrier`, `all_to_all_single`
+  (uneven: sizes legitimately differ per rank), and coalesced batches.
+* A coalesced batch (DP gradients) is one entry per tensor (`reduce_scatter_tensor_coalesced`
+  or `all_reduce`) followed by a `nccl:coalesced` marker with empty sizes. All share one
+  `collective_seq_id`; `op_id` goes +1 per member, and the marker repeats the last member's.
+* P2P: `nccl:send 0->1` / `nccl:recv 1<-0` in the PP group, with group-local ranks; `is_p2p`
+  True; `p2p_seq_id` +1 per send or recv of the rank in that group (so it is not aligned across
+  ranks when pp > 2); `collective_seq_id` keeps the group's current value.
+* `state`: completed ops "completed" (retired); the op a rank is blocked in "started" with
+  timing on, else "scheduled"; the `lookahead` ops enqueued behind it "scheduled".
+  `time_discovered_*` and `duration_ms` only with timing on (duration_ms on completed ops).
+* `pg_status` counts collectives only (P2P ops do not move it), -1 meaning none; it covers
+  everything the rank did, including what fell off the ring buffer.
+
+Faults (`Fault.rank` is the culprit, `group` which of its groups, `step` 0-based). A "plain"
+collective is one that is neither a coalesced batch nor an all_to_all. `truth` names the root
+cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
+
+* `hang`: the culprit stops issuing anything just before its first plain collective of the
+  group in that step (stuck in host code). not_issued; its peers wait in collective #k.
+* `missing_dump_hang`: the same, and the culprit's dump is absent. missing_dump.
+* `skip_op`: the culprit skips the step's *last* plain collective of the group and carries on,
+  to block later in another group. not_issued. (The last one, so that the culprit's next
+  collective of the group lies beyond a collective its stalled peers never finish.)
+* `stuck`: every member issues the first plain collective of the group in that step and it
+  never completes. stuck; suspects are all the members.
+* `extra_op`: the culprit issues an extra `all_reduce [[1]]` in the group just before the step's
+  loss all_reduce, which its peers then wait in. For the default group it comes after the
+  culprit's last step instead (any earlier, everyone's next default collective would pair
+  with it). extra_op; collective_seq_id is the extra one's.
+* `size_mismatch` / `dtype_mismatch` / `op_mismatch`: the culprit's first plain collective of
+  the group in that step has dim 0 + 1 / Float <-> BFloat16 / `broadcast` instead. Everyone is
+  in it, nobody completes. `truth["op"]` is what the peers issued; `truth["tie"]` is True when
+  the group has two members (consensus cannot single out the culprit).
+* `p2p_unmatched` (group "pp"): the culprit never posts its first send of the step and carries
+  on; the receiver blocks in its recv. Suspect the culprit; `truth["p2p_peer"]` is the
+  receiver and `p2p_seq_id` the p2p_seq_id of the recv it waits in (`op` is "send").
+* `missing_dump`: a healthy job without the culprit's dump. Status inconclusive, no suspect.
+* `straggler`: a healthy job in which the culprit issues every op `straggler_ms` later than it
+  could. `truth["lateness_ms"]` is that delay; observed against the other participants of each
+  collective it is the last to arrive, by about that much (more in DP collectives, as its delay
+  piles up over the step before it meets those peers again).
+
+With `lookahead` = 0 every fault shows its textbook pattern (e.g. for hang, the culprit has no
+entry with seq k in the group while its peers wait in k). With lookahead > 0 the ops enqueued
+behind a blocked op are visible too, so a stalled peer may show a later, scheduled entry with
+the same seq (skip_op, extra_op): still the truth, but harder to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import pickle
+import random
+import sys
+import time
+import traceback
+from array import array
+from collections.abc import MutableMapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+# `slots=True` needs Python 3.10; the package still supports 3.9.
+_SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+FAULT_KINDS = (
+    "hang", "stuck", "extra_op", "skip_op", "size_mismatch", "op_mismatch", "dtype_mismatch",
+    "missing_dump", "missing_dump_hang", "p2p_unmatched", "straggler",
+)
+GROUP_KINDS = ("tp", "pp", "dp", "default")
+# Fault kind -> the DESIGN.md section 3 finding kind an analyzer should report.
+_DIAGNOSIS = {
+    "hang": "not_issued", "skip_op": "not_issued", "stuck": "stuck", "extra_op": "extra_op",
+    "size_mismatch": "size_mismatch", "op_mismatch": "op_mismatch",
+    "dtype_mismatch": "dtype_mismatch", "missing_dump": "missing_dump",
+    "missing_dump_hang": "missing_dump", "p2p_unmatched": "p2p_unmatched", "straggler": "straggler",
+}
+
+BACKEND = "nccl"
+COMM_LIB_VERSION = "2.27.5"
+TIMEOUT_MS = 600_000  # NCCL's default process-group timeout (10 min)
+THREAD_NAME = "pt_main_thread"
+EPOCH_NS = 1_761_000_000 * 10**9  # wall clock of the first operation (October 2025)
+
+_TORCH = "/opt/conda/lib/python3.11/site-packages/torch/distributed/"
+_C10D = _TORCH + "distributed_c10d.py"
+_LOGGER = _TORCH + "c10d_logger.py"
+_JOB = "/workspace/job/"
+
+# Operation kinds in the simulation.
+_COLL, _SEND, _RECV = 0, 1, 2
+_MS = 1_000_000
+
+
+@dataclass(**_SLOTS)
+class Fault:
+    """What goes wrong, and where: the culprit rank, which of its groups, which step (0-based)."""
+
+    kind: str
+    rank: int = 1
+    group: str = "tp"
+    step: int = 1
+    straggler_ms: float = 50.0
+
+
+@dataclass(**_SLOTS)
+class SynthJob:
+    # rank -> dump dict. A `RankDumps` (dict-like, built lazily) from `generate`; any mapping works.
+    dumps: MutableMapping
+    truth: dict
+
+
+# --------------------------------------------------------------------------- building blocks
+
+
+@dataclass(**_SLOTS)
+class _Group:
+    idx: int
+    name: str
+    desc: str
+    ranks: tuple  # sorted global ranks; group-local rank = position
+    ranks_str: str  # pg_config writes ranks as a string: "[0, 1, 2, 3]"
+    pg_tuple: tuple  # (name, desc): shared by every entry of the group
+
+    def local(self, rank: int) -> int:
+        return self.ranks.index(rank)
+
+
+@dataclass(**_SLOTS)
+class _Part:
+    """The payload of one FR entry. Shared by every entry that looks the same (cheap dumps)."""
+
+    profiling_name: str
+    input_sizes: list
+    input_dtypes: list
+    output_sizes: list
+    output_dtypes: list
+    frames: list
+    marker: bool = False  # `nccl:coalesced` closes a batch and does not bump op_id
+
+
+@dataclass(**_SLOTS)
+class _Op:
+    """One unit of the simulation: a collective, a coalesced batch, or one send/recv."""
+
+    kind: int  # _COLL | _SEND | _RECV
+    group: _Group
+    name: str  # op as in profiling_name ("all_reduce", "send", ...)
+    tag: str  # role in the training step; used to place faults and pick stacks
+    parts: tuple  # the entries it records: one, or a batch's members then the marker
+    sig: tuple  # what all participants must agree on for it to complete
+    peer: int = -1  # global rank at the other end of a send/recv
+    gap_ns: int = 0  # compute between the previous op and this one
+    dur_ns: int = 0  # time on the wire once everybody is there
+
+    @property
+    def plain(self) -> bool:
+        # A collective whose shapes must agree and that is not a batch: where faults land.
+        return self.kind == _COLL and len(self.parts) == 1 and self.sig[0] is not None
+
+
+def _frame(name: str, filename: str, line: int) -> dict:
+    return {"name": name, "filename": filename, "line": line}
+
+
+# torch API function -> (line in distributed_c10d.py). Made-up but plausible line numbers.
+_API_LINES = {
+    "all_reduce": 2806, "broadcast": 2714, "all_gather": 3470, "all_gather_into_tensor": 3624,
+    "reduce_scatter_tensor": 4140, "all_to_all_single": 4431, "barrier": 4695, "send": 2293,
+    "recv": 2340, "_coalescing_manager": 2563,
+}
+# Step role -> (torch API called, user frames innermost first below the API).
+_USER_STACKS = {
+    "bcast_config": ("broadcast", [("broadcast_config", _JOB + "setup.py", 57), ("setup", _JOB + "setup.py", 90)]),
+    "barrier": ("barrier", [("setup", _JOB + "setup.py", 98)]),
+    "param_sync": ("broadcast", [("sync_params", _JOB + "parallel/ddp.py", 64), ("setup", _JOB + "setup.py", 104)]),
+    "fwd_attn": ("all_reduce", [("reduce_from_tp_region", _JOB + "parallel/tensor_parallel.py", 88),
+                                ("forward", _JOB + "model.py", 212), ("forward_step", _JOB + "train.py", 210)]),
+    "fwd_sp_gather": ("all_gather_into_tensor", [("gather_sequence", _JOB + "parallel/tensor_parallel.py", 131),
+                                                 ("forward", _JOB + "model.py", 251), ("forward_step", _JOB + "train.py", 210)]),
+    "fwd_sp_scatter": ("reduce_scatter_tensor", [("scatter_sequence", _JOB + "parallel/tensor_parallel.py", 152),
+                                                 ("forward", _JOB + "model.py", 268), ("forward_step", _JOB + "train.py", 210)]),
+    "moe_a2a": ("all_to_all_single", [("dispatch_tokens", _JOB + "moe.py", 77),
+                                      ("forward", _JOB + "moe.py", 140), ("forward_step", _JOB + "train.py", 212)]),
+    "bwd_gather": ("all_gather", [("gather_from_tp_region", _JOB + "parallel/tensor_parallel.py", 109),
+                                  ("backward", _JOB + "model.py", 330), ("backward_step", _JOB + "train.py", 240)]),
+    "bwd_attn": ("all_reduce", [("reduce_from_tp_region", _JOB + "parallel/tensor_parallel.py", 88),
+                                ("backward", _JOB + "model.py", 344), ("backward_step", _JOB + "train.py", 240)]),
+    "send_fwd": ("send", [("send_forward", _JOB + "pipeline.py", 41), ("forward_step", _JOB + "train.py", 218)]),
+    "recv_fwd": ("recv", [("recv_forward", _JOB + "pipeline.py", 29), ("forward_step", _JOB + "train.py", 205)]),
+    "send_bwd": ("send", [("send_backward", _JOB + "pipeline.py", 63), ("backward_step", _JOB + "train.py", 247)]),
+    "recv_bwd": ("recv", [("recv_backward", _JOB + "pipeline.py", 52), ("backward_step", _JOB + "train.py", 236)]),
+    "pp_norm": ("all_reduce", [("clip_grad_norm", _JOB + "optimizer.py", 97), ("step", _JOB + "optimizer.py", 160)]),
+    "dp_grads_rs": ("reduce_scatter_tensor", [("reduce_scatter_grads", _JOB + "optimizer.py", 133),
+                                              ("step", _JOB + "optimizer.py", 155)]),
+    "dp_grads_ar": ("all_reduce", [("allreduce_grads", _JOB + "parallel/ddp.py", 118),
+                                   ("step", _JOB + "optimizer.py", 152)]),
+    "dp_grads_end": ("_coalescing_manager", [("__exit__", "/opt/conda/lib/python3.11/contextlib.py", 144),
+                                             ("reduce_grads", _JOB + "optimizer.py", 136),
+                                             ("step", _JOB + "optimizer.py", 155)]),
+    "dp_params": ("all_gather_into_tensor", [("all_gather_params", _JOB + "optimizer.py", 171),
+                                             ("step", _JOB + "optimizer.py", 163)]),
+    "loss": ("all_reduce", [("average_loss", _JOB + "train.py", 288)]),
+    "extra": ("all_reduce", [("log_debug_metric", _JOB + "metrics.py", 23), ("train_step", _JOB + "train.py", 309)]),
+}
+_OUTER_FRAMES = [("train_step", _JOB + "train.py", 301), ("train", _JOB + "train.py", 388),
+                 ("main", _JOB + "train.py", 452), ("<module>", _JOB + "train.py", 470)]
+_SETUP_OUTER = [("main", _JOB + "train.py", 447), ("<module>", _JOB + "train.py", 470)]
+
+
+def _stack(tag: str) -> list:
+    api, user = _USER_STACKS[tag]
+    outer = _SETUP_OUTER if tag in ("bcast_config", "barrier", "param_sync") else _OUTER_FRAMES
+    frames = [_frame(api, _C10D, _API_LINES[api])]
+    if api != "_coalescing_manager":  # the context manager's exit is not wrapped by the logger
+        frames.append(_frame("wrapper", _LOGGER, 81))
+    frames += [_frame(*f) for f in user]
+    # The step-level helpers already name train_step's caller chain through forward_step etc.
+    frames += [_frame(*f) for f in outer if not any(f[0] == u[0] for u in user)]
+    return frames
+
+
+def _shapes(name: str, shape: list, n: int) -> tuple:
+    """(input_sizes, output_sizes) of a collective over n ranks whose per-rank tensor is `shape`."""
+    if name in ("_all_gather_base",):  # all_gather_into_tensor: output stacks n inputs
+        return [shape], [[shape[0] * n] + shape[1:]]
+    if name in ("_reduce_scatter_base", "reduce_scatter_tensor_coalesced"):  # the reverse
+        return [[shape[0] * n] + shape[1:]], [shape]
+    if name == "all_gather":  # list form: n separate outputs
+        return [shape], [shape] * n
+    return [shape], [shape]
+
+
+# --------------------------------------------------------------------------- the world
+
+
+class _World:
+    """Layout, groups and the (shared) operation objects every rank's program is made of."""
+
+    def __init__(self, world_size: int, tp: int, pp: int, with_frames: bool):
+        if tp < 1 or pp < 1 or world_size < 1 or world_size % (tp * pp):
+            raise ValueError(f"world_size {world_size} is not a multiple of tp*pp = {tp}*{pp}")
+        self.world, self.tp, self.pp = world_size, tp, pp
+        self.dp = world_size // (tp * pp)
+        self.with_frames = with_frames
+        self.groups: list = []
+        self.tp_of = [0] * world_size  # rank -> group idx
+        self.pp_of = [0] * world_size
+        self.dp_of = [0] * world_size
+        self._make_groups()
+        self._ops: dict = {}
+        self._stacks: dict = {}
+
+    def coords(self, rank: int) -> tuple:
+        """(dp_idx, pp_idx, tp_idx) of a global rank."""
+        dp_idx, rest = divmod(rank, self.pp * self.tp)
+        pp_idx, tp_idx = divmod(rest, self.tp)
+        return dp_idx, pp_idx, tp_idx
+
+    def _add_group(self, desc: str, ranks: list) -> _Group:
+        idx = len(self.groups)
+        name = str(idx)
+        group = _Group(idx, name, desc, tuple(ranks), "[" + ", ".join(map(str, ranks)) + "]", (name, desc))
+        self.groups.append(group)
+        return group
+
+    def _make_groups(self) -> None:
+        tp, pp, dp = self.tp, self.pp, self.dp
+        self._add_group("default_pg", list(range(self.world)))
+        for d in range(dp):
+            for p in range(pp):
+                g = self._add_group("tp", [d * pp * tp + p * tp + t for t in range(tp)])
+                for r in g.ranks:
+                    self.tp_of[r] = g.idx
+        for d in range(dp):
+            for t in range(tp):
+                g = self._add_group("pp", [d * pp * tp + p * tp + t for p in range(pp)])
+                for r in g.ranks:
+                    self.pp_of[r] = g.idx
+        for p in range(pp):
+            for t in range(tp):
+                g = self._add_group("dp", [d * pp * tp + p * tp + t for d in range(dp)])
+                for r in g.ranks:
+                    self.dp_of[r] = g.idx
+
+    def groups_of(self, rank: int) -> list:
+        """The rank's groups in the order it created them: its pg_id is the position."""
+        return [self.groups[0], self.groups[self.tp_of[rank]], self.groups[self.pp_of[rank]],
+                self.groups[self.dp_of[rank]]]
+
+    def group_of(self, rank: int, kind: str) -> _Group:
+        if kind == "default":
+            return self.groups[0]
+        table = {"tp": self.tp_of, "pp": self.pp_of, "dp": self.dp_of}.get(kind)
+        if table is None:
+            raise ValueError(f"unknown group kind {kind!r}; expected one of {GROUP_KINDS}")
+        return self.groups[table[rank]]
+
+    # ---- operation objects (memoised: ranks of one group share them, so do steps)
+
+    def _frames(self, tag: str):
+        if not self.with_frames:
+            return None
+        frames = self._stacks.get(tag)
+        if frames is None:
+            frames = self._stacks[tag] = _stack(tag)
+        return frames
+
+    def _part(self, name: str, tag: str, ins: list, dtype: str, outs: list) -> _Part:
+        return _Part(f"{BACKEND}:{name}", ins, [dtype] * len(ins), outs, [dtype] * len(outs), self._frames(tag))
+
+    def coll(self, group: _Group, name: str, tag: str, shape: list, dtype: str,
+             gap_ms: float, dur_ms: float, *, uneven_out: Optional[list] = None) -> _Op:
+        """A single collective. `uneven_out` makes an all_to_all with rank-dependent sizes."""
+        key = (group.idx, name, tag, tuple(shape), dtype, tuple(uneven_out or ()))
+        op = self._ops.get(key)
+        if op is None:
+            if uneven_out is not None:
+                ins, outs = [shape], [uneven_out]
+                sig = (None, name, dtype)  # shapes legitimately differ per rank
+            else:
+                ins, outs = _shapes(name, shape, len(group.ranks))
+                sig = (name, dtype, tuple(map(tuple, ins)), tuple(map(tuple, outs)))
+            part = self._part(name, tag, ins, dtype, outs)
+            op = _Op(_COLL, group, name, tag, (part,), sig, -1, int(gap_ms * _MS), int(dur_ms * _MS))
+            self._ops[key] = op
+        return op
+
+    def batch(self, group: _Group, name: str, tag: str, shapes: list, dtype: str,
+              gap_ms: float, dur_ms: float) -> _Op:
+        """A coalesced batch: one entry per tensor, then the `nccl:coalesced` marker."""
+        key = (group.idx, "batch", name, tag, tuple(map(tuple, shapes)), dtype)
+        op = self._ops.get(key)
+        if op is None:
+            parts = []
+            for shape in shapes:
+                ins, outs = _shapes(name, shape, len(group.ranks))
+                parts.append(self._part(name, tag, ins, dtype, outs))
+            parts.append(_Part(f"{BACKEND}:coalesced", [], [], [], [], self._frames("dp_grads_end"), True))
+            sig = (name, dtype, tuple(tuple(map(tuple, p.input_sizes)) for p in parts))
+            op = _Op(_COLL, group, name, tag, tuple(parts), sig, -1, int(gap_ms * _MS), int(dur_ms * _MS))
+            self._ops[key] = op
+        return op
+
+    def p2p(self, kind: int, group: _Group, me: int, peer: int, tag: str, shape: list, dtype: str,
+            gap_ms: float, dur_ms: float) -> _Op:
+        """One send or recv; profiling_name carries group-local ranks (`send 0->1`, `recv 1<-0`)."""
+        key = (group.idx, kind, me, peer, tag, tuple(shape), dtype)
+        op = self._ops.get(key)
+        if op is None:
+            lme, lpeer = group.local(me), group.local(peer)
+            name = "send" if kind == _SEND else "recv"
+            label = f"send {lme}->{lpeer}" if kind == _SEND else f"recv {lme}<-{lpeer}"
+            part = self._part(label, tag, [shape], dtype, [shape])
+            sig = ("p2p", dtype, tuple(shape))  # a send and its recv must move the same tensor
+            op = _Op(kind, group, name, tag, (part,), sig, peer, int(gap_ms * _MS), int(dur_ms * _MS))
+            self._ops[key] = op
+        return op
+
+    # ---- programs
+
+    def prologue(self, rank: int) -> list:
+        ops = [self.coll(self.groups[0], "broadcast", "bcast_config", [8], "Long", 900.0, 0.05),
+               self.coll(self.groups[0], "all_reduce_barrier", "barrier", [1], "Float", 0.2, 0.05)]
+        if self.dp > 1:
+            ops.append(self.coll(self.groups[self.dp_of[rank]], "broadcast", "param_sync", [4194304],
+                                 "BFloat16", 5.0, 2.0))
+        return ops
+
+    def step_ops(self, rank: int, parity: int) -> list:
+        """One training step of `rank`; even and odd steps differ (MoE layer, DP batch type)."""
+        _, stage, _ = self.coords(rank)
+        tp_g, pp_g, dp_g = (self.groups[t[rank]] for t in (self.tp_of, self.pp_of, self.dp_of))
+        act, bf16 = [4096, 1024], "BFloat16"
+        last = self.pp - 1
+        ops = []
+        # Forward.
+        if stage > 0:
+            ops.append(self.p2p(_RECV, pp_g, rank, pp_g.ranks[stage - 1], "recv_fwd", act, bf16, 0.3, 0.4))
+        if self.tp > 1:
+            ops.append(self.coll(tp_g, "all_reduce", "fwd_attn", act, bf16, 1.5, 0.3))
+            ops.append(self.coll(tp_g, "_all_gather_base", "fwd_sp_gather", [1024, 1024], bf16, 1.0, 0.2))
+            ops.append(self.coll(tp_g, "_reduce_scatter_base", "fwd_sp_scatter", [1024, 1024], bf16, 1.2, 0.2))
+        if self.dp > 1 and parity == 0:
+            # MoE token dispatch: every rank sends and receives a different number of tokens.
+            n_in = 4096 + ((rank * 37) % 9 - 4) * 128
+            n_out = 4096 + ((rank * 53 + 3) % 9 - 4) * 128
+            ops.append(self.coll(dp_g, "all_to_all_single", "moe_a2a", [n_in, 1024], bf16, 0.8, 0.6,
+                                 uneven_out=[n_out, 1024]))
+        if stage < last:
+            ops.append(self.p2p(_SEND, pp_g, rank, pp_g.ranks[stage + 1], "send_fwd", act, bf16, 0.5, 0.4))
+        # Backward.
+        if stage < last:
+            ops.append(self.p2p(_RECV, pp_g, rank, pp_g.ranks[stage + 1], "recv_bwd", act, bf16, 0.3, 0.4))
+        if self.tp > 1:
+            ops.append(self.coll(tp_g, "all_gather", "bwd_gather", [1024, 1024], bf16, 2.0, 0.2))
+            ops.append(self.coll(tp_g, "all_reduce", "bwd_attn", act, bf16, 3.0, 0.3))
+        if stage > 0:
+            ops.append(self.p2p(_SEND, pp_g, rank, pp_g.ranks[stage - 1], "send_bwd", act, bf16, 0.5, 0.4))
+        # Optimizer.
+        if self.pp > 1:
+            ops.append(self.coll(pp_g, "all_reduce", "pp_norm", [1], "Float", 0.4, 0.05))
+        if self.dp > 1:
+            if parity == 0:  # ZeRO: reduce-scatter gradient buckets in one coalesced batch
+                ops.append(self.batch(dp_g, "reduce_scatter_tensor_coalesced", "dp_grads_rs",
+                                      [[6291456], [6291456], [2097152]], "Float", 0.6, 4.0))
+            else:  # DDP-style bucketed all_reduce under the coalescing manager
+                ops.append(self.batch(dp_g, "all_reduce", "dp_grads_ar",
+                                      [[6291456], [6291456], [2097152]], "Float", 0.6, 5.0))
+            ops.append(self.coll(dp_g, "_all_gather_base", "dp_params", [4194304], bf16, 1.0, 2.0))
+        ops.append(self.coll(self.groups[0], "all_reduce", "loss", [1], "Float", 0.3, 0.1))
+        return ops
+
+    def program(self, rank: int, steps: int) -> tuple:
+        """(ops, step_starts): the rank's whole program; step s is ops[starts[s]:starts[s+1]]."""
+        ops = self.prologue(rank)
+        variants = (self.step_ops(rank, 0), self.step_ops(rank, 1))
+        starts = []
+        for s in range(steps):
+            starts.append(len(ops))
+            ops += variants[s & 1]
+        starts.append(len(ops))
+        return ops, starts
+
+
+# --------------------------------------------------------------------------- fault injection
+
+
+@dataclass(**_SLOTS)
+class _Injected:
+    """Where the fault landed, for the truth file."""
+
+    group: Optional[_Group] = None
+    op: Optional[str] = None
+    seq: Optional[int] = None  # collective_seq_id in `group`
+    poisoned: Optional[tuple] = None  # (group idx, seq) that never completes
+    delete_dump: bool = False
+    straggler: int = -1
+    p2p_peer: int = -1
+    tie: bool = False
+
+
+def _coll_seq_before(ops: list, index: int, group: _Group) -> int:
+    """How many collectives of `group` come before ops[index]."""
+    return sum(1 for op in ops[:index] if op.kind == _COLL and op.group is group)
+
+
+def _target(ops: list, step: range, group: _Group, last: bool = False) -> int:
+    """Index of the culprit's first (or last) plain collective of `group` in `step`."""
+    found = [i for i in step if ops[i].group is group and ops[i].plain]
+    if not found:
+        raise ValueError(f"no collective in the {group.desc} group in that step: check the layout "
+                         f"(a group of one rank issues nothing)")
+    return found[-1] if last else found[0]
+
+
+def _changed(world: _World, op: _Op, *, name: Optional[str] = None, dtype: Optional[str] = None,
+             grow: int = 0) -> _Op:
+    """A copy of a plain collective with another op name, dtype or first dimension."""
+    part = op.parts[0]
+    new_name = name or op.name
+    new_dtype = dtype or part.input_dtypes[0]
+    # Recover the per-rank tensor shape the op was made from.
+    shape = list(part.output_sizes[0] if op.name in ("_reduce_scatter_base",) else part.input_sizes[0])
+    shape[0] += grow
+    new = world.coll(op.group, new_name, op.tag, shape, new_dtype, op.gap_ns / _MS, op.dur_ns / _MS)
+    return new
+
+
+def _inject(world: _World, progs: list, starts: list, fault: Fault, steps: int) -> _Injected:
+    """Edit the culprit's program (or mark a collective) as `fault` says; see the module doc."""
+    kind, culprit = fault.kind, fault.rank
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
+    if not 0 <= culprit < world.world:
+        raise ValueError(f"fault rank {culprit} is outside the world (size {world.world})")
+    if kind in ("missing_dump", "straggler"):  # healthy programs
+        return _Injected(delete_dump=kind == "missing_dump",
+                         straggler=culprit if kind == "straggler" else -1)
+    if not 0 <= fault.step < steps:
+        raise ValueError(f"fault step {fault.step} is outside 0..{steps - 1}")
+    group = world.group_of(culprit, fault.group)
+    ops = progs[culprit] = list(progs[culprit])  # the culprit's program becomes its own
+    step = range(starts[fault.step], starts[fault.step + 1])
+    if kind == "p2p_unmatched":
+        return _omit_send(ops, step, group, fault)
+    if kind == "extra_op":
+        return _add_extra(world, ops, step, group, fault)
+    return _edit_collective(world, ops, step, group, kind)
+
+
+def _omit_send(ops: list, step: range, group: _Group, fault: Fault) -> _Injected:
+    if fault.group != "pp":
+        raise ValueError("p2p_unmatched happens in the pipeline group: use group='pp'")
+    sends = [i for i in step if ops[i].kind == _SEND and ops[i].group is group]
+    if not sends:
+        raise ValueError("p2p_unmatched needs pp > 1 (the culprit has no send to omit)")
+    peer = ops[sends[0]].peer
+    del ops[sends[0]]  # never posted; the culprit carries on with its step
+    return _Injected(group=group, op="send", p2p_peer=peer)
+
+
+def _add_extra(world: _World, ops: list, step: range, group: _Group, fault: Fault) -> _Injected:
+    if len(group.ranks) < 2:
+        raise ValueError(f"the {fault.group} group of rank {fault.rank} has a single member")
+    if fault.group == "default":
+        i = len(ops)  # after the last step, when everybody else is done (the classic desync)
+    else:
+        # Just before the step's loss all_reduce, which the peers then wait in: they never
+        # issue their own collective #k of the group.
+        i = next(j for j in reversed(step) if ops[j].tag == "loss")
+    ops.insert(i, world.coll(group, "all_reduce", "extra", [1], "Float", 0.2, 0.05))
+    return _Injected(group=group, op="all_reduce", seq=_coll_seq_before(ops, i, group) + 1)
+
+
+def _edit_collective(world: _World, ops: list, step: range, group: _Group, kind: str) -> _Injected:
+    i = _target(ops, step, group, last=kind == "skip_op")
+    op = ops[i]
+    info = _Injected(group=group, op=op.name, seq=_coll_seq_before(ops, i, group) + 1,
+                     tie=len(group.ranks) == 2 and kind.endswith("_mismatch"))
+    if kind in ("hang", "missing_dump_hang"):
+        del ops[i:]  # stuck outside collectives (data loader, host code): issues nothing more
+        info.delete_dump = kind == "missing_dump_hang"
+    elif kind == "skip_op":
+        del ops[i]
+    elif kind == "stuck":
+        info.poisoned = (group.idx, info.seq)
+    elif kind == "size_mismatch":
+        ops[i] = _changed(world, op, grow=1)
+    elif kind == "dtype_mismatch":
+        ops[i] = _changed(world, op, dtype="Float" if op.parts[0].input_dtypes[0] != "Float" else "BFloat16")
+    elif kind == "op_mismatch":
+        ops[i] = _changed(world, op, name="broadcast" if op.name != "broadcast" else "all_reduce")
+    return info
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Millions of acyclic containers make the cyclic GC rescan everything, for nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@dataclass(**_SLOTS)
+class _Run:
+    """Result of the simulation: everything `_DumpBuilder` needs."""
+
+    progs: list  # rank -> list[_Op]
+    done: list  # rank -> number of ops completed (the next one is where it blocks)
+    issued: list  # rank -> number of ops enqueued (done + blocked op + lookahead)
+    t_issue: list  # rank -> array of wall-clock enqueue times (true time, ns)
+    t_end: list  # rank -> array of completion times (valid below `done`)
+
+
+def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: int,
+              straggler_ns: int, lookahead: int, rng: random.Random) -> _Run:
+    n = world.world
+    groups = world.groups
+    jitter = [rng.randrange(0, 200_000) for _ in range(4096)]  # ns; indexed, not drawn per op
+    done = [0] * n
+    t_issue = [array("q", bytes(8 * len(p))) for p in progs]
+    t_end = [array("q", bytes(8 * len(p))) for p in progs]
+    coll_count = [{} for _ in range(n)]  # rank -> {group idx: collectives reached}
+    p2p_count = [{} for _ in range(n)]  # rank -> {(group idx, src, dst): sends or recvs reached}
+    waiting: dict = {}  # instance key -> participants that reached it
+    ready: list = []  # instance keys every participant has reached
+
+    def reach(r: int) -> None:
+        """Rank r's next op becomes the one it waits in: count it towards its instance."""
+        ops = progs[r]
+        i = done[r]
+        if i >= len(ops):
+            return
+        op = ops[i]
+        if op.kind == _COLL:
+            g = op.group.idx
+            counts = coll_count[r]
+            k = counts[g] = counts.get(g, 0) + 1
+            key, need = (g, k), len(op.group.ranks)
+        else:
+            pair = (op.group.idx, r, op.peer) if op.kind == _SEND else (op.group.idx, op.peer, r)
+            counts = p2p_count[r]
+            k = counts[pair] = counts.get(pair, 0) + 1
+            key, need = pair + (k,), 2
+        got = waiting.pop(key, 0) + 1
+        if got == need:
+            ready.append(key)
+        else:
+            waiting[key] = got
+
+    for r in range(n):
+        if progs[r]:
+            late = straggler_ns if r == straggler else 0
+            t_issue[r][0] = EPOCH_NS + progs[r][0].gap_ns + jitter[r & 4095] * 20 + late
+            reach(r)
+
+    while ready:
+        key = ready.pop()
+        if key == poisoned:
+            continue  # "stuck": everyone is in it and it never finishes
+        members = groups[key[0]].ranks if len(key) == 2 else key[1:3]
+        head = progs[members[0]][done[members[0]]]
+        sig, start = head.sig, 0
+        for p in members:
+            op = progs[p][done[p]]
+            if op.sig is not sig and op.sig != sig:
+                break  # participants disagree (op, shape or dtype): NCCL hangs
+            t = t_issue[p][done[p]]
+            if t > start:
+                start = t
+        else:
+            finish = start + head.dur_ns + jitter[key[-1] & 4095]
+            for p in members:
+                i = done[p]
+                t_end[p][i] = finish
+                i += 1
+                done[p] = i
+                ops = progs[p]
+                if i < len(ops):
+                    late = straggler_ns if p == straggler else 0
+                    t_issue[p][i] = finish + ops[i].gap_ns + jitter[(i * 31 + p * 7) & 4095] + late
+                    reach(p)
+
+    issued = [0] * n
+    for r in range(n):
+        ops, i = progs[r], done[r]
+        if i >= len(ops):
+            issued[r] = len(ops)
+            continue
+        # Blocked in ops[i]; the host may still have enqueued `lookahead` more behind it.
+        issued[r] = min(len(ops), i + 1 + lookahead)
+        for j in range(i + 1, issued[r]):
+            t_issue[r][j] = t_issue[r][j - 1] + ops[j].gap_ns // 4 + jitter[(j + r) & 4095]
+    return _Run(progs, done, issued, t_issue, t_end)
+
+
+# --------------------------------------------------------------------------- dumps
+
+
+class RankDumps(MutableMapping):
+    """rank -> dump dict, like `dict[int, dict]`, but each dump is built on first access.
+
+    A 16k-rank job does not fit in memory as dicts; `write_job` streams it instead. Accessed
+    dumps are cached, so editing `job.dumps[3]` sticks; assigning or deleting ranks works too.
+    In memory, entries share their list objects (sizes, dtypes, frames; files written by
+    `write_job` do not, as with torch): replace values rather than mutating them in place.
+    """
+
+    __slots__ = ("_build", "_ranks", "_cache")
+
+    def __init__(self, build: Callable[..., dict], ranks):
+        self._build = build
+        self._ranks = set(ranks)
+        self._cache: dict = {}
+
+    def __getitem__(self, rank: int) -> dict:
+        dump = self._cache.get(rank)
+        if dump is None:
+            if rank not in self._ranks:
+                raise KeyError(rank)
+            dump = self._cache[rank] = self._build(rank)
+        return dump
+
+    def for_file(self, rank: int) -> dict:
+        """The dump, not cached and with nothing shared between entries: ready to pickle."""
+        dump = self._cache.get(rank)
+        if dump is not None:
+            return _unshared(dump)
+        if rank not in self._ranks:
+            raise KeyError(rank)
+        return self._build(rank, fresh=True)
+
+    def __setitem__(self, rank: int, dump: dict) -> None:
+        self._ranks.add(rank)
+        self._cache[rank] = dump
+
+    def __delitem__(self, rank: int) -> None:
+        self._ranks.remove(rank)
+        self._cache.pop(rank, None)
+
+    def __contains__(self, rank) -> bool:
+        return rank in self._ranks
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._ranks))
+
+    def __len__(self) -> int:
+        return len(self._ranks)
+
+    def __repr__(self) -> str:
+        return f"<RankDumps {len(self._ranks)} ranks, {len(self._cache)} built>"
+
+
+class _DumpBuilder:
+    """Turns one rank's simulated history into the dict torch would pickle."""
+
+    def __init__(self, world: _World, run: _Run, *, timing: bool, buffer_size: int, version: str,
+                 rng: random.Random):
+        self.world, self.run = world, run
+        self.timing, self.buffer_size, self.version = timing, buffer_size, version
+        # Per-rank wall-clock skew (up to +-1.5 ms) and the id of the thread that enqueues.
+        self.offset = [rng.randrange(-1_500_000, 1_500_000) for _ in range(world.world)]
+        self.thread_id = [str(139_600_000_000_000 + rng.randrange(0, 10**12)) for _ in range(world.world)]
+        # pg_config: the groups each rank belongs to, keyed (and ordered, like std::map) by name.
+        self._cfg = [{"name": g.name, "desc": g.desc, "ranks": g.ranks_str} for g in world.groups]
+
+    def __call__(self, rank: int, fresh: bool = False) -> dict:
+        """The rank's dump; `fresh` gives every entry its own containers (see `_unshared`)."""
+        world, run = self.world, self.run
+        ops, done, issued = run.progs[rank], run.done[rank], run.issued[rank]
+        t_issue, t_end = run.t_issue[rank], run.t_end[rank]
+        my_groups = world.groups_of(rank)
+        pg_of = {g.idx: pg for pg, g in enumerate(my_groups)}
+        npg = len(my_groups)
+        coll, p2p, op_id = [0] * npg, [0] * npg, [0] * npg
+        coll_done, coll_started, used = [-1] * npg, [-1] * npg, [False] * npg
+        timing, offset, tid = self.timing, self.offset[rank], self.thread_id[rank]
+
+        total = sum(len(ops[i].parts) for i in range(issued))
+        first_kept = max(0, total - self.buffer_size)  # the ring buffer keeps the newest entries
+        entries: list = []
+        record_id = 0
+        for i in range(issued):
+            op = ops[i]
+            pg = pg_of[op.group.idx]
+            used[pg] = True
+            is_p2p = op.kind != _COLL
+            if is_p2p:
+                p2p[pg] += 1
+            else:
+                coll[pg] += 1
+            completed = i < done
+            if completed:
+                state = "completed"
+                if not is_p2p:
+                    coll_done[pg] = coll_started[pg] = coll[pg]
+            elif i == done and timing:
+                state = "started"
+                if not is_p2p:
+                    coll_started[pg] = coll[pg]
+            else:
+                state = "scheduled"
+            t0 = t_issue[i] + offset
+            if record_id + len(op.parts) <= first_kept:  # entirely before the buffer's horizon
+                for part in op.parts:
+                    if not part.marker:
+                        op_id[pg] += 1
+                record_id += len(op.parts)
+                continue
+            started_ns = completed_ns = None
+            duration = None
+            if timing and state != "scheduled":
+                started_ns = t0 + 20_000 + (i * 7919 % 500_000)  # watchdog notices a bit later
+                if completed:
+                    finish = t_end[i] + offset
+                    completed_ns = max(finish + (i * 104_729 % 900_000), started_ns)
+                    duration = round((finish - t0 - 15_000) / _MS, 3)
+            for j, part in enumerate(op.parts):
+                if not part.marker:
+                    op_id[pg] += 1
+                if record_id >= first_kept:
+                    entry = self._entry(part, record_id, pg, op.group.pg_tuple, tid, coll[pg], p2p[pg],
+                                        op_id[pg], t0 + j * 6_000, duration, state, started_ns, completed_ns,
+                                        completed, is_p2p)
+                    entries.append(_unshare_entry(entry) if fresh else entry)
+                record_id += 1
+
+        pg_status = {}
+        for pg in range(npg):
+            if used[pg]:
+                pg_status[str(pg)] = {
+                    "last_enqueued_collective": coll[pg] if coll[pg] else -1,
+                    "last_started_collective": coll_started[pg] if timing else -1,
+                    "last_completed_collective": coll_done[pg],
+                }
+        pg_config = {g.name: self._cfg[g.idx] for g in sorted(my_groups, key=lambda g: g.name)}
+        return {"version": self.version, "pg_config": pg_config, "comm_lib_version": COMM_LIB_VERSION,
+                "pg_status": pg_status, "entries": entries}
+
+    @staticmethod
+    def _entry(part: _Part, record_id, pg, pg_tuple, tid, seq, p2p_seq, op_id, created, duration, state,
+               started_ns, completed_ns, retired, is_p2p) -> dict:
+        # Key order follows what torch writes; duration_ms only exists once timed and completed.
+        if duration is None:
+            entry = {"frames": part.frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
+                     "thread_name": THREAD_NAME, "thread_id": tid, "collective_seq_id": seq,
+                     "p2p_seq_id": p2p_seq, "op_id": op_id, "profiling_name": part.profiling_name,
+                     "time_created_ns": created, "input_sizes": part.input_sizes,
+                     "input_dtypes": part.input_dtypes, "output_sizes": part.output_sizes,
+                     "output_dtypes": part.output_dtypes, "state": state,
+                     "time_discovered_started_ns": started_ns, "time_discovered_completed_ns": completed_ns,
+                     "retired": retired, "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
+        else:
+            entry = {"frames": part.frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
+                     "thread_name": THREAD_NAME, "thread_id": tid, "collective_seq_id": seq,
+                     "p2p_seq_id": p2p_seq, "op_id": op_id, "profiling_name": part.profiling_name,
+                     "time_created_ns": created, "duration_ms": duration, "input_sizes": part.input_sizes,
+                     "input_dtypes": part.input_dtypes, "output_sizes": part.output_sizes,
+                     "output_dtypes": part.output_dtypes, "state": state,
+                     "time_discovered_started_ns": started_ns, "time_discovered_completed_ns": completed_ns,
+                     "retired": retired, "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
+        if part.frames is None:
+            del entry["frames"]  # stacks turned off: the key is absent, as in torch
+        return entry
+
+
+# --------------------------------------------------------------------------- truth
+
+
+def _group_truth(group: Optional[_Group]) -> Optional[dict]:
+    if group is None:
+        return None
+    return {"name": group.name, "desc": group.desc, "ranks": list(group.ranks)}
+
+
+def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, params: dict) -> dict:
+    blocked = [r for r in range(world.world) if run.done[r] < len(run.progs[r])]
+    truth = {
+        "status": "healthy", "fault_kind": None, "suspect_ranks": [], "missing_dumps": [],
+        "group": None, "collective_seq_id": None, "p2p_seq_id": None, "op": None,
+        "description": "healthy job: every rank completed every operation",
+        "tie": False, "blocked_ranks": blocked, "fault": asdict(fault) if fault else None,
+        "layout": {"world_size": world.world, "tp": world.tp, "pp": world.pp, "dp": world.dp},
+        "params": params,
+    }
+    if fault is None:
+        return truth
+    kind, rank = fault.kind, fault.rank
+    group = info.group
+    gtext = f"group {group.name} ({group.desc}, ranks {_fold(group.ranks)})" if group else ""
+    truth.update(status="faults", fault_kind=_DIAGNOSIS[kind], suspect_ranks=[rank],
+                 group=_group_truth(group), collective_seq_id=info.seq, op=info.op, tie=info.tie)
+    if info.delete_dump:
+        truth["missing_dumps"] = [rank]
+    if kind == "missing_dump":
+        truth.update(status="inconclusive", suspect_ranks=[],
+                     description=f"rank {rank}'s dump is missing; the job was otherwise healthy")
+    elif kind == "straggler":
+        truth.update(lateness_ms=fault.straggler_ms,
+                     description=f"healthy job, but rank {rank} issues every operation "
+                                 f"{fault.straggler_ms:g} ms late")
+    elif kind in ("hang", "missing_dump_hang"):
+        gone = " and its dump is missing" if info.delete_dump else ""
+        truth["description"] = (f"rank {rank} never issued {info.op} #{info.seq} (collective_seq_id "
+                                f"{info.seq}) in {gtext}; its peers wait in it{gone}")
+    elif kind == "skip_op":
+        truth["description"] = (f"rank {rank} skipped {info.op} #{info.seq} in {gtext} and went on; "
+                                f"its peers wait in it")
+    elif kind == "stuck":
+        truth.update(suspect_ranks=list(group.ranks),
+                     description=f"every member of {gtext} issued {info.op} #{info.seq} and none "
+                                 f"completed it (network/GPU/NCCL)")
+    elif kind == "extra_op":
+        truth["description"] = (f"rank {rank} issued an extra {info.op} (collective_seq_id {info.seq}) "
+                                f"in {gtext} that its peers never issued")
+    elif kind.endswith("_mismatch"):
+        what = kind[: -len("_mismatch")]
+        truth["description"] = (f"rank {rank} issued {info.op} #{info.seq} in {gtext} with a different "
+                                f"{'op' if what == 'op' else what} than its peers"
+                                + ("; with two members consensus cannot tell who is odd" if info.tie else ""))
+    elif kind == "p2p_unmatched":
+        peer = info.p2p_peer
+        # The peer is blocked in the recv that waits for the missing send: its p2p_seq_id is the
+        # one visible in the dumps.
+        ops = run.progs[peer]
+        at = run.done[peer]
+        if at >= len(ops) or ops[at].kind != _RECV or ops[at].peer != rank:
+            raise RuntimeError("p2p_unmatched: the peer is not waiting in the recv (internal error)")
+        seq = sum(1 for op in ops[: at + 1] if op.kind != _COLL and op.group is group)
+        truth.update(p2p_seq_id=seq, p2p_peer=peer, collective_seq_id=None,
+                     description=f"rank {rank} never posted its send to rank {peer} in {gtext}; rank {peer} "
+                                 f"waits in recv (its p2p_seq_id {seq})")
+    return truth
+
+
+def _fold(ranks) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out, ranks = [], sorted(ranks)
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+# --------------------------------------------------------------------------- API
+
+
+def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, fault: Optional[Fault] = None,
+             timing: bool = False, with_frames: bool = True, buffer_size: int = 2000, lookahead: int = 0,
+             seed: int = 0, version: str = "2.10") -> SynthJob:
+    """Simulate a TP x PP x DP training job (with an optional fault) and return its FR dumps."""
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    if buffer_size < 0 or lookahead < 0:
+        raise ValueError("buffer_size and lookahead must not be negative")
+    world = _World(world_size, tp, pp, with_frames)
+    rng = random.Random(seed)
+    progs, starts = [], []
+    for r in range(world_size):
+        ops, step_starts = world.program(r, steps)
+        progs.append(ops)
+        if fault is not None and r == fault.rank:
+            starts = step_starts  # only the culprit's step boundaries are needed
+    info = _inject(world, progs, starts, fault, steps) if fault is not None else _Injected()
+    straggler_ns = int(fault.straggler_ms * _MS) if fault is not None and fault.kind == "straggler" else 0
+    with _gc_paused():
+        run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng)
+    builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng)
+    present = [r for r in range(world_size) if not (info.delete_dump and r == fault.rank)]
+    params = {"steps": steps, "timing": timing, "with_frames": with_frames, "buffer_size": buffer_size,
+              "lookahead": lookahead, "seed": seed, "version": version}
+    return SynthJob(RankDumps(builder, present), _truth(world, run, fault, info, params))
+
+
+def _json_dump(dump: dict) -> dict:
+    """What `_dump_nccl_trace_json` writes for the same state (see corpus README)."""
+    out = {k: v for k, v in dump.items() if k != "entries"}
+    out["pg_status"] = {pg: {k: str(v) for k, v in status.items()} for pg, status in dump["pg_status"].items()}
+    out.setdefault("nccl_comm_state", {})
+    entries = []
+    for e in dump.get("entries") or ():
+        e = dict(e)
+        e.pop("frames", None)
+        if e.get("time_discovered_started_ns") is None:
+            e["time_discovered_started_ns"] = 0
+        if e.get("time_discovered_completed_ns") is None:
+            e["time_discovered_completed_ns"] = 0
+        entries.append(e)  # process_group, a tuple, is written as a JSON list
+    if entries:
+        out["entries"] = entries
+    return out
+
+
+def _unshare_entry(e: dict) -> dict:
+    """Give one entry its own containers (in place); strings stay shared."""
+    pg = e["process_group"]
+    e["process_group"] = (pg[0], pg[1])
+    e["input_sizes"] = [shape[:] for shape in e["input_sizes"]]
+    e["output_sizes"] = [shape[:] for shape in e["output_sizes"]]
+    e["input_dtypes"] = e["input_dtypes"][:]
+    e["output_dtypes"] = e["output_dtypes"][:]
+    frames = e.get("frames")
+    if frames is not None:
+        e["frames"] = [frame.copy() for frame in frames]
+    return e
+
+
+def _unshared(dump: dict) -> dict:
+    """A copy of the dump with fresh containers in every entry.
+
+    In memory, entries share their sizes, dtypes and frames; Python's pickler would then write
+    each shared list once and refer back to it. torch's C++ pickler memoizes strings by value
+    but writes every list and dict out in full, so real files are bigger and slower to load.
+    Benchmarks must see the real thing.
+    """
+    out = dict(dump)
+    if "entries" in dump:
+        out["entries"] = [_unshare_entry(dict(e)) for e in dump["entries"]]
+    return out
+
+
+def _encode(dump: dict, fmt: str) -> bytes:
+    if fmt == "pickle":
+        return pickle.dumps(dump, protocol=2)
+    if fmt == "json":
+        return json.dumps(_json_dump(dump), sort_keys=True, separators=(",", ":")).encode()
+    raise ValueError(f"unknown format {fmt!r}; expected 'pickle' or 'json'")
+
+
+def encode_dump(dump: dict, fmt: str = "pickle") -> bytes:
+    """The bytes of one dump file: pickle protocol 2 laid out as torch writes it, or compact
+    JSON with sorted keys."""
+    return _encode(_unshared(dump) if fmt == "pickle" else dump, fmt)
+
+
+def _write_files(get_dump: Callable[[int], dict], todo: list, fmt: str) -> None:
+    for rank, path in todo:
+        path.write_bytes(_encode(get_dump(rank), fmt))
+
+
+def _write_forked(get_dump: Callable[[int], dict], todo: list, fmt: str, workers: int) -> None:
+    """Split the files over `workers` processes; forked children see the simulation for free."""
+    children = []
+    for w in range(1, workers):
+        pid = os.fork()
+        if pid == 0:  # child: write its share, then leave without running the parent's cleanup
+            code = 0
+            try:
+                _write_files(get_dump, todo[w::workers], fmt)
+            except BaseException:  # noqa: BLE001 - report anything, the parent raises
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+    failed = False
+    try:
+        _write_files(get_dump, todo[0::workers], fmt)
+    finally:
+        for pid in children:
+            _, status = os.waitpid(pid, 0)
+            failed |= status != 0
+    if failed:
+        raise RuntimeError("a worker process failed to write its dump files (see its traceback above)")
+
+
+def write_job(job: SynthJob, directory, *, fmt: str = "pickle", prefix: str = "nccl_trace_rank_",
+              suffix: str = "", workers: int = 1) -> list:
+    """Write one file per rank with a dump, `<prefix><rank><suffix>`; returns the paths by rank.
+
+    The truth is not written: the caller decides where it goes. `workers` > 1 forks that many
+    processes (POSIX only) for large jobs.
+    """
+    if fmt not in ("pickle", "json"):
+        raise ValueError(f"unknown format {fmt!r}; expected 'pickle' or 'json'")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dumps = job.dumps
+    if isinstance(dumps, RankDumps):
+        get_dump = dumps.for_file  # stream: build, write, forget
+    else:
+        def get_dump(rank: int) -> dict:
+            return _unshared(dumps[rank])
+    todo = [(rank, directory / f"{prefix}{rank}{suffix}") for rank in sorted(dumps)]
+    with _gc_paused():
+        if workers > 1 and hasattr(os, "fork") and len(todo) >= 2 * workers:
+            _write_forked(get_dump, todo, fmt, workers)
+        else:
+            _write_files(get_dump, todo, fmt)
+    return [path for _, path in todo]
+
+
+def steps_for_entries(world_size: int, tp: int, pp: int, entries_per_rank: int) -> int:
+    """Number of steps that gives the busiest rank about `entries_per_rank` entries."""
+    world = _World(world_size, tp, pp, with_frames=False)
+    per_rank = []
+    for stage in range(pp):
+        rank = stage * tp  # dp 0, tp 0 of each stage: stages differ, tp/dp ranks do not
+        pro = sum(len(op.parts) for op in world.prologue(rank))
+        two = sum(len(op.parts) for v in (0, 1) for op in world.step_ops(rank, v))
+        per_rank.append((pro, two / 2))
+    pro, per_step = max(per_rank, key=lambda x: x[1])
+    return max(1, round((entries_per_rank - pro) / per_step))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m frtrace.synth",
+        description="Write synthetic NCCL Flight Recorder dumps (one file per rank) plus a truth file.",
+        epilog="example: python -m frtrace.synth /tmp/fr/hang --world-size 64 --tp 4 --pp 2 "
+               "--fault hang --fault-rank 5 --fault-group tp --timing")
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--world-size", type=int, default=8)
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--pp", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--entries-per-rank", type=int, help="pick --steps so ranks have about N entries")
+    parser.add_argument("--fault", choices=FAULT_KINDS)
+    parser.add_argument("--fault-rank", type=int, default=1)
+    parser.add_argument("--fault-group", choices=GROUP_KINDS, help="default: pp for p2p_unmatched, else tp")
+    parser.add_argument("--fault-step", type=int, default=1)
+    parser.add_argument("--straggler-ms", type=float, default=50.0)
+    parser.add_argument("--timing", action="store_true", help="as with TORCH_NCCL_ENABLE_TIMING=1")
+    parser.add_argument("--no-frames", action="store_true", help="dumps without stack traces")
+    parser.add_argument("--buffer-size", type=int, default=2000)
+    parser.add_argument("--lookahead", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--version", default="2.10")
+    parser.add_argument("--json", action="store_true", help="write JSON dumps instead of pickles")
+    parser.add_argument("--prefix", default="nccl_trace_rank_")
+    parser.add_argument("--suffix", default="")
+    parser.add_argument("--truth", type=Path, help="default: OUTDIR/../<OUTDIR name>.truth.json")
+    parser.add_argument("--workers", type=int, default=1, help="processes writing files (POSIX)")
+    args = parser.parse_args(argv)
+
+    steps = args.steps
+    if args.entries_per_rank:
+        steps = steps_for_entries(args.world_size, args.tp, args.pp, args.entries_per_rank)
+    fault = None
+    if args.fault:
+        group = args.fault_group or ("pp" if args.fault == "p2p_unmatched" else "tp")
+        fault = Fault(args.fault, rank=args.fault_rank, group=group, step=args.fault_step,
+                      straggler_ms=args.straggler_ms)
+    started = time.perf_counter()
+    try:
+        job = generate(args.world_size, args.tp, args.pp, steps, fault=fault, timing=args.timing,
+                       with_frames=not args.no_frames, buffer_size=args.buffer_size,
+                       lookahead=args.lookahead, seed=args.seed, version=args.version)
+    except ValueError as exc:
+        parser.error(str(exc))
+    simulated = time.perf_counter()
+    paths = write_job(job, args.outdir, fmt="json" if args.json else "pickle", prefix=args.prefix,
+                      suffix=args.suffix, workers=args.workers)
+    written = time.perf_counter()
+    outdir = args.outdir.resolve()
+    truth_path = args.truth or outdir.parent / f"{outdir.name}.truth.json"
+    truth_path.parent.mkdir(parents=True, exist_ok=True)
+    truth_path.write_text(json.dumps(job.truth, indent=1, sort_keys=True) + "\n")
+    size = sum(os.path.getsize(p) for p in paths)
+    print(f"{len(paths)} dumps ({size / 1e6:.1f} MB, {steps} steps) in {args.outdir}, truth in {truth_path}; "
+          f"simulated in {simulated - started:.1f} s, written in {written - simulated:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

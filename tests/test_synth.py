@@ -1,0 +1,456 @@
+"""The synthetic dump generator keeps its own promises (frtrace/synth.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import statistics
+from collections import Counter, defaultdict
+
+import pytest
+
+from frtrace import synth
+from frtrace.synth import FAULT_KINDS, Fault, SynthJob, generate, write_job
+
+P2P_NAME_PARTS = ("send ", "recv ")
+
+
+class _NoClasses(pickle.Unpickler):
+    def find_class(self, module, name):  # a real dump holds plain data only
+        raise pickle.UnpicklingError(f"class {module}.{name} in a dump")
+
+
+def _entries(dump: dict) -> list:
+    return dump.get("entries", [])
+
+
+def _by_group(job: SynthJob, group_name: str) -> dict:
+    """rank -> that rank's entries of the group (oldest first)."""
+    return {r: [e for e in _entries(d) if e["process_group"][0] == group_name] for r, d in job.dumps.items()}
+
+
+def _seqs(entries: list) -> dict:
+    """collective_seq_id -> non-marker collective entries with it."""
+    out = defaultdict(list)
+    for e in entries:
+        if not e["is_p2p"] and not e["profiling_name"].endswith(":coalesced"):
+            out[e["collective_seq_id"]].append(e)
+    return out
+
+
+def _signature(e: dict) -> tuple:
+    name = e["profiling_name"]
+    sizes = None if "all_to_all" in name else json.dumps([e["input_sizes"], e["output_sizes"]])
+    return name, sizes, tuple(e["input_dtypes"])
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def test_layout_groups_and_pg_config():
+    job = generate(16, tp=2, pp=2, steps=2)
+    names_to_ranks = {}
+    for rank, dump in job.dumps.items():
+        assert dump["version"] == "2.10" and dump["comm_lib_version"] == "2.27.5"
+        cfg = dump["pg_config"]
+        assert len(cfg) == 4  # default, tp, pp, dp
+        for name, group in cfg.items():
+            assert group["name"] == name and isinstance(group["ranks"], str)
+            ranks = json.loads(group["ranks"])
+            assert rank in ranks and ranks == sorted(ranks)
+            assert names_to_ranks.setdefault(name, group["ranks"]) == group["ranks"]  # all ranks agree
+        descs = sorted(g["desc"] for g in cfg.values())
+        assert descs == ["default_pg", "dp", "pp", "tp"]
+        # pg_id is rank-local: default 0, then creation order; process_group is (name, desc).
+        pg_ids = {}
+        for e in _entries(dump):
+            assert isinstance(e["process_group"], tuple)
+            assert pg_ids.setdefault(e["pg_id"], e["process_group"]) == e["process_group"]
+            assert e["process_group"][0] in cfg
+        assert pg_ids[0] == ("0", "default_pg")
+        assert [pg_ids[i][1] for i in sorted(pg_ids)] == ["default_pg", "tp", "pp", "dp"]
+        assert set(dump["pg_status"]) == {str(i) for i in pg_ids}
+    # tp innermost: rank = dp*pp*tp + pp*tp + tp
+    cfg5 = job.dumps[5]["pg_config"]
+    assert {g["desc"]: g["ranks"] for g in cfg5.values()} == {
+        "default_pg": str(list(range(16))), "tp": "[4, 5]", "pp": "[5, 7]", "dp": "[1, 5, 9, 13]"}
+
+
+def test_bad_layout_raises():
+    with pytest.raises(ValueError):
+        generate(10, tp=4, pp=2)
+    with pytest.raises(ValueError):
+        generate(8, tp=2, pp=4, fault=Fault("hang", rank=1, group="dp"))  # dp == 1: nothing to hang in
+    with pytest.raises(ValueError):
+        generate(8, fault=Fault("p2p_unmatched", rank=1, group="tp"))
+    with pytest.raises(ValueError):
+        generate(8, fault=Fault("nonsense"))
+
+
+# --------------------------------------------------------------------------- healthy invariants
+
+
+@pytest.mark.parametrize("layout", [(8, 2, 2), (16, 2, 4), (12, 1, 3)])
+def test_healthy_job_is_consistent(layout):
+    world, tp, pp = layout
+    job = generate(world, tp=tp, pp=pp, steps=3, timing=True)
+    assert job.truth["status"] == "healthy" and job.truth["suspect_ranks"] == []
+    sends, recvs = Counter(), Counter()
+    for rank, dump in job.dumps.items():
+        entries = _entries(dump)
+        assert [e["record_id"] for e in entries] == list(range(len(entries)))
+        assert all(e["state"] == "completed" and e["retired"] for e in entries)
+        assert all(e["time_discovered_completed_ns"] >= e["time_discovered_started_ns"] > 0 for e in entries)
+        assert all(e["duration_ms"] > 0 for e in entries)
+        times = [e["time_created_ns"] for e in entries]
+        assert times == sorted(times)
+        last = defaultdict(lambda: [0, 0, 0])  # pg -> [coll seq, p2p seq, op_id]
+        for e in entries:
+            seq, p2p, op_id = last[e["pg_id"]]
+            name = e["profiling_name"]
+            assert name.startswith("nccl:")
+            if e["is_p2p"]:
+                assert name.split(":", 1)[1].startswith(P2P_NAME_PARTS)
+                assert e["p2p_seq_id"] == p2p + 1 and e["collective_seq_id"] == seq
+            elif name == "nccl:coalesced":
+                assert e["collective_seq_id"] == seq and e["op_id"] == op_id and e["input_sizes"] == []
+            else:
+                assert e["collective_seq_id"] in (seq, seq + 1) and e["p2p_seq_id"] == p2p
+            if name != "nccl:coalesced":
+                assert e["op_id"] == op_id + 1
+            last[e["pg_id"]] = [e["collective_seq_id"], e["p2p_seq_id"], e["op_id"]]
+        status = dump["pg_status"]
+        for pg, (seq, _, _) in last.items():
+            assert status[str(pg)]["last_completed_collective"] == status[str(pg)]["last_enqueued_collective"]
+            assert status[str(pg)]["last_enqueued_collective"] == (seq if seq else -1)
+        # P2P names carry group-local ranks: map them back through the sorted group ranks.
+        for e in entries:
+            if not e["is_p2p"]:
+                continue
+            ranks = json.loads(dump["pg_config"][e["process_group"][0]]["ranks"])
+            op, arrow = e["profiling_name"].split(":", 1)[1].split(" ")
+            if op == "send":
+                me, peer = map(int, arrow.split("->"))
+                assert ranks[me] == rank
+                sends[(e["process_group"][0], rank, ranks[peer], json.dumps(e["input_sizes"]))] += 1
+            else:
+                me, peer = map(int, arrow.split("<-"))
+                assert ranks[me] == rank
+                recvs[(e["process_group"][0], ranks[peer], rank, json.dumps(e["input_sizes"]))] += 1
+    assert sends == recvs
+    assert bool(sends) == (pp > 1)
+
+    # Every member of a group has the same collectives at the same collective_seq_id.
+    all_groups = {n for d in job.dumps.values() for n in d["pg_config"]}
+    for name in all_groups:
+        per_rank = {r: _seqs(es) for r, es in _by_group(job, name).items() if es}
+        if not per_rank:
+            continue
+        reference = next(iter(per_rank.values()))
+        for r, seqs in per_rank.items():
+            assert sorted(seqs) == list(range(1, len(seqs) + 1))
+            assert {k: [_signature(e) for e in v] for k, v in seqs.items()} == \
+                   {k: [_signature(e) for e in v] for k, v in reference.items()}
+
+
+def test_coalesced_batches_and_uneven_all_to_all():
+    job = generate(8, tp=2, pp=2, steps=2)
+    entries = _entries(job.dumps[0])
+    markers = [i for i, e in enumerate(entries) if e["profiling_name"] == "nccl:coalesced"]
+    assert len(markers) == 2
+    for i in markers:
+        batch = [e for e in entries[:i] if e["process_group"] == entries[i]["process_group"]
+                 and e["collective_seq_id"] == entries[i]["collective_seq_id"]]
+        assert len(batch) == 3 and all(not e["is_p2p"] for e in batch)
+        assert entries[i - 1] is batch[-1]  # the marker follows its members
+    a2a = {r: [e["input_sizes"] for e in _entries(d) if e["profiling_name"] == "nccl:all_to_all_single"]
+           for r, d in job.dumps.items()}
+    assert all(len(v) == 1 for v in a2a.values())  # even steps only
+    assert len({json.dumps(v) for v in a2a.values()}) > 1  # legitimately rank-dependent
+    gathers = [e for e in entries if e["profiling_name"] == "nccl:_all_gather_base"]
+    assert gathers[0]["output_sizes"][0][0] == gathers[0]["input_sizes"][0][0] * 2
+
+
+def test_frames_are_shared_and_optional():
+    job = generate(8, steps=2)
+    entries = _entries(job.dumps[0])
+    frames = entries[0]["frames"]
+    assert frames[0]["filename"].endswith("torch/distributed/distributed_c10d.py")
+    assert frames[1]["name"] == "wrapper" and frames[-1]["name"] == "<module>"
+    stacks = {id(e["frames"]) for e in entries}
+    assert len(stacks) < len(entries)
+    bare = generate(8, steps=2, with_frames=False)
+    assert all("frames" not in e for e in _entries(bare.dumps[0]))
+
+
+# --------------------------------------------------------------------------- ring buffer, timing, lookahead
+
+
+def test_ring_buffer_keeps_the_newest_entries():
+    job = generate(8, steps=6, buffer_size=40, fault=Fault("hang", rank=3, group="default", step=5))
+    firsts = set()
+    for rank, dump in job.dumps.items():
+        entries = _entries(dump)
+        assert len(entries) == 40
+        ids = [e["record_id"] for e in entries]
+        assert ids == list(range(ids[0], ids[0] + 40)) and ids[0] > 0
+        firsts.add(ids[0])
+    assert len(firsts) > 1  # ranks did different numbers of ops: windows differ
+    full = generate(8, steps=6, fault=Fault("hang", rank=3, group="default", step=5))
+    assert _entries(job.dumps[2]) == _entries(full.dumps[2])[-40:]
+    assert job.dumps[2]["pg_status"] == full.dumps[2]["pg_status"]  # status sees past the horizon
+    empty = generate(8, steps=1, buffer_size=0)
+    assert _entries(empty.dumps[0]) == []
+
+
+@pytest.mark.parametrize("timing", [False, True])
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_states_timing_and_lookahead(timing, lookahead):
+    job = generate(8, steps=3, timing=timing, lookahead=lookahead, fault=Fault("hang", rank=1, group="tp"))
+    blocked = set(job.truth["blocked_ranks"])
+    assert 1 not in blocked and blocked
+    for rank, dump in job.dumps.items():
+        states = [e["state"] for e in _entries(dump)]
+        done = [e for e in _entries(dump) if e["state"] == "completed"]
+        rest = [e for e in _entries(dump) if e["state"] != "completed"]
+        assert states == sorted(states, key=lambda s: s != "completed")  # completed, then in flight
+        assert all(e["retired"] for e in done) and not any(e["retired"] for e in rest)
+        for e in done:
+            assert ("duration_ms" in e) == timing
+            assert (e["time_discovered_started_ns"] is not None) == timing
+        if rank not in blocked:
+            assert rest == []
+            continue
+        # The blocked op plus `lookahead` more; a coalesced batch is one op of several entries.
+        def unit(e):
+            return e["pg_id"], e["collective_seq_id"], e["p2p_seq_id"], e["is_p2p"]
+        blocked_op = [e for e in rest if unit(e) == unit(rest[0])]
+        assert all(e["state"] == ("started" if timing else "scheduled") for e in blocked_op)
+        assert all(e["state"] == "scheduled" for e in rest[len(blocked_op):])
+        assert rest[0]["time_discovered_completed_ns"] is None and "duration_ms" not in rest[0]
+        assert (rest[0]["time_discovered_started_ns"] is not None) == timing
+        assert len({unit(e) for e in rest}) == 1 + lookahead
+        pg = str(rest[0]["pg_id"])
+        status = dump["pg_status"][pg]
+        if not rest[0]["is_p2p"]:
+            assert status["last_started_collective"] == (rest[0]["collective_seq_id"] if timing else -1)
+            assert status["last_completed_collective"] == rest[0]["collective_seq_id"] - 1
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def _group_entries(job: SynthJob) -> dict:
+    return _by_group(job, job.truth["group"]["name"])
+
+
+def _pending(entries: list) -> list:
+    return [e for e in entries if e["state"] != "completed"]
+
+
+GROUPS = ["tp", "pp", "dp", "default"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("kind", ["hang", "missing_dump_hang", "skip_op"])
+def test_not_issued(kind, group):
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault(kind, rank=5, group=group, step=1))
+    t = job.truth
+    assert t["status"] == "faults" and t["suspect_ranks"] == [5]
+    assert t["fault_kind"] == ("missing_dump" if kind == "missing_dump_hang" else "not_issued")
+    k = t["collective_seq_id"]
+    per_rank = _group_entries(job)
+    for rank in t["group"]["ranks"]:
+        if rank == 5:
+            if kind == "missing_dump_hang":
+                assert 5 not in job.dumps and t["missing_dumps"] == [5]
+                continue
+            assert k not in _seqs(per_rank[5]) and k - 1 in _seqs(per_rank[5])
+            if kind == "hang":  # stuck outside collectives: everything it issued completed
+                assert _pending(_entries(job.dumps[5])) == []
+            else:  # it went on and waits in a later op of another group
+                assert _pending(_entries(job.dumps[5]))[0]["process_group"][0] != t["group"]["name"]
+            continue
+        waiting = _pending(per_rank[rank])
+        assert waiting and waiting[0]["collective_seq_id"] == k and not waiting[0]["is_p2p"]
+        assert waiting[0]["profiling_name"] == "nccl:" + t["op"]
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_stuck(group):
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault("stuck", rank=5, group=group))
+    t = job.truth
+    assert t["fault_kind"] == "stuck" and t["suspect_ranks"] == t["group"]["ranks"]
+    k = t["collective_seq_id"]
+    sigs = set()
+    for rank, entries in _group_entries(job).items():
+        if rank in t["group"]["ranks"]:
+            (e,) = _seqs(entries)[k]
+            assert e["state"] != "completed"
+            sigs.add(_signature(e))
+    assert len(sigs) == 1
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_extra_op(group):
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault("extra_op", rank=5, group=group))
+    t = job.truth
+    assert t["fault_kind"] == "extra_op" and t["suspect_ranks"] == [5]
+    k = t["collective_seq_id"]
+    for rank, entries in _group_entries(job).items():
+        if rank not in t["group"]["ranks"]:
+            continue
+        if rank == 5:
+            (e,) = _seqs(entries)[k]
+            assert e["state"] != "completed" and _pending(_entries(job.dumps[5]))[0] is e
+        else:
+            assert max(_seqs(entries)) == k - 1
+
+
+@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("kind,field", [("size_mismatch", "input_sizes"), ("dtype_mismatch", "input_dtypes"),
+                                        ("op_mismatch", "profiling_name")])
+def test_mismatch(kind, field, group):
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault(kind, rank=5, group=group))
+    t = job.truth
+    assert t["fault_kind"] == kind and t["suspect_ranks"] == [5]
+    assert t["tie"] == (len(t["group"]["ranks"]) == 2)
+    k = t["collective_seq_id"]
+    values = {}
+    for rank, entries in _group_entries(job).items():
+        if rank in t["group"]["ranks"]:
+            (e,) = _seqs(entries)[k]
+            assert e["state"] != "completed"
+            values[rank] = json.dumps(e[field])
+    assert json.loads(values[5]) != json.loads(next(v for r, v in values.items() if r != 5))
+    assert len({v for r, v in values.items() if r != 5}) == 1  # the peers agree
+    if kind == "op_mismatch":
+        assert all(json.loads(v) == "nccl:" + t["op"] for r, v in values.items() if r != 5)
+
+
+def test_missing_dump_alone_is_inconclusive():
+    job = generate(8, fault=Fault("missing_dump", rank=6))
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"], t["missing_dumps"]) == \
+           ("inconclusive", "missing_dump", [], [6])
+    assert sorted(job.dumps) == [0, 1, 2, 3, 4, 5, 7]
+    assert all(e["state"] == "completed" for d in job.dumps.values() for e in _entries(d))
+
+
+@pytest.mark.parametrize("culprit", [0, 1, 2, 3, 5])
+def test_p2p_unmatched(culprit):
+    job = generate(12, tp=1, pp=3, steps=3, fault=Fault("p2p_unmatched", rank=culprit, group="pp"))
+    t = job.truth
+    peer = t["p2p_peer"]
+    assert t["fault_kind"] == "p2p_unmatched" and t["suspect_ranks"] == [culprit] and t["op"] == "send"
+    ranks = t["group"]["ranks"]
+    entries = _group_entries(job)
+    waiting = _pending(entries[peer])[0]
+    assert waiting["is_p2p"] and waiting["p2p_seq_id"] == t["p2p_seq_id"]
+    assert waiting["profiling_name"] == f"nccl:recv {ranks.index(peer)}<-{ranks.index(culprit)}"
+    sent = sum(1 for e in entries[culprit] if e["profiling_name"].startswith(f"nccl:send {ranks.index(culprit)}->{ranks.index(peer)}"))
+    wanted = sum(1 for e in entries[peer] if e["profiling_name"] == waiting["profiling_name"])
+    assert sent == wanted - 1
+
+
+def test_straggler_arrives_last_and_late():
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault("straggler", rank=6, straggler_ms=40.0))
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"], t["lateness_ms"]) == ("faults", "straggler", [6], 40.0)
+    assert t["blocked_ranks"] == []
+    lateness = []
+    for name in (g["name"] for g in job.dumps[6]["pg_config"].values()):
+        per_rank = {r: _seqs(es) for r, es in _by_group(job, name).items() if es}
+        for k, mine in per_rank[6].items():
+            others = [seqs[k][0]["time_created_ns"] for r, seqs in per_rank.items() if r != 6]
+            lateness.append((mine[0]["time_created_ns"] - max(others)) / 1e6)
+    # Last to arrive at every collective; by about straggler_ms, more where its delay piles up
+    # over a step before it meets those peers again (DP).
+    assert len(lateness) > 20 and min(lateness) > 30
+    assert 30 < statistics.median(lateness) < 50
+
+
+def test_every_fault_kind_generates():
+    for kind in FAULT_KINDS:
+        group = "pp" if kind == "p2p_unmatched" else "tp"
+        job = generate(8, fault=Fault(kind, rank=2, group=group))
+        assert job.truth["fault"]["kind"] == kind
+        assert job.truth["status"] in ("faults", "inconclusive")
+        json.dumps(job.truth)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_pickle_files_are_plain_data(tmp_path):
+    job = generate(8, steps=2, timing=True)
+    paths = write_job(job, tmp_path / "d", suffix=".pkl")
+    assert [p.name for p in paths] == [f"nccl_trace_rank_{r}.pkl" for r in range(8)]
+    for rank, path in enumerate(paths):
+        data = path.read_bytes()
+        assert data[:2] == b"\x80\x02"
+        assert _NoClasses(io.BytesIO(data)).load() == job.dumps[rank]
+
+
+def test_json_round_trip(tmp_path):
+    job = generate(8, steps=2, fault=Fault("hang", rank=1), lookahead=1)
+    paths = write_job(job, tmp_path, fmt="json", prefix="rank_", suffix=".json")
+    for rank, path in enumerate(paths):
+        text = path.read_text()
+        assert text.startswith("{")
+        loaded = json.loads(text)
+        assert list(loaded) == sorted(loaded)
+        dump = job.dumps[rank]
+        assert loaded["nccl_comm_state"] == {}
+        assert loaded["pg_config"] == dump["pg_config"]
+        assert loaded["pg_status"] == {pg: {k: str(v) for k, v in s.items()} for pg, s in dump["pg_status"].items()}
+        assert len(loaded["entries"]) == len(dump["entries"])
+        for got, want in zip(loaded["entries"], dump["entries"]):
+            assert "frames" not in got and list(got) == sorted(got)
+            assert got["process_group"] == list(want["process_group"])
+            assert got["time_discovered_started_ns"] == (want["time_discovered_started_ns"] or 0)
+            want = {k: v for k, v in want.items() if k not in ("frames", "process_group") and v is not None}
+            assert {k: got[k] for k in want} == json.loads(json.dumps(want))
+    empty = generate(2, tp=1, pp=1, steps=1, buffer_size=0)
+    (path,) = write_job(empty, tmp_path / "empty", fmt="json", prefix="rank_", suffix="")[:1]
+    assert "entries" not in json.loads(path.read_text())
+
+
+def test_deterministic_and_seeded(tmp_path):
+    a = write_job(generate(8, steps=2, seed=3), tmp_path / "a")
+    b = write_job(generate(8, steps=2, seed=3), tmp_path / "b")
+    c = write_job(generate(8, steps=2, seed=4), tmp_path / "c")
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    assert [p.read_bytes() for p in a] != [p.read_bytes() for p in c]
+
+
+def test_rank_dumps_mapping():
+    job = generate(8, steps=1, fault=Fault("missing_dump", rank=3))
+    dumps = job.dumps
+    assert len(dumps) == 7 and 3 not in dumps and list(dumps) == [0, 1, 2, 4, 5, 6, 7]
+    assert dumps[0] is dumps[0]  # cached once built
+    assert dumps.for_file(1) is not dumps.for_file(1) and dumps.for_file(1) == dumps[1]
+    dumps[0]["entries"] = []
+    assert dumps[0]["entries"] == []
+    del dumps[7]
+    assert 7 not in dumps and len(dumps) == 6
+    with pytest.raises(KeyError):
+        dumps[3]
+    assert dict(dumps).keys() == {0, 1, 2, 4, 5, 6}
+
+
+def test_cli(tmp_path, capsys):
+    out = tmp_path / "jobs" / "hang"
+    assert synth.main([str(out), "--world-size", "16", "--tp", "2", "--pp", "2", "--fault", "hang",
+                       "--fault-rank", "5", "--fault-group", "dp", "--timing", "--entries-per-rank", "60"]) == 0
+    truth = json.loads((tmp_path / "jobs" / "hang.truth.json").read_text())
+    assert truth["suspect_ranks"] == [5] and truth["group"]["desc"] == "dp"
+    assert len(list(out.iterdir())) == 16
+    assert synth.main([str(tmp_path / "healthy"), "--world-size", "16", "--entries-per-rank", "100"]) == 0
+    sizes = [len(pickle.loads(p.read_bytes())["entries"]) for p in (tmp_path / "healthy").iterdir()]
+    assert 85 <= max(sizes) <= 115
+    assert synth.main([str(tmp_path / "j"), "--json", "--fault", "p2p_unmatched", "--steps", "2",
+                       "--truth", str(tmp_path / "t.json")]) == 0
+    assert json.loads((tmp_path / "t.json").read_text())["fault_kind"] == "p2p_unmatched"
+    assert (tmp_path / "j" / "nccl_trace_rank_0").read_bytes()[:1] == b"{"
