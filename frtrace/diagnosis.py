@@ -44,6 +44,7 @@ NEXT_STEP = {
 STRAGGLER_MIN_MS = 10.0
 STRAGGLER_MIN_SAMPLES = 3
 # Kinds that leave peers waiting on the suspects; they can be caused by a hang elsewhere.
+TIE_NOTE = " (even split: the ranks that did not arrive are blamed, as they are behind)"
 BLOCKING_KINDS = ("not_issued", "p2p_unmatched", "missing_dump", "extra_op")
 
 
@@ -316,7 +317,7 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
         f"{_ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
     )
     if tie:
-        message += " (even split: the ranks that did not arrive are blamed, as they are behind)"
+        message += TIE_NOTE
         evidence["tie"] = True
     return _new_finding(
         "not_issued", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
@@ -589,6 +590,7 @@ def _demote_consequences(findings: list) -> None:
             continue
         root = findings[finding.caused_by]
         where = f"{root.op} #{root.collective_seq_id or root.p2p_seq_id} of group {root.pg_name}"
+        finding.message = finding.message.replace(TIE_NOTE, "")
         finding.evidence["consequence_of"] = {"kind": root.kind, "pg_name": root.pg_name, "collective_seq_id": root.collective_seq_id}
         if finding.evidence["link"] == "blocked":
             finding.evidence["blocked_ranks"] = list(finding.absent_ranks)
