@@ -10,6 +10,7 @@ prints: the caller decides what to say.
 from __future__ import annotations
 
 import ast
+import operator
 import os
 import re
 from collections import Counter
@@ -25,6 +26,7 @@ DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
 DUMP_NAME_HINTS = ("rank", "trace", "dump", "fr_", "nccl", "comm")
+_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 _TRAILING_RANK = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
 _P2P_NAME = re.compile(r"^(?P<op>send|recv)\s+(?P<a>-?\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>-?\d+|\?)$")
 
@@ -197,17 +199,50 @@ class _Normaliser:
         return ()
 
     def shape_record(self, raw: dict) -> Shapes:
-        shapes = Shapes(
+        # Hot path: most entries repeat a handful of shapes, so look the raw values up
+        # first and validate only what is new.
+        try:
+            key = (
+                tuple(map(tuple, raw.get("input_sizes") or ())),
+                tuple(raw.get("input_dtypes") or ()),
+                tuple(map(tuple, raw.get("output_sizes") or ())),
+                tuple(raw.get("output_dtypes") or ()),
+            )
+            cached = self.shapes.get(key)
+        except TypeError:  # not iterable, or unhashable inside: validate the slow way
+            key, cached = None, None
+        if cached is not None:
+            return cached
+        shapes = self._validated_shapes(raw)
+        shapes = self.shapes.setdefault(shapes, shapes)
+        if key is not None:
+            self.shapes[key] = shapes
+        return shapes
+
+    def _validated_shapes(self, raw: dict) -> Shapes:
+        return Shapes(
             self.sizes(raw.get("input_sizes"), "input_sizes"),
             self.dtypes(raw.get("input_dtypes"), "input_dtypes"),
             self.sizes(raw.get("output_sizes"), "output_sizes"),
             self.dtypes(raw.get("output_dtypes"), "output_dtypes"),
         )
-        return self.shapes.setdefault(shapes, shapes)
 
     def stack(self, value) -> tuple:
         if not value:
             return ()
+        try:  # hot path: a stack seen before, looked up by its raw (name, file, line)s
+            key = tuple(map(_FRAME_FIELDS, value))
+            cached = self.stacks.get(key)
+        except (TypeError, KeyError):
+            key, cached = None, None
+        if cached is not None:
+            return cached
+        stack = self._validated_stack(value)
+        if key is not None:
+            self.stacks[key] = stack
+        return stack
+
+    def _validated_stack(self, value) -> tuple:
         if not isinstance(value, (list, tuple)):
             self.warn("frames is not a list")
             return ()
@@ -269,29 +304,36 @@ def _normalise_entry(index: int, raw, norm: _Normaliser) -> Optional[Entry]:
     if not isinstance(raw, dict):
         norm.warn("an entry is not a dict (skipped)")
         return None
+    get = raw.get
+    integer = norm.integer
     pg_name, pg_desc = _process_group(raw, norm)
-    seq = raw.get("collective_seq_id", raw.get("seq_id"))
-    duration = raw.get("duration_ms")
-    retired = raw.get("retired")
+    seq = get("collective_seq_id")
+    if seq is None:
+        seq = get("seq_id")  # dumps before the collective/p2p split
+    # `type(x) is int` skips the validating call for the values real dumps hold.
+    record_id, pg_id, p2p_seq, op_id, created = get("record_id"), get("pg_id"), get("p2p_seq_id"), get("op_id"), get("time_created_ns")
+    timeout, state, retired, duration = get("timeout_ms"), get("state"), get("retired"), get("duration_ms")
+    started, completed = get("time_discovered_started_ns"), get("time_discovered_completed_ns")
     return Entry(
-        index=index,
-        record_id=norm.integer(raw.get("record_id"), "record_id", index),
-        pg_name=pg_name,
-        pg_desc=pg_desc,
-        pg_id=norm.integer(raw.get("pg_id"), "pg_id", -1),
-        collective_seq_id=norm.integer(seq, "collective_seq_id", 0),
-        p2p_seq_id=norm.integer(raw.get("p2p_seq_id"), "p2p_seq_id", 0),
-        op_id=norm.integer(raw.get("op_id"), "op_id", 0),
-        name=norm.op_name(raw.get("profiling_name", "unknown"), raw.get("is_p2p")),
-        shapes=norm.shape_record(raw),
-        state=norm.text(raw.get("state"), "state", "scheduled"),
-        retired=retired if isinstance(retired, bool) else None,
-        time_created_ns=norm.integer(raw.get("time_created_ns"), "time_created_ns", 0),
-        time_started_ns=_optional_time(raw.get("time_discovered_started_ns"), norm, "time_discovered_started_ns"),
-        time_completed_ns=_optional_time(raw.get("time_discovered_completed_ns"), norm, "time_discovered_completed_ns"),
-        duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
-        timeout_ms=norm.integer(raw.get("timeout_ms"), "timeout_ms", None),
-        frames=norm.stack(raw.get("frames")),
+        index,
+        record_id if type(record_id) is int else integer(record_id, "record_id", index),
+        pg_name,
+        pg_desc,
+        pg_id if type(pg_id) is int else integer(pg_id, "pg_id", -1),
+        seq if type(seq) is int else integer(seq, "collective_seq_id", 0),
+        p2p_seq if type(p2p_seq) is int else integer(p2p_seq, "p2p_seq_id", 0),
+        op_id if type(op_id) is int else integer(op_id, "op_id", 0),
+        norm.op_name(get("profiling_name", "unknown"), get("is_p2p")),
+        norm.shape_record(raw),
+        norm.strings.get(state) or norm.text(state, "state", "scheduled"),
+        retired if type(retired) is bool else None,
+        created if type(created) is int else integer(created, "time_created_ns", 0),
+        # JSON writes 0 where pickle writes None: both mean "not observed".
+        (started or None) if type(started) is int or started is None else _optional_time(started, norm, "time_discovered_started_ns"),
+        (completed or None) if type(completed) is int or completed is None else _optional_time(completed, norm, "time_discovered_completed_ns"),
+        float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
+        timeout if type(timeout) is int or timeout is None else integer(timeout, "timeout_ms", None),
+        norm.stack(get("frames")),
     )
 
 
