@@ -97,7 +97,7 @@ import time
 import traceback
 from array import array
 from collections.abc import MutableMapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -193,6 +193,13 @@ class _Op:
     peer: int = -1  # global rank at the other end of a send/recv
     gap_ns: int = 0  # compute between the previous op and this one
     dur_ns: int = 0  # time on the wire once everybody is there
+    # Copies kept flat for the simulation's inner loop.
+    gidx: int = field(init=False)  # group.idx
+    need: int = field(init=False)  # participants: the group's size, or 2 for a send/recv
+
+    def __post_init__(self) -> None:
+        self.gidx = self.group.idx
+        self.need = len(self.group.ranks) if self.kind == _COLL else 2
 
     @property
     def plain(self) -> bool:
@@ -249,8 +256,15 @@ _OUTER_FRAMES = [("train_step", _JOB + "train.py", 301), ("train", _JOB + "train
 _SETUP_OUTER = [("main", _JOB + "train.py", 447), ("<module>", _JOB + "train.py", 470)]
 
 
-def _stack(tag: str) -> list:
-    api, user = _USER_STACKS[tag]
+# profiling_name op -> the torch API that records it (for the stack of a changed op).
+_API_OF_OP = {"all_reduce": "all_reduce", "broadcast": "broadcast", "all_gather": "all_gather",
+              "_all_gather_base": "all_gather_into_tensor", "_reduce_scatter_base": "reduce_scatter_tensor"}
+
+
+def _stack(tag: str, api: Optional[str] = None) -> list:
+    """Frames innermost first: the torch API, its logging wrapper, then the user's code."""
+    default_api, user = _USER_STACKS[tag]
+    api = api or default_api
     outer = _SETUP_OUTER if tag in ("bcast_config", "barrier", "param_sync") else _OUTER_FRAMES
     frames = [_frame(api, _C10D, _API_LINES[api])]
     if api != "_coalescing_manager":  # the context manager's exit is not wrapped by the logger
@@ -339,21 +353,23 @@ class _World:
 
     # ---- operation objects (memoised: ranks of one group share them, so do steps)
 
-    def _frames(self, tag: str):
+    def _frames(self, tag: str, api: Optional[str] = None):
         if not self.with_frames:
             return None
-        frames = self._stacks.get(tag)
+        frames = self._stacks.get((tag, api))
         if frames is None:
-            frames = self._stacks[tag] = _stack(tag)
+            frames = self._stacks[(tag, api)] = _stack(tag, api)
         return frames
 
-    def _part(self, name: str, tag: str, ins: list, dtype: str, outs: list) -> _Part:
-        return _Part(f"{BACKEND}:{name}", ins, [dtype] * len(ins), outs, [dtype] * len(outs), self._frames(tag))
+    def _part(self, name: str, tag: str, ins: list, dtype: str, outs: list, api: Optional[str] = None) -> _Part:
+        return _Part(f"{BACKEND}:{name}", ins, [dtype] * len(ins), outs, [dtype] * len(outs),
+                     self._frames(tag, api))
 
     def coll(self, group: _Group, name: str, tag: str, shape: list, dtype: str,
-             gap_ms: float, dur_ms: float, *, uneven_out: Optional[list] = None) -> _Op:
-        """A single collective. `uneven_out` makes an all_to_all with rank-dependent sizes."""
-        key = (group.idx, name, tag, tuple(shape), dtype, tuple(uneven_out or ()))
+             gap_ms: float, dur_ms: float, *, uneven_out: Optional[list] = None, api: Optional[str] = None) -> _Op:
+        """A single collective. `uneven_out` makes an all_to_all with rank-dependent sizes; `api`
+        overrides the torch function at the top of the stack."""
+        key = (group.idx, name, tag, tuple(shape), dtype, tuple(uneven_out or ()), api)
         op = self._ops.get(key)
         if op is None:
             if uneven_out is not None:
@@ -362,7 +378,7 @@ class _World:
             else:
                 ins, outs = _shapes(name, shape, len(group.ranks))
                 sig = (name, dtype, tuple(map(tuple, ins)), tuple(map(tuple, outs)))
-            part = self._part(name, tag, ins, dtype, outs)
+            part = self._part(name, tag, ins, dtype, outs, api)
             op = _Op(_COLL, group, name, tag, (part,), sig, -1, int(gap_ms * _MS), int(dur_ms * _MS))
             self._ops[key] = op
         return op
@@ -504,8 +520,8 @@ def _changed(world: _World, op: _Op, *, name: Optional[str] = None, dtype: Optio
     # Recover the per-rank tensor shape the op was made from.
     shape = list(part.output_sizes[0] if op.name in ("_reduce_scatter_base",) else part.input_sizes[0])
     shape[0] += grow
-    new = world.coll(op.group, new_name, op.tag, shape, new_dtype, op.gap_ns / _MS, op.dur_ns / _MS)
-    return new
+    api = _API_OF_OP.get(new_name) if name else None  # the culprit called another torch function
+    return world.coll(op.group, new_name, op.tag, shape, new_dtype, op.gap_ns / _MS, op.dur_ns / _MS, api=api)
 
 
 def _inject(world: _World, progs: list, starts: list, fault: Fault, steps: int) -> _Injected:
@@ -614,25 +630,19 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
     waiting: dict = {}  # instance key -> participants that reached it
     ready: list = []  # instance keys every participant has reached
 
-    def reach(r: int) -> None:
-        """Rank r's next op becomes the one it waits in: count it towards its instance."""
-        ops = progs[r]
-        i = done[r]
-        if i >= len(ops):
-            return
-        op = ops[i]
+    def reach(r: int, op: _Op) -> None:
+        """`op` is now rank r's next op, the one it waits in: count it towards its instance."""
         if op.kind == _COLL:
-            g = op.group.idx
             counts = coll_count[r]
-            k = counts[g] = counts.get(g, 0) + 1
-            key, need = (g, k), len(op.group.ranks)
+            k = counts[op.gidx] = counts.get(op.gidx, 0) + 1
+            key = (op.gidx, k)
         else:
-            pair = (op.group.idx, r, op.peer) if op.kind == _SEND else (op.group.idx, op.peer, r)
+            pair = (op.gidx, r, op.peer) if op.kind == _SEND else (op.gidx, op.peer, r)
             counts = p2p_count[r]
             k = counts[pair] = counts.get(pair, 0) + 1
-            key, need = pair + (k,), 2
+            key = pair + (k,)
         got = waiting.pop(key, 0) + 1
-        if got == need:
+        if got == op.need:
             ready.append(key)
         else:
             waiting[key] = got
@@ -641,7 +651,7 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
         if progs[r]:
             late = straggler_ns if r == straggler else 0
             t_issue[r][0] = EPOCH_NS + progs[r][0].gap_ns + jitter[r & 4095] * 20 + late
-            reach(r)
+            reach(r, progs[r][0])
 
     while ready:
         key = ready.pop()
@@ -666,9 +676,10 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
                 done[p] = i
                 ops = progs[p]
                 if i < len(ops):
+                    op = ops[i]
                     late = straggler_ns if p == straggler else 0
-                    t_issue[p][i] = finish + ops[i].gap_ns + jitter[(i * 31 + p * 7) & 4095] + late
-                    reach(p)
+                    t_issue[p][i] = finish + op.gap_ns + jitter[(i * 31 + p * 7) & 4095] + late
+                    reach(p, op)
 
     issued = [0] * n
     for r in range(n):
@@ -778,77 +789,72 @@ class _DumpBuilder:
                 p2p[pg] += 1
             else:
                 coll[pg] += 1
+            # Completed ops, then the one the rank is blocked in (started only if timed), then
+            # those enqueued behind it.
             completed = i < done
-            if completed:
-                state = "completed"
-                if not is_p2p:
-                    coll_done[pg] = coll_started[pg] = coll[pg]
-            elif i == done and timing:
-                state = "started"
-                if not is_p2p:
-                    coll_started[pg] = coll[pg]
-            else:
-                state = "scheduled"
-            t0 = t_issue[i] + offset
+            state = "completed" if completed else "started" if i == done and timing else "scheduled"
+            if not is_p2p and state != "scheduled":
+                coll_started[pg] = coll[pg]
+                if completed:
+                    coll_done[pg] = coll[pg]
             if record_id + len(op.parts) <= first_kept:  # entirely before the buffer's horizon
-                for part in op.parts:
-                    if not part.marker:
-                        op_id[pg] += 1
+                op_id[pg] += sum(1 for part in op.parts if not part.marker)
                 record_id += len(op.parts)
                 continue
-            started_ns = completed_ns = None
-            duration = None
+            t0 = t_issue[i] + offset
+            started_ns = completed_ns = duration = None
             if timing and state != "scheduled":
-                started_ns = t0 + 20_000 + (i * 7919 % 500_000)  # watchdog notices a bit later
+                started_ns = t0 + 20_000 + (i * 7919 % 500_000)  # the watchdog notices a bit later
                 if completed:
                     finish = t_end[i] + offset
                     completed_ns = max(finish + (i * 104_729 % 900_000), started_ns)
-                    duration = round((finish - t0 - 15_000) / _MS, 3)
+                    duration = round((finish - t0 - 15_000) / _MS, 3)  # includes waiting for peers
             for j, part in enumerate(op.parts):
                 if not part.marker:
                     op_id[pg] += 1
                 if record_id >= first_kept:
-                    entry = self._entry(part, record_id, pg, op.group.pg_tuple, tid, coll[pg], p2p[pg],
-                                        op_id[pg], t0 + j * 6_000, duration, state, started_ns, completed_ns,
-                                        completed, is_p2p)
-                    entries.append(_unshare_entry(entry) if fresh else entry)
+                    entries.append(self._entry(part, fresh, record_id, pg, op.group.pg_tuple, tid, coll[pg],
+                                               p2p[pg], op_id[pg], t0 + j * 6_000, duration, state, started_ns,
+                                               completed_ns, completed, is_p2p))
                 record_id += 1
 
-        pg_status = {}
-        for pg in range(npg):
-            if used[pg]:
-                pg_status[str(pg)] = {
-                    "last_enqueued_collective": coll[pg] if coll[pg] else -1,
-                    "last_started_collective": coll_started[pg] if timing else -1,
-                    "last_completed_collective": coll_done[pg],
-                }
-        pg_config = {g.name: self._cfg[g.idx] for g in sorted(my_groups, key=lambda g: g.name)}
+        # Keyed by pg_id; only groups that did something; collectives only; -1 for none.
+        pg_status = {str(pg): {"last_enqueued_collective": coll[pg] if coll[pg] else -1,
+                               "last_started_collective": coll_started[pg] if timing else -1,
+                               "last_completed_collective": coll_done[pg]}
+                     for pg in range(npg) if used[pg]}
+        pg_config = {g.name: dict(self._cfg[g.idx]) for g in sorted(my_groups, key=lambda g: g.name)}
         return {"version": self.version, "pg_config": pg_config, "comm_lib_version": COMM_LIB_VERSION,
                 "pg_status": pg_status, "entries": entries}
 
     @staticmethod
-    def _entry(part: _Part, record_id, pg, pg_tuple, tid, seq, p2p_seq, op_id, created, duration, state,
-               started_ns, completed_ns, retired, is_p2p) -> dict:
+    def _entry(part: _Part, fresh: bool, record_id, pg, pg_tuple, tid, seq, p2p_seq, op_id, created,
+               duration, state, started_ns, completed_ns, retired, is_p2p) -> dict:
+        frames, ins, in_dtypes, outs, out_dtypes = (part.frames, part.input_sizes, part.input_dtypes,
+                                                    part.output_sizes, part.output_dtypes)
+        if fresh:  # containers of its own, as torch writes them (see `_unshared`)
+            frames = None if frames is None else list(map(dict.copy, frames))
+            ins, outs = [shape[:] for shape in ins], [shape[:] for shape in outs]
+            in_dtypes, out_dtypes, pg_tuple = in_dtypes[:], out_dtypes[:], (pg_tuple[0], pg_tuple[1])
         # Key order follows what torch writes; duration_ms only exists once timed and completed.
         if duration is None:
-            entry = {"frames": part.frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
+            entry = {"frames": frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
                      "thread_name": THREAD_NAME, "thread_id": tid, "collective_seq_id": seq,
                      "p2p_seq_id": p2p_seq, "op_id": op_id, "profiling_name": part.profiling_name,
-                     "time_created_ns": created, "input_sizes": part.input_sizes,
-                     "input_dtypes": part.input_dtypes, "output_sizes": part.output_sizes,
-                     "output_dtypes": part.output_dtypes, "state": state,
+                     "time_created_ns": created, "input_sizes": ins, "input_dtypes": in_dtypes,
+                     "output_sizes": outs, "output_dtypes": out_dtypes, "state": state,
                      "time_discovered_started_ns": started_ns, "time_discovered_completed_ns": completed_ns,
                      "retired": retired, "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
         else:
-            entry = {"frames": part.frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
+            entry = {"frames": frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
                      "thread_name": THREAD_NAME, "thread_id": tid, "collective_seq_id": seq,
                      "p2p_seq_id": p2p_seq, "op_id": op_id, "profiling_name": part.profiling_name,
-                     "time_created_ns": created, "duration_ms": duration, "input_sizes": part.input_sizes,
-                     "input_dtypes": part.input_dtypes, "output_sizes": part.output_sizes,
-                     "output_dtypes": part.output_dtypes, "state": state,
-                     "time_discovered_started_ns": started_ns, "time_discovered_completed_ns": completed_ns,
-                     "retired": retired, "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
-        if part.frames is None:
+                     "time_created_ns": created, "duration_ms": duration, "input_sizes": ins,
+                     "input_dtypes": in_dtypes, "output_sizes": outs, "output_dtypes": out_dtypes,
+                     "state": state, "time_discovered_started_ns": started_ns,
+                     "time_discovered_completed_ns": completed_ns, "retired": retired,
+                     "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
+        if frames is None:
             del entry["frames"]  # stacks turned off: the key is absent, as in torch
         return entry
 
@@ -877,6 +883,8 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
     kind, rank = fault.kind, fault.rank
     group = info.group
     gtext = f"group {group.name} ({group.desc}, ranks {_fold(group.ranks)})" if group else ""
+    if len(gtext) > 80:
+        gtext = f"group {group.name} ({group.desc}, {len(group.ranks)} ranks)"
     truth.update(status="faults", fault_kind=_DIAGNOSIS[kind], suspect_ranks=[rank],
                  group=_group_truth(group), collective_seq_id=info.seq, op=info.op, tie=info.tie)
     if info.delete_dump:
@@ -904,8 +912,8 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
                                 f"in {gtext} that its peers never issued")
     elif kind.endswith("_mismatch"):
         what = kind[: -len("_mismatch")]
-        truth["description"] = (f"rank {rank} issued {info.op} #{info.seq} in {gtext} with a different "
-                                f"{'op' if what == 'op' else what} than its peers"
+        truth["description"] = (f"at collective_seq_id {info.seq} in {gtext} the peers issued {info.op} and "
+                                f"rank {rank} the same collective with another {what}"
                                 + ("; with two members consensus cannot tell who is odd" if info.tie else ""))
     elif kind == "p2p_unmatched":
         peer = info.p2p_peer
@@ -968,7 +976,8 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
 def _json_dump(dump: dict) -> dict:
     """What `_dump_nccl_trace_json` writes for the same state (see corpus README)."""
     out = {k: v for k, v in dump.items() if k != "entries"}
-    out["pg_status"] = {pg: {k: str(v) for k, v in status.items()} for pg, status in dump["pg_status"].items()}
+    out["pg_status"] = {pg: {k: str(v) for k, v in status.items()}
+                        for pg, status in dump.get("pg_status", {}).items()}
     out.setdefault("nccl_comm_state", {})
     entries = []
     for e in dump.get("entries") or ():
@@ -984,32 +993,26 @@ def _json_dump(dump: dict) -> dict:
     return out
 
 
-def _unshare_entry(e: dict) -> dict:
-    """Give one entry its own containers (in place); strings stay shared."""
-    pg = e["process_group"]
-    e["process_group"] = (pg[0], pg[1])
-    e["input_sizes"] = [shape[:] for shape in e["input_sizes"]]
-    e["output_sizes"] = [shape[:] for shape in e["output_sizes"]]
-    e["input_dtypes"] = e["input_dtypes"][:]
-    e["output_dtypes"] = e["output_dtypes"][:]
-    frames = e.get("frames")
-    if frames is not None:
-        e["frames"] = [frame.copy() for frame in frames]
-    return e
+def _fresh(value):
+    """A copy of plain data in which no container is shared (strings and numbers are kept)."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple([_fresh(v) for v in value])
+    return value
 
 
 def _unshared(dump: dict) -> dict:
-    """A copy of the dump with fresh containers in every entry.
+    """The dump laid out as torch pickles it.
 
     In memory, entries share their sizes, dtypes and frames; Python's pickler would then write
     each shared list once and refer back to it. torch's C++ pickler memoizes strings by value
     but writes every list and dict out in full, so real files are bigger and slower to load.
-    Benchmarks must see the real thing.
+    Benchmarks must see the real thing. (`_DumpBuilder(..., fresh=True)` does the same faster.)
     """
-    out = dict(dump)
-    if "entries" in dump:
-        out["entries"] = [_unshare_entry(dict(e)) for e in dump["entries"]]
-    return out
+    return _fresh(dump)
 
 
 def _encode(dump: dict, fmt: str) -> bytes:

@@ -393,6 +393,27 @@ def test_pickle_files_are_plain_data(tmp_path):
         assert _NoClasses(io.BytesIO(data)).load() == job.dumps[rank]
 
 
+def test_pickles_share_no_containers_like_torch(tmp_path):
+    # torch's pickler memoizes strings, not lists or dicts: every entry owns its frames and sizes.
+    job = generate(8, steps=2)
+    job.dumps[1]  # one dump cached in memory (entries share lists there), the others streamed
+    paths = write_job(job, tmp_path)
+    for rank in (0, 1):
+        entries = pickle.loads(paths[rank].read_bytes())["entries"]
+        assert entries == job.dumps[rank]["entries"]
+        assert len({id(e["frames"]) for e in entries}) == len(entries)
+        assert len({id(e["input_sizes"]) for e in entries}) == len(entries)
+        names = {id(e["profiling_name"]) for e in entries}
+        assert len(names) < len(entries)  # strings are shared after loading: memoized
+
+
+def test_forked_writers_write_the_same_files(tmp_path):
+    job = generate(8, steps=2, fault=Fault("stuck", rank=2))
+    one = write_job(job, tmp_path / "one")
+    two = write_job(job, tmp_path / "two", workers=3)
+    assert [p.read_bytes() for p in one] == [p.read_bytes() for p in two]
+
+
 def test_json_round_trip(tmp_path):
     job = generate(8, steps=2, fault=Fault("hang", rank=1), lookahead=1)
     paths = write_job(job, tmp_path, fmt="json", prefix="rank_", suffix=".json")
