@@ -215,6 +215,12 @@ class Ctx:
         much) joins only after all others have dumped, queues its own op(s) and dumps.
         Whatever happens afterwards (aborts, resets) happens after every dump exists.
         """
+        # A process's first dump spends 1-3 s of CPU setting up stack symbolisation; with
+        # several ranks on 2 cores that outlasts the gates' timeout. Pay it up front and
+        # line the ranks up again, so the gates only have to outlive the dumps themselves.
+        torch._C._distributed_c10d._dump_fr_trace()
+        self.signal("warm")
+        self.wait_for("warm")
         if self.rank == late_rank:
             self.wait_for("dumped", self.others())
         gates = [dist.all_reduce(ones(1), async_op=True) for _ in range(GLOO_THREADS)]
@@ -537,7 +543,7 @@ def run_scenario(sc: Scenario, out: Path) -> dict:
         for rank in range(sc.world):
             print(f"--- {sc.name} rank {rank} log ---\n"
                   + (workdir / f"log_{rank}.txt").read_text()[-2000:], file=sys.stderr)
-        raise SystemExit(f"{sc.name}: some ranks never dumped (return codes {returncodes})")
+        raise SystemExit(f"{sc.name}: some ranks never dumped ({returncodes=}); see {workdir}")
     publish_dumps(sc, workdir, out)
     truth = build_truth(sc, metas, returncodes)
     shutil.rmtree(workdir)
