@@ -278,7 +278,8 @@ def parse_profiling_name(profiling_name: str, is_p2p_flag: bool = False) -> OpNa
         src, dst = (left, right) if match["arrow"] == "->" else (right, left)
         return OpName(profiling_name, backend, match["op"], True, src, dst)
     op = rest.split(" ", 1)[0] if rest else "unknown"
-    return OpName(profiling_name, backend, op, is_p2p_flag or op in ("send", "recv"), None, None)
+    marker = op == "coalesced" or (op.endswith("_coalesced") and op[: -len("_coalesced")].isupper())
+    return OpName(profiling_name, backend, op, is_p2p_flag or op in ("send", "recv"), None, None, marker)
 
 
 def _process_group(raw: dict, norm: _Normaliser) -> tuple:

@@ -75,6 +75,7 @@ class CollectiveMatch:
     out_of_window: tuple  # members whose buffer no longer reaches back to seq
     no_dump: tuple
     disagreement: Optional[Disagreement] = None
+    _completed: Optional[tuple] = None
 
     @property
     def issued(self) -> tuple:
@@ -82,7 +83,9 @@ class CollectiveMatch:
 
     @property
     def completed_ranks(self) -> tuple:
-        return tuple(sorted(r for r, entries in self.calls.items() if all(e.completed for e in entries)))
+        if self._completed is None:
+            self._completed = tuple(sorted(r for r, entries in self.calls.items() if all(e.completed for e in entries)))
+        return self._completed
 
     @property
     def first_entry(self) -> Entry:
@@ -113,8 +116,11 @@ class MatchResult:
 def _rank_streams(dump: RankDump, layout: Layout) -> dict:
     """group id -> RankStream for one rank, in one pass over its entries."""
     per_group: dict = {}
+    group_ids: dict = {}
     for entry in dump.entries:
-        gid = layout.group_of(entry.pg_name, dump.rank)
+        gid = group_ids.get(entry.pg_name, -1)
+        if gid == -1:
+            gid = group_ids[entry.pg_name] = layout.group_of(entry.pg_name, dump.rank)
         if gid is None:
             continue
         stream = per_group.get(gid)
@@ -181,8 +187,21 @@ def _op_signature(entry: Entry) -> tuple:
     return op, in_numel, out_numel, dtypes
 
 
-def batch_signature(entries: tuple) -> tuple:
-    return tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
+def batch_signature(entries: tuple, cache: Optional[dict] = None) -> tuple:
+    """Signatures of a batch's ops; `cache` memoises them per (op name, shapes) pair,
+    which are interned objects shared by most entries of a rank."""
+    if cache is None:
+        return tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
+    signature = []
+    for entry in entries:
+        if entry.name.is_coalesced_marker:
+            continue
+        key = (id(entry.name), id(entry.shapes))
+        op_sig = cache.get(key)
+        if op_sig is None:
+            op_sig = cache[key] = _op_signature(entry)
+        signature.append(op_sig)
+    return tuple(signature)
 
 
 def _difference_kind(a: tuple, b: tuple) -> str:
@@ -193,11 +212,11 @@ def _difference_kind(a: tuple, b: tuple) -> str:
     return "size_mismatch"
 
 
-def find_disagreement(calls: dict) -> Optional[Disagreement]:
+def find_disagreement(calls: dict, cache: Optional[dict] = None) -> Optional[Disagreement]:
     """Consensus over the members that issued the op: the odd ones out, or a tie."""
     by_signature: dict = defaultdict(list)
     for rank, entries in calls.items():
-        by_signature[batch_signature(entries)].append(rank)
+        by_signature[batch_signature(entries, cache)].append(rank)
     if len(by_signature) < 2:
         return None
     classes = sorted(((tuple(sorted(r)), sig) for sig, r in by_signature.items()), key=lambda c: (-len(c[0]), c[0]))
@@ -215,7 +234,7 @@ def find_disagreement(calls: dict) -> Optional[Disagreement]:
 # --------------------------------------------------------------------------- matching
 
 
-def _match_collectives(view: GroupView) -> list:
+def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     seqs = set()
     for stream in view.streams.values():
         seqs.update(stream.collectives)
@@ -231,7 +250,7 @@ def _match_collectives(view: GroupView) -> list:
             if rank not in calls:
                 (not_issued if view.streams[rank].covers(seq) else out_of_window).append(rank)
         match = CollectiveMatch(view.group.id, seq, calls, tuple(not_issued), tuple(out_of_window), view.no_dump)
-        match.disagreement = find_disagreement(calls)
+        match.disagreement = find_disagreement(calls, signature_cache)
         matches.append(match)
     return matches
 
@@ -304,7 +323,9 @@ def match(dumps: list, layout: Layout) -> MatchResult:
     """Pair every rank's entries with its peers' (see module docstring)."""
     views = build_views(dumps, layout)
     result = MatchResult(layout, views)
+    # Keyed by object ids, so it must not outlive the entries: one per call.
+    signature_cache: dict = {}
     for view in views:
-        result.collectives.extend(_match_collectives(view))
+        result.collectives.extend(_match_collectives(view, signature_cache))
         result.p2p.extend(_match_p2p(view))
     return result

@@ -30,13 +30,9 @@ class OpName(NamedTuple):
     # Group-local peers written in P2P names (`send 0->1`, `recv 1<-0`); -1 means `?`.
     local_src: Optional[int] = None
     local_dst: Optional[int] = None
-
-    @property
-    def is_coalesced_marker(self) -> bool:
-        # `nccl:coalesced`, `ALLGATHER_coalesced`, `REDUCE_SCATTER_coalesced` close a batch;
-        # lower-case `*_coalesced` names are real collectives.
-        stem = self.op[: -len("_coalesced")]
-        return self.op == "coalesced" or (self.op.endswith("_coalesced") and stem.isupper())
+    # `nccl:coalesced`, `ALLGATHER_coalesced`, `REDUCE_SCATTER_coalesced` close a batch;
+    # lower-case `*_coalesced` names are real collectives.
+    is_coalesced_marker: bool = False
 
 
 class Shapes(NamedTuple):
