@@ -274,7 +274,8 @@ def _mismatch_findings(view: GroupView, matches: list, index: int, siblings: lis
     return findings
 
 
-def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool, waiting_elsewhere: frozenset = frozenset()) -> Finding:
+def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool,
+                      waiting_elsewhere: frozenset = frozenset(), siblings_have_it: bool = False) -> Finding:
     """Some members issued op #seq and others never did."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
@@ -292,9 +293,10 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
         if last is not None:
             evidence.setdefault("last_seq_of_suspects", {})[str(rank)] = last.collective_seq_id
     tie = len(issued) == len(missing)
-    # On an even split, ranks that did not arrive because they wait in another op are
-    # not behind: the others went ahead (a desync); ranks waiting nowhere are behind.
-    ahead = tie and set(missing) <= waiting_elsewhere
+    # On an even split: if sibling groups all issued this op it belongs to the program,
+    # so whoever lacks it is behind (or skipped it). Otherwise ranks that did not
+    # arrive because they wait in another op are not behind: the others went ahead.
+    ahead = tie and not siblings_have_it and set(missing) <= waiting_elsewhere
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
         # The minority went ahead: it issued an op its peers never issued.
         if tie:
@@ -312,6 +314,8 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
         )
     evidence.update(_call_sites(_last_entry(view, missing[0]), peer_entry))
     waiting = tuple(r for r in issued if not (reliable and r in match.completed_ranks)) or issued
+    if siblings_have_it:
+        evidence["siblings_issued_it"] = True
     message = (
         f"{_ranks_text(missing)} never issued {peer_entry.op} #{match.seq} in {_group_text(view)}; "
         f"{_ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
@@ -387,7 +391,10 @@ def _diagnose_group(view: GroupView, matches: list, reliable: bool, siblings=Non
         if match.disagreement is not None:
             return _mismatch_findings(view, matches, index, siblings.matches_at(match.seq) if siblings else [])
         if match.not_issued:
-            return _gap_finding(view, matches, index) or [_presence_finding(view, matches, index, reliable, waiting_elsewhere)]
+            have = any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq)) if siblings else False
+            return _gap_finding(view, matches, index) or [
+                _presence_finding(view, matches, index, reliable, waiting_elsewhere, have)
+            ]
     return _frontier_findings(view, matches, reliable)
 
 
@@ -567,7 +574,11 @@ def _link_consequences(findings: list) -> None:
     while pending:
         ready = [f for f in pending if any(id(g) in resolved for g, _ in holders[id(f)])]
         if not ready:
-            best = min(_source_circle(pending, parents, resolved), key=lambda f: (CIRCLE_PRIORITY[f.kind], f.age_ns))
+            # The narrowest story wins: one rank to blame beats a whole half of the job.
+            # An op that the sibling groups all issued is surely part of the program.
+            best = min(_source_circle(pending, parents, resolved),
+                       key=lambda f: (len(f.suspect_ranks), CIRCLE_PRIORITY[f.kind],
+                                      not f.evidence.get("siblings_issued_it"), f.age_ns))
             roots.append(best)
             ready = [best]
         for finding in ready:
