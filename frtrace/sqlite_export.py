@@ -1,0 +1,338 @@
+"""Write the Database, the findings and the per-rank inputs to one SQLite file.
+
+Takes a path (the temporary file `outputs.write_atomically` renames into place), the
+`Analysis` and the `Diagnosis`; returns nothing. Tables: `meta`, `ranks`, `groups`,
+`memberships`, `tracebacks`, `frames`, `collectives`, `ncclcalls`, `findings`. Ids
+are the Database's own (`database.build_database`), so they join the same way as in
+the pickle; tuples (sizes, dtypes, rank lists) are stored as JSON text so that
+`json_extract` and `json_each` work on them.
+
+Built for ~10M `ncclcalls` rows: rows are streamed into `executemany` from the
+Database lists (no second copy), inside one transaction, with indexes created after
+the data and no rollback journal (the file is a temporary one until it is complete).
+The same dumps give the same rows: no timestamps of the export itself are stored.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+from . import __version__
+from .database import build_database
+from .loader import parse_rank_from_name
+from .model import NCCLCall
+
+SCHEMA_VERSION = "frtrace.sqlite/1"
+
+SCHEMA = """
+CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT
+);
+CREATE TABLE ranks (
+    rank INTEGER PRIMARY KEY,
+    has_dump INTEGER NOT NULL,
+    path TEXT,
+    encoding TEXT,
+    version TEXT,
+    backend TEXT,
+    comm_lib_version TEXT,
+    entry_count INTEGER,
+    first_record_id INTEGER,
+    last_record_id INTEGER,
+    first_time_created_ns INTEGER,
+    last_time_created_ns INTEGER,
+    wrapped INTEGER,
+    has_entries INTEGER,
+    problem TEXT
+);
+CREATE TABLE groups (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    desc TEXT,
+    ranks TEXT,
+    size INTEGER,
+    membership_source TEXT
+);
+CREATE TABLE memberships (
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    global_rank INTEGER NOT NULL REFERENCES ranks(rank),
+    local_rank INTEGER NOT NULL,
+    PRIMARY KEY (group_id, local_rank)
+);
+CREATE TABLE tracebacks (
+    id INTEGER PRIMARY KEY,
+    frame_count INTEGER NOT NULL,
+    frames TEXT NOT NULL
+);
+CREATE TABLE frames (
+    traceback_id INTEGER NOT NULL REFERENCES tracebacks(id),
+    depth INTEGER NOT NULL,
+    name TEXT,
+    filename TEXT,
+    line INTEGER,
+    PRIMARY KEY (traceback_id, depth)
+);
+CREATE TABLE collectives (
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    kind TEXT NOT NULL,
+    collective_seq_id INTEGER,
+    p2p_seq_id INTEGER,
+    op TEXT,
+    input_sizes TEXT,
+    output_sizes TEXT,
+    input_dtypes TEXT,
+    output_dtypes TEXT,
+    expected_ranks TEXT,
+    issued_ranks TEXT,
+    completed_ranks TEXT,
+    not_issued_ranks TEXT,
+    no_dump_ranks TEXT,
+    out_of_window_ranks TEXT,
+    state TEXT NOT NULL,
+    problem TEXT
+);
+CREATE TABLE ncclcalls (
+    id INTEGER PRIMARY KEY,
+    collective_id INTEGER NOT NULL REFERENCES collectives(id),
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    global_rank INTEGER NOT NULL REFERENCES ranks(rank),
+    record_id INTEGER,
+    profiling_name TEXT,
+    op TEXT,
+    collective_seq_id INTEGER,
+    p2p_seq_id INTEGER,
+    op_id INTEGER,
+    input_sizes TEXT,
+    output_sizes TEXT,
+    input_dtypes TEXT,
+    output_dtypes TEXT,
+    state TEXT,
+    retired INTEGER,
+    time_created_ns INTEGER,
+    time_started_ns INTEGER,
+    time_completed_ns INTEGER,
+    duration_ms REAL,
+    timeout_ms INTEGER,
+    traceback_id INTEGER REFERENCES tracebacks(id)
+);
+CREATE TABLE findings (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    root_cause INTEGER NOT NULL,
+    pg_name TEXT,
+    pg_desc TEXT,
+    group_id INTEGER REFERENCES groups(id),
+    collective_id INTEGER REFERENCES collectives(id),
+    op TEXT,
+    collective_seq_id INTEGER,
+    p2p_seq_id INTEGER,
+    ranks TEXT,
+    suspect_ranks TEXT,
+    waiting_ranks TEXT,
+    message TEXT,
+    evidence TEXT
+);
+"""
+
+# Created after the rows are in: one sort per index instead of a b-tree update per row.
+INDEXES = """
+CREATE INDEX memberships_global_rank ON memberships(global_rank);
+CREATE INDEX collectives_group_seq ON collectives(group_id, collective_seq_id);
+CREATE INDEX ncclcalls_collective ON ncclcalls(collective_id);
+CREATE INDEX ncclcalls_group_seq ON ncclcalls(group_id, collective_seq_id);
+CREATE INDEX ncclcalls_global_rank ON ncclcalls(global_rank);
+CREATE INDEX ncclcalls_traceback ON ncclcalls(traceback_id);
+CREATE INDEX findings_group ON findings(group_id);
+"""
+
+# NCCLCall fields input_sizes, output_sizes, input_dtypes, output_dtypes: the
+# `ncclcalls` columns follow NCCLCall's field order, these four as JSON text.
+_CALL_SHAPES = slice(NCCLCall._fields.index("input_sizes"), NCCLCall._fields.index("output_dtypes") + 1)
+
+# Distinct shapes, dtype lists and rank lists are few and shared by many rows (the
+# loader interns them), so their JSON text is worth caching; the cap bounds memory on
+# pathological inputs where every row differs.
+_JSON_CACHE_LIMIT = 200_000
+
+
+class _JsonText:
+    """`json.dumps` of tuples, cached by value."""
+
+    def __init__(self) -> None:
+        self.cache: dict = {}
+
+    def __call__(self, value) -> Optional[str]:
+        if value is None:
+            return None
+        text = self.cache.get(value)
+        if text is None:
+            if len(self.cache) >= _JSON_CACHE_LIMIT:
+                self.cache.clear()
+            text = self.cache[value] = json.dumps(value, separators=(",", ":"))
+        return text
+
+
+def _dumps(value) -> str:
+    # Evidence is plain data; `default=str` keeps an odd value from failing the export.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _meta_rows(analysis, diagnosis) -> list:
+    layout = analysis.layout
+    return [
+        ("schema", SCHEMA_VERSION),
+        ("frtrace_version", __version__),
+        ("status", diagnosis.status),
+        ("suspect_ranks", _dumps(list(diagnosis.suspect_ranks))),
+        ("verdict", diagnosis.verdict),
+        ("world_size", str(layout.world_size)),
+        ("ranks_found", _dumps(list(layout.ranks_found))),
+        ("ranks_missing", _dumps(list(layout.ranks_missing))),
+    ]
+
+
+def _load_problems(load) -> dict:
+    """rank -> why its dump file could not be used, from the loader's errors."""
+    problems = {}
+    for issue in load.errors:
+        parsed = parse_rank_from_name(Path(issue.path).name, load.prefix or None)
+        if parsed is not None:
+            problems.setdefault(parsed[1], f"{issue.path}: {issue.problem}")
+    return problems
+
+
+def _rank_rows(analysis, extra_ranks: Iterable[int]) -> Iterator[tuple]:
+    """One row per rank of the world, with or without a dump."""
+    dumps = {d.rank: d for d in analysis.load.dumps}
+    problems = _load_problems(analysis.load)
+    failed = set(analysis.load.failed_ranks)
+    everyone = set(range(analysis.layout.world_size)) | set(dumps) | set(extra_ranks)
+    for rank in sorted(everyone):
+        dump = dumps.get(rank)
+        if dump is None:
+            problem = problems.get(rank) or ("unreadable dump" if rank in failed else "no dump file")
+            yield (rank, 0, None, None, None, None, None, None, None, None, None, None, None, None, problem)
+            continue
+        entries = dump.entries
+        created = [e.time_created_ns for e in entries]
+        yield (
+            rank, 1, dump.path, dump.encoding, dump.version, dump.backend, dump.comm_lib_version,
+            len(entries),
+            entries[0].record_id if entries else None,
+            entries[-1].record_id if entries else None,
+            min(created) if created else None,
+            max(created) if created else None,
+            int(dump.wrapped), int(dump.has_entries), None,
+        )
+
+
+def _group_rows(groups: list, as_json: _JsonText) -> Iterator[tuple]:
+    for g in groups:
+        yield (g.id, g.name, g.desc, as_json(g.ranks), g.size, g.membership_source)
+
+
+def _traceback_rows(tracebacks: list) -> Iterator[tuple]:
+    for tb in tracebacks:
+        frames = [{"name": f.name, "filename": f.filename, "line": f.line} for f in tb.frames]
+        yield (tb.id, len(frames), json.dumps(frames, separators=(",", ":")))
+
+
+def _frame_rows(tracebacks: list) -> Iterator[tuple]:
+    # depth 0 is the innermost frame, as in the dumps.
+    for tb in tracebacks:
+        for depth, frame in enumerate(tb.frames):
+            yield (tb.id, depth, frame.name, frame.filename, frame.line)
+
+
+def _collective_rows(collectives: list, as_json: _JsonText) -> Iterator[tuple]:
+    for c in collectives:
+        yield (
+            c.id, c.group_id, c.kind, c.collective_seq_id, c.p2p_seq_id, c.op,
+            as_json(c.input_sizes), as_json(c.output_sizes), as_json(c.input_dtypes), as_json(c.output_dtypes),
+            as_json(c.expected_ranks), as_json(c.issued_ranks), as_json(c.completed_ranks),
+            as_json(c.not_issued_ranks), as_json(c.no_dump_ranks), as_json(c.out_of_window_ranks),
+            c.state, c.problem,
+        )
+
+
+def _call_rows(calls: list) -> Iterator[tuple]:
+    # The hot loop (one pass per row of ~10M): the row is the NCCLCall itself with its
+    # four shape/dtype tuples swapped for JSON text. Those tuples are interned by the
+    # loader, so their JSON is cached by object identity (the rows keep every object
+    # alive until the export ends, so an id cannot be reused meanwhile).
+    cache: dict = {}
+    dumps = json.dumps
+    for c in calls:
+        key = (id(c.input_sizes), id(c.output_sizes), id(c.input_dtypes), id(c.output_dtypes))
+        shapes = cache.get(key)
+        if shapes is None:
+            if len(cache) >= _JSON_CACHE_LIMIT:
+                cache.clear()
+            shapes = cache[key] = tuple(dumps(v, separators=(",", ":")) for v in c[_CALL_SHAPES])
+        yield c[:_CALL_SHAPES.start] + shapes + c[_CALL_SHAPES.stop:]
+
+
+def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
+    collective_ids = {(c.group_id, c.collective_seq_id): c.id for c in collectives if c.kind == "collective"}
+    for index, f in enumerate(findings):
+        collective_id = None
+        if f.group_id is not None and f.collective_seq_id is not None:
+            collective_id = collective_ids.get((f.group_id, f.collective_seq_id))
+        yield (
+            index, f.kind, f.severity, int(f.is_root), f.pg_name, f.pg_desc, f.group_id, collective_id,
+            f.op, f.collective_seq_id, f.p2p_seq_id,
+            _dumps(list(f.ranks)), _dumps(list(f.suspect_ranks)), _dumps(list(f.waiting_ranks)),
+            f.message, _dumps(f.evidence),
+        )
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def _insert(conn: sqlite3.Connection, table: str, width: int, rows: Iterable[tuple]) -> None:
+    marks = ",".join("?" * width)
+    conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+
+
+def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
+    """Write every table into the (new, empty or absent) SQLite file `path_tmp`."""
+    db = build_database(analysis.matches)
+    as_json = _JsonText()
+    member_ranks = {m.global_rank for m in db.memberships}
+    conn = sqlite3.connect(path_tmp, isolation_level=None)
+    try:
+        # The file only becomes the output after a successful rename, so durability
+        # and a rollback journal buy nothing here and cost a lot on big inserts.
+        conn.execute("PRAGMA journal_mode=OFF")
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("BEGIN")
+        for statement in _statements(SCHEMA):
+            conn.execute(statement)
+        _insert(conn, "meta", 2, _meta_rows(analysis, diagnosis))
+        _insert(conn, "ranks", 15, _rank_rows(analysis, member_ranks))
+        _insert(conn, "groups", 6, _group_rows(db.groups, as_json))
+        _insert(conn, "memberships", 3, ((m.group_id, m.global_rank, m.local_rank) for m in db.memberships))
+        _insert(conn, "tracebacks", 3, _traceback_rows(db.tracebacks))
+        _insert(conn, "frames", 5, _frame_rows(db.tracebacks))
+        _insert(conn, "collectives", 18, _collective_rows(db.collectives, as_json))
+        _insert(conn, "ncclcalls", len(NCCLCall._fields), _call_rows(db.ncclcalls))
+        _insert(conn, "findings", 16, _finding_rows(diagnosis.findings, db.collectives))
+        for statement in _statements(INDEXES):
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _statements(script: str) -> list:
+    # `executescript` would commit the open transaction first; run statements one by one.
+    return [s.strip() for s in script.split(";") if s.strip()]
