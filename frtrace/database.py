@@ -21,15 +21,21 @@ from .util import fold_ranks
 class _TracebackTable:
     def __init__(self) -> None:
         self.ids: dict = {}
+        self.by_identity: dict = {}
         self.rows: list = []
 
     def id_for(self, frames: tuple):
         if not frames:
             return None
-        tid = self.ids.get(frames)
+        # Stacks are interned per file, so most lookups hit by identity; equal stacks
+        # from different files still share one id through the value lookup.
+        tid = self.by_identity.get(id(frames))
         if tid is None:
-            tid = self.ids[frames] = len(self.rows)
-            self.rows.append(Traceback(tid, frames))
+            tid = self.ids.get(frames)
+            if tid is None:
+                tid = self.ids[frames] = len(self.rows)
+                self.rows.append(Traceback(tid, frames))
+            self.by_identity[id(frames)] = tid
         return tid
 
 

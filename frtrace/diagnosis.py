@@ -67,7 +67,9 @@ class Finding:
     # all waiting somewhere else, this finding is a consequence of that other one.
     absent_ranks: tuple = ()
     age_ns: int = 0  # creation time of the oldest entry involved: older roots come first
-    caused_by: Optional[int] = None  # index of the root finding when this is a consequence
+    # While linking: index of the root finding; afterwards a short description of it
+    # ("not_issued in group 2 #3"), as findings are re-sorted for the report.
+    caused_by: Optional[object] = None
 
     @property
     def is_root(self) -> bool:
@@ -603,6 +605,7 @@ def _demote_consequences(findings: list) -> None:
         where = f"{root.op} #{root.collective_seq_id or root.p2p_seq_id} of group {root.pg_name}"
         finding.message = finding.message.replace(TIE_NOTE, "")
         finding.evidence["consequence_of"] = {"kind": root.kind, "pg_name": root.pg_name, "collective_seq_id": root.collective_seq_id}
+        finding.caused_by = f"{root.kind} in group {root.pg_name} #{root.collective_seq_id or root.p2p_seq_id}"
         if finding.evidence["link"] == "blocked":
             finding.evidence["blocked_ranks"] = list(finding.absent_ranks)
             finding.message += f" — a consequence: they are stuck in {where}"

@@ -61,6 +61,10 @@ def write_atomically(path: Path, write: Callable[[str], None]) -> None:
     os.close(handle)
     try:
         write(tmp)
+        # mkstemp creates 0600; give the output the mode any new file would get.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
