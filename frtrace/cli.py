@@ -18,7 +18,7 @@ import click
 
 from . import __version__
 from .diagnosis import diagnose
-from .loader import DEFAULT_MAX_FILE_BYTES, InputError
+from .loader import InputError
 from .outputs import OutputError, write_output
 from .pipeline import analyze
 from .rawview import render_raw_entries

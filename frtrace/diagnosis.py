@@ -20,6 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .clocks import estimate_clock_offsets
 from .matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
 from .model import Entry
 from .pipeline import Analysis
@@ -453,23 +454,8 @@ def _p2p_findings(view: GroupView, p2p_matches: list, reliable: bool) -> list:
 # --------------------------------------------------------------------------- stragglers
 
 
-def _clock_offsets(matches: list) -> Optional[dict]:
-    """Per-rank clock offset from completion times, which every member of a
-    collective observes at nearly the same moment."""
-    samples = defaultdict(list)
-    for match in matches:
-        times = {r: e[-1].time_completed_ns for r, e in match.calls.items() if e[-1].time_completed_ns}
-        if len(times) >= 2 and len(times) == len(match.calls):
-            middle = statistics.median(times.values())
-            for rank, t in times.items():
-                samples[rank].append(t - middle)
-    if not samples:
-        return None
-    return {rank: statistics.median(values) for rank, values in samples.items()}
-
-
 def _straggler_findings(analysis: Analysis, clean: list) -> list:
-    offsets = _clock_offsets(clean)
+    offsets = estimate_clock_offsets(clean) or None
     lateness = defaultdict(list)
     for match in clean:
         if len(match.calls) < 3:

@@ -69,10 +69,6 @@ def _next_step(finding: Finding) -> Optional[str]:
     return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks))
 
 
-def summary_line(analysis: Analysis, diagnosis: Diagnosis) -> str:
-    return diagnosis.verdict
-
-
 def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
     return {
         "schema": SCHEMA,

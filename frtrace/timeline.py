@@ -31,11 +31,11 @@ import contextlib
 import gzip
 import io
 import json
-import statistics
 from collections import defaultdict
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
+from .clocks import estimate_clock_offsets
 
 SCHEMA_VERSION = "frtrace.timeline/1"
 # Perfetto turns the microsecond floats into integer nanoseconds by truncating
@@ -72,27 +72,6 @@ class _Slice(NamedTuple):
 
 
 # --------------------------------------------------------------------------- clocks
-
-
-def estimate_clock_offsets(matches) -> dict:
-    """rank -> clock offset in ns: the median, over collectives every issuer
-    completed, of the rank's completion time minus the collective's median one
-    (all members see a collective finish at nearly the same moment). Ranks without
-    such collectives are absent; a rank's aligned time is its own time minus this."""
-    samples = defaultdict(list)
-    for match in matches.collectives:
-        if match.not_issued or len(match.calls) < 2:
-            continue
-        times = {rank: entries[-1].time_completed_ns for rank, entries in match.calls.items()}
-        if not all(times.values()):
-            continue
-        # Relative to the earliest: the median of an even count is a float, and a float
-        # of an epoch in ns would round to hundreds of ns.
-        base = min(times.values())
-        middle = statistics.median(t - base for t in times.values())
-        for rank, completed in times.items():
-            samples[rank].append(completed - base - middle)
-    return {rank: statistics.median(values) for rank, values in samples.items()}
 
 
 def _shift(offsets: dict, rank: int) -> int:
@@ -271,7 +250,7 @@ class _Plan:
         self.dumps = [d for d in analysis.load.dumps if selected is None or d.rank in selected]
         self.missing = [r for r in layout.ranks_missing if selected is None or r in selected]
         self.drawn = {d.rank for d in self.dumps}
-        self.offsets = estimate_clock_offsets(analysis.matches)
+        self.offsets = estimate_clock_offsets(analysis.matches.collectives)
         # Origin and end over the whole job, so a filtered trace keeps the same clock.
         starts, ends = [], []
         self.rank_last = {}

@@ -6,7 +6,7 @@ import pytest
 from frtrace.loader import InputError, find_dump_files, load_dumps, parse_rank_from_name
 from frtrace.safe_decode import DecodeError, decode_dump_bytes
 
-from helpers import dump, entry, write_job, write_json, write_pickle
+from helpers import dump, entry, write_json, write_pickle
 
 
 @pytest.mark.parametrize(
