@@ -610,8 +610,10 @@ def _missing_dump_notes(analysis: Analysis, findings: list) -> list:
     blamed = any(f.severity == "error" and f.is_root for f in findings)
     failed = set(analysis.load.failed_ranks)
     reason = "unreadable dump" if set(missing) <= failed else "no dump file"
+    one = len(missing) == 1
     message = f"{_ranks_text(missing)}: {reason}" + (
-        "; the evidence points elsewhere, so they are probably victims" if blamed else "; nothing else shows what they were doing"
+        f"; the evidence points elsewhere, so {'it is probably a victim' if one else 'they are probably victims'}"
+        if blamed else f"; nothing else shows what {'it was' if one else 'they were'} doing"
     )
     return [_new_finding("missing_dump", None, severity="info" if blamed else "warning", op=None, collective_seq_id=None,
                          p2p_seq_id=None, ranks=tuple(missing), suspect_ranks=(), message=message,

@@ -114,7 +114,7 @@ def _finding_lines(finding: Finding, bullet: str = "  - ") -> list:
     pad = " " * len(bullet)
     evidence = finding.evidence
     for cls in evidence.get("classes", []):
-        lines.append(f"{pad}  ranks {fold_ranks(cls['ranks'])}: {cls['entry']}")
+        lines.append(f"{pad}  {_ranks(cls['ranks'])}: {cls['entry']}")
     if "suspect_call_site" in evidence:
         lines.append(f"{pad}  suspect call site: {evidence['suspect_call_site']}")
     if "peer_call_site" in evidence:
