@@ -620,6 +620,19 @@ def _missing_dump_notes(analysis: Analysis, findings: list) -> list:
                          evidence={"ranks": list(missing), "unreadable": sorted(failed & set(missing))})]
 
 
+def _empty_dump_notes(analysis: Analysis) -> list:
+    """Dumps with no entries say nothing about collectives: make that visible."""
+    empty = [d.rank for d in analysis.load.dumps if not d.entries]
+    if not empty:
+        return []
+    without_key = [d.rank for d in analysis.load.dumps if not d.entries and not d.has_entries]
+    why = " (dumped without collectives: includeCollectives=False)" if without_key == empty else ""
+    return [_new_finding("no_entries", None, severity="info", op=None, collective_seq_id=None, p2p_seq_id=None,
+                         ranks=tuple(empty), suspect_ranks=(),
+                         message=f"{_ranks_text(empty)}: the dump holds no entries{why}",
+                         evidence={"ranks": empty})]
+
+
 # --------------------------------------------------------------------------- verdict
 
 
@@ -696,6 +709,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     _demote_consequences(findings)
     findings.extend(_straggler_findings(analysis, clean))
     findings.extend(_missing_dump_notes(analysis, findings))
+    findings.extend(_empty_dump_notes(analysis))
     # Roots first, oldest first; then consequences; then warnings and notes.
     rank_of = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (not f.is_root, rank_of[f.severity], f.age_ns, f.group_id if f.group_id is not None else -1, f.kind))
