@@ -131,3 +131,147 @@ def gloo_hang_dumps(world: int = 4, culprit: int = 3) -> dict:
             records.append(entry(4, backend="gloo", state="scheduled", retired=False, time_ns=T0_NS + 12 * MS_NS + rank * 1000))
         dumps[rank] = dump(records, ranks=range(world))
     return dumps
+
+
+# --------------------------------------------------------------------------- hardening tests
+
+FIXTURES = Path(__file__).parent / "fixtures" / "gloo"
+
+
+def fixture_dir(name: str) -> Path:
+    """A real gloo fixture directory; skips the test when it is missing or empty (fixtures
+    may be regenerated while tests run)."""
+    import pytest
+
+    path = FIXTURES / name
+    if not path.is_dir() or not any(p.name.startswith("rank_") for p in path.iterdir()):
+        pytest.skip(f"fixture {name} is not present")
+    return path
+
+
+def copy_fixture(name: str, dest: Path) -> Path:
+    """Copy a fixture's rank files into `dest` (created) and return it."""
+    src = fixture_dir(name)
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.iterdir()):
+        if path.is_file():
+            (dest / path.name).write_bytes(path.read_bytes())
+    return dest
+
+
+def healthy_dumps(world: int = 4, seqs=(1, 2, 3)) -> dict:
+    """rank -> dump of a job whose every collective completed on every rank."""
+    return {r: dump([entry(s) for s in seqs], ranks=range(world)) for r in range(world)}
+
+
+def run_cli(args, **kwargs):
+    """Run `frtrace` through click's CliRunner (stdout and stderr kept apart). A Python
+    exception escaping the command is a crash: it fails the test with its traceback."""
+    import traceback
+
+    from click.testing import CliRunner
+
+    from frtrace.cli import _join_multi_values, frtrace
+
+    import pytest
+
+    result = CliRunner().invoke(frtrace, _join_multi_values([str(a) for a in args]), **kwargs)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        detail = "".join(traceback.format_exception(*result.exc_info, limit=-6))
+        # pytrace=False: the traceback is in the message; pytest need not re-render it (slow).
+        pytest.fail(f"frtrace crashed on {args}:\n{detail}", pytrace=False)
+    return result
+
+
+def no_crash(function, *args, **kwargs):
+    """Call `function`; an exception fails the test with the innermost frames in the message
+    (cheaper for pytest to report than a full traceback, which matters for strict xfails)."""
+    import traceback
+
+    import pytest
+
+    try:
+        return function(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-6))
+        pytest.fail(f"crashed: {type(exc).__name__}\n{detail}", pytrace=False)
+
+
+def assert_no_traceback(result) -> None:
+    assert "Traceback" not in result.output and "Traceback" not in result.stderr, result.output
+    assert "internal error" not in result.stderr, result.stderr
+
+
+def stderr_lines(result) -> list:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+class Tripwire:
+    """A class a hostile pickle may try to reach (as `helpers.Tripwire`): creating it,
+    calling it or setting its state touches the marker file it is given. Tests prove
+    with the standard unpickler that their payloads do reach it, and that frtrace's
+    loader never does."""
+
+    def __new__(cls, marker=None, *args, **kwargs):
+        if marker:
+            Path(marker).touch()
+        return super().__new__(cls)
+
+    def __init__(self, marker=None, *args, **kwargs):
+        if marker:
+            Path(marker).touch()
+
+    def __setstate__(self, state):
+        marker = state.get("marker") if isinstance(state, dict) else None
+        if marker:
+            Path(marker).touch()
+
+
+def tripwire(marker, *args, **kwargs):
+    """A function a hostile pickle may try to call (as `helpers.tripwire`)."""
+    Path(marker).touch()
+    return marker
+
+
+def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = True):
+    """The whole pipeline on in-memory dump dicts, as `pipeline.analyze` runs it on files:
+    normalise (a dict that is not a dump counts as an unreadable rank, as in `load_one`),
+    build the layout, match, diagnose, and (by default) render every report, the raw view
+    and the Database. Returns `(analysis, diagnosis)`, or None when no rank was usable."""
+    from frtrace.builder import build_layout
+    from frtrace.diagnosis import diagnose
+    from frtrace.loader import normalise_dump
+    from frtrace.matcher import match
+    from frtrace.model import LoadIssue, LoadResult
+    from frtrace.pipeline import Analysis
+    from frtrace.safe_decode import DecodeError
+
+    dumps, errors, failed = [], [], []
+    for rank, raw in sorted(dumps_by_rank.items()):
+        try:
+            dumps.append(normalise_dump(raw, rank, f"rank_{rank}", encoding))
+        except DecodeError as exc:
+            errors.append(LoadIssue(f"rank_{rank}", str(exc)))
+            failed.append(rank)
+    if not dumps:
+        return None
+    layout = build_layout(dumps, failed, None)
+    analysis = Analysis(LoadResult(dumps=dumps, errors=errors, prefix="rank_", failed_ranks=tuple(failed)),
+                        layout, match(dumps, layout))
+    diagnosis = diagnose(analysis)
+    if render:
+        render_report_outputs(analysis, diagnosis)
+    return analysis, diagnosis
+
+
+def render_report_outputs(analysis, diagnosis) -> None:
+    """Everything the CLI can print or pickle for an analysis, in memory."""
+    from frtrace.database import build_database
+    from frtrace.rawview import render_raw_entries
+    from frtrace.report import render_json, render_markdown, render_text
+
+    render_json(analysis, diagnosis)
+    render_text(analysis, diagnosis)
+    render_markdown(analysis, diagnosis)
+    render_raw_entries(analysis.matches, None, [], True)
+    build_database(analysis.matches)

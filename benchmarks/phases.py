@@ -1,0 +1,105 @@
+"""Time each stage of the frtrace pipeline on one dump directory and print JSON on stdout.
+
+    python benchmarks/phases.py DIR [--workers N] [--prefix P]
+
+Stages, in the order `frtrace -d DIR --format json` runs them (frtrace/pipeline.py `analyze`,
+then frtrace/cli.py): load (find + read + decode + normalise, `load_dumps`), build
+(`build_layout`), match (`match`), diagnose (`diagnose`), render (`render_json`). Each is
+timed with `time.perf_counter`; `import` is the time to import the package. After every stage
+the process's resident memory (VmRSS) and its high-water mark (VmHWM) are recorded; they
+cover this process only, not the loader's worker processes.
+
+If pipeline.analyze gains a stage, add it here too, or these numbers stop adding up to the
+end-to-end time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+_started = time.perf_counter()
+from frtrace.builder import build_layout  # noqa: E402
+from frtrace.diagnosis import diagnose  # noqa: E402
+from frtrace.loader import load_dumps  # noqa: E402
+from frtrace.matcher import match  # noqa: E402
+from frtrace.pipeline import Analysis  # noqa: E402
+from frtrace.report import render_json  # noqa: E402
+
+_imported = time.perf_counter()
+
+
+def _memory_mb() -> dict:
+    """VmRSS and VmHWM of this process in MB (empty where /proc is not available)."""
+    out = {}
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                key = line.split(":", 1)[0]
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(line.split()[1]) / 1024  # kB -> MB
+    except OSError:
+        pass
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python benchmarks/phases.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="loader processes, as frtrace --workers (default: number of cores, as the CLI)")
+    parser.add_argument("--prefix", default=None)
+    parser.add_argument("--no-gc", action="store_true",
+                        help="experiment: run with the cyclic garbage collector disabled (forked loader workers "
+                             "inherit it), to see what the collector costs; frtrace itself leaves it on")
+    args = parser.parse_args(argv)
+    if args.no_gc:
+        gc.disable()
+
+    seconds = {"import": _imported - _started}
+    memory = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[name] = now - clock
+        memory[name] = _memory_mb()
+        clock = now
+
+    loaded = load_dumps([args.directory], args.prefix, workers=args.workers)
+    lap("load")
+    layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
+    lap("build")
+    matches = match(loaded.dumps, layout)
+    lap("match")
+    analysis = Analysis(loaded, layout, matches)
+    diagnosis = diagnose(analysis)
+    lap("diagnose")
+    report = render_json(analysis, diagnosis)
+    lap("render")
+
+    print(json.dumps({
+        "seconds": seconds,
+        "total_seconds": sum(v for k, v in seconds.items() if k != "import"),
+        "memory_mb_after": memory,
+        "workers": args.workers,
+        "gc": not args.no_gc,
+        "ranks": len(loaded.dumps),
+        "load_errors": len(loaded.errors),
+        "entries": sum(len(d.entries) for d in loaded.dumps),
+        "collectives": len(matches.collectives),
+        "p2p": len(matches.p2p),
+        "status": diagnosis.status,
+        "suspect_ranks": list(diagnosis.suspect_ranks),
+        "report_bytes": len(report),
+    }, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
