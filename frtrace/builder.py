@@ -7,6 +7,10 @@ on different ranks). Membership comes from `pg_config` when it lists ranks; gloo
 dumps leave it empty, so it is then rebuilt from which ranks carry entries of the
 group, the default group spans the world, and ranks without a dump are placed into
 the sibling group that is one member short.
+
+Rank numbers are data like any other: one that no plausible job could have (a corrupt
+file name, a stray digit in a `pg_config` string) is set aside with a note instead of
+sizing the world, so ten billion phantom ranks are never materialised.
 """
 
 from __future__ import annotations
@@ -15,10 +19,24 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from .model import Group, Membership, RankDump
+from .model import Group, LoadIssue, Membership, PgConfig, RankDump
+from .util import plural
 
 DEFAULT_GROUP_NAME = "0"
 DEFAULT_GROUP_DESC = "default_pg"
+# The world is sized from the largest rank named anywhere, and missing ranks and the
+# default group are then listed one by one, so a rank number must have data behind it.
+# The dumps vouch for as many ranks as there are dump files, or as the largest group a
+# pg_config lists (NCCL lists the whole world in the default group's). A rank beyond
+# PLAUSIBLE_WORLD_FACTOR times that, and beyond PLAUSIBLE_WORLD_FLOOR, would mean more
+# than 15 in 16 ranks left no trace: it is far likelier a corrupt number. The floor keeps
+# a few gloo dumps (no rank lists) copied from a mid-sized job usable; --world-size
+# raises the limit for a job that really is that sparse.
+PLAUSIBLE_WORLD_FLOOR = 1024
+PLAUSIBLE_WORLD_FACTOR = 16
+# What --world-size may claim: ten times the largest jobs frtrace is meant for, still
+# cheap to list rank by rank.
+MAX_WORLD_SIZE = 1 << 20
 
 
 @dataclass(slots=True)
@@ -30,8 +48,15 @@ class Layout:
     memberships: tuple
     # pg_name -> group ids carrying that name (several only when rank sets differ)
     ids_by_name: dict
+    # Dumps set aside because the rank in their file name is implausible: they are
+    # reported like unreadable files and belong to no group.
+    ignored_files: tuple = ()  # tuple[LoadIssue, ...]
+    ignored_ranks: frozenset = frozenset()
+    warnings: tuple = ()  # (rank, note) about rank numbers in its pg_config that were not believed
 
     def group_of(self, pg_name: str, rank: int) -> Optional[int]:
+        if rank in self.ignored_ranks:
+            return None
         ids = self.ids_by_name.get(pg_name)
         if not ids:
             return None
@@ -42,6 +67,10 @@ class Layout:
                 return gid
         return ids[0]
 
+    def usable(self, dumps: Iterable[RankDump]) -> list:
+        """The dumps that take part in the analysis (not set aside for their rank)."""
+        return [d for d in dumps if d.rank not in self.ignored_ranks]
+
 
 @dataclass(slots=True)
 class _GroupFacts:
@@ -50,7 +79,9 @@ class _GroupFacts:
     configured: dict  # rank -> ranks tuple from that rank's own pg_config
 
 
-def _collect_facts(dumps: Iterable[RankDump]) -> dict:
+def _collect_facts(dumps: Iterable[RankDump], configs: dict) -> dict:
+    """Per group name: descriptions, users and configured rank sets (`configs`: rank ->
+    that rank's pg_config, already cleared of implausible ranks)."""
     facts: dict = defaultdict(lambda: _GroupFacts(Counter(), set(), {}))
     for dump in dumps:
         seen = set()
@@ -61,7 +92,7 @@ def _collect_facts(dumps: Iterable[RankDump]) -> dict:
                 fact = facts[entry.pg_name]
                 fact.users.add(dump.rank)
                 fact.descs[entry.pg_desc] += 1
-        for config in dump.pg_config:
+        for config in configs[dump.rank]:
             # gloo writes one group named '' whose ranks are meaningless for the entries
             if config.name == "" and "" not in facts:
                 continue
@@ -73,10 +104,41 @@ def _collect_facts(dumps: Iterable[RankDump]) -> dict:
     return facts
 
 
-def _world_size(dumps: list, failed_ranks: Iterable[int], hint: Optional[int]) -> int:
-    highest = max([d.rank for d in dumps] + list(failed_ranks) + [-1])
+def plausible_rank_limit(dumps: list, failed_ranks: Iterable[int], hint: Optional[int]) -> int:
+    """Ranks at or above this number have no data behind them (see PLAUSIBLE_WORLD_FACTOR)."""
+    vouched = len({d.rank for d in dumps} | set(failed_ranks))
     for dump in dumps:
         for config in dump.pg_config:
+            vouched = max(vouched, len(config.ranks or ()))
+    return max(hint or 0, PLAUSIBLE_WORLD_FLOOR, PLAUSIBLE_WORLD_FACTOR * vouched)
+
+
+def _believable_configs(dumps: list, limit: int) -> tuple:
+    """Each dump's pg_config without implausible ranks (rank -> configs), and a
+    (rank, warning) per group that had some."""
+    configs, warnings = {}, []
+    for dump in dumps:
+        kept = []
+        for config in dump.pg_config:
+            ranks = config.ranks or ()
+            if ranks and ranks[-1] >= limit:  # ranks are sorted
+                absurd = [r for r in ranks if r >= limit]
+                warnings.append((
+                    dump.rank,
+                    f"pg_config of group {config.name!r} lists implausible rank(s) "
+                    f"{', '.join(map(str, absurd[:3]))}{' ...' if len(absurd) > 3 else ''} "
+                    f"(limit {limit - 1} for these dumps; pass --world-size if the job was that large): ignored",
+                ))
+                config = PgConfig(config.name, config.desc, tuple(r for r in ranks if r < limit) or None)
+            kept.append(config)
+        configs[dump.rank] = tuple(kept)
+    return configs, warnings
+
+
+def _world_size(ranks: Iterable[int], configs: dict, hint: Optional[int]) -> int:
+    highest = max(list(ranks) + [-1])
+    for dump_configs in configs.values():
+        for config in dump_configs:
             if config.ranks:
                 highest = max(highest, config.ranks[-1])
     return max(highest + 1, hint or 0)
@@ -113,7 +175,9 @@ def _place_missing_ranks(drafts: list, missing: tuple) -> None:
     sibling group (same description) is exactly that rank short of the usual shape."""
     by_desc = defaultdict(list)
     for draft in drafts:
-        if draft[3] == "entries":
+        # A listed group nobody carried entries of has no members to compare shapes
+        # with, and nothing says which missing rank would belong to it.
+        if draft[3] == "entries" and draft[2]:
             by_desc[draft[1]].append(draft)
     for siblings in by_desc.values():
         sizes = Counter(len(d[2]) for d in siblings)
@@ -141,17 +205,33 @@ def _fits(ranks: tuple, candidate: int, usual_size: int, usual_stride: Optional[
 
 def _group_sort_key(draft: list) -> tuple:
     name = draft[0]
-    return (0, int(name), "", draft[2]) if name.isdigit() else (1, 0, name, draft[2])
+    return (0, int(name), "", draft[2]) if name.isascii() and name.isdecimal() else (1, 0, name, draft[2])
+
+
+def _implausible_files(dumps: list, limit: int) -> list:
+    """A LoadIssue per dump whose file-name rank is at or above `limit`."""
+    return [
+        LoadIssue(d.path, f"rank {d.rank} in the file name is implausible for {plural(len(dumps), 'dump file')} "
+                          f"(limit {limit - 1}; pass --world-size if the job was that large): ignored")
+        for d in dumps if d.rank >= limit
+    ]
 
 
 def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Optional[int] = None) -> Layout:
     """Groups, memberships and world of the job behind `dumps`."""
     failed_ranks = tuple(failed_ranks)
-    world = _world_size(dumps, failed_ranks, world_size)
+    limit = plausible_rank_limit(dumps, failed_ranks, world_size)
+    ignored_files = _implausible_files(dumps, limit)
+    ignored_ranks = frozenset(d.rank for d in dumps if d.rank >= limit)
+    dumps = [d for d in dumps if d.rank < limit]
+    # An unreadable file with an implausible rank is already reported by the loader.
+    failed_ranks = tuple(r for r in failed_ranks if r < limit)
+    configs, warnings = _believable_configs(dumps, limit)
+    world = _world_size([d.rank for d in dumps] + list(failed_ranks), configs, world_size)
     found = tuple(sorted(d.rank for d in dumps))
     found_set = set(found)
     missing = tuple(r for r in range(world) if r not in found_set)
-    drafts = _draft_groups(_collect_facts(dumps), world)
+    drafts = _draft_groups(_collect_facts(dumps, configs), world)
     if missing:
         _place_missing_ranks(drafts, missing)
     drafts.sort(key=_group_sort_key)
@@ -160,4 +240,5 @@ def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Opti
         groups.append(Group(gid, name, desc, ranks, len(ranks), source))
         memberships.extend(Membership(gid, rank, local) for local, rank in enumerate(ranks))
         ids_by_name[name].append(gid)
-    return Layout(world, found, missing, tuple(groups), tuple(memberships), dict(ids_by_name))
+    return Layout(world, found, missing, tuple(groups), tuple(memberships), dict(ids_by_name),
+                  tuple(ignored_files), ignored_ranks, tuple(warnings))

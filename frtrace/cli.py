@@ -7,6 +7,7 @@ input error, 3 inconclusive. Reports go to stdout; notes and errors to stderr.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Optional
 import click
 
 from . import __version__
+from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
 from .loader import InputError
 from .outputs import OutputError, write_output
@@ -86,11 +88,20 @@ def _default_dump_dir() -> Path:
 
 
 def _parse_size(text: str) -> int:
+    """Bytes in `text` (`512M`, `4G`, `1.5k`, `100`); ValueError unless it is a positive size."""
     units = {"k": 1024, "m": 1024**2, "g": 1024**3}
     text = text.strip().lower().rstrip("b")
     if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
+        number = float(text[:-1])
+        if not math.isfinite(number):  # int() of 'infM' would raise OverflowError, not ValueError
+            raise ValueError(f"not a finite size: {text!r}")
+        size = int(number * units[text[-1]])
+    else:
+        size = int(text)
+    # A limit of zero or less would refuse every file, which is never what was meant.
+    if size <= 0:
+        raise ValueError(f"not a positive size: {text!r}")
+    return size
 
 
 class _Progress:
@@ -123,7 +134,7 @@ class _Progress:
 @click.option("--print-stack-trace", "--print_stack_trace", "print_stack", is_flag=True, help="With -j, add the de-duplicated stack traces.")
 @click.option("--mismatch-cap", "--mismatch_cap", type=click.IntRange(min=1), default=None, help="Print at most N findings per group (all are still analysed).")
 @click.option("--allow-incomplete-ranks", "--allow_incomplete_ranks", is_flag=True, help="Accepted for torchfrtrace compatibility: missing ranks are always analysed as evidence.")
-@click.option("--world-size", type=click.IntRange(min=1), help="Number of ranks in the job, when the highest ranks left no dump.")
+@click.option("--world-size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE), help="Number of ranks in the job, when the highest ranks left no dump.")
 @click.option("--transform-ft", "--transform_ft", is_flag=True, help="torchft dumps: group ranks in pg_config are local to each replica group.")
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
@@ -162,8 +173,14 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         )
     except InputError as exc:
         _fail(str(exc))
-    for issue in analysis.load.errors:
+    unusable = analysis.load.errors + list(analysis.layout.ignored_files)
+    if not analysis.layout.ranks_found:
+        # Every file was read but none has a believable rank: as with no readable file.
+        where = ", ".join(str(p) for p in inputs)
+        _fail(f"no usable dump in {where}: " + "; ".join(str(e) for e in unusable[:3]))
+    for issue in unusable:
         click.echo(f"frtrace: skipped {issue}", err=True)
+    _note_odd_fields(analysis.load.dumps, verbose)
     if verbose:
         for issue in analysis.load.skipped:
             click.echo(f"frtrace: ignored {issue}", err=True)
@@ -190,6 +207,21 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         click.echo(render_text(analysis, diagnosis, mismatch_cap, styler), nl=False)
     code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diagnosis.status]
     return _finish(code, verbose, started, load_seconds)
+
+
+# Without -v, a job whose every dump has the same odd field gets a few lines, not thousands.
+ODD_FIELD_NOTES = 3
+
+
+def _note_odd_fields(dumps: list, verbose: bool) -> None:
+    """One stderr line per dump with fields that were odd but not fatal (read, with defaults)."""
+    odd = [dump for dump in dumps if dump.warnings]
+    shown = odd if verbose else odd[:ODD_FIELD_NOTES]
+    for dump in shown:
+        click.echo(f"frtrace: odd fields in {dump.path}: {'; '.join(dump.warnings)}", err=True)
+    if len(odd) > len(shown):
+        click.echo(f"frtrace: ... and {len(odd) - len(shown)} more dumps with odd fields (-v lists them all; "
+                   "also in inputs.warnings of --format json)", err=True)
 
 
 def _fail(message: str):

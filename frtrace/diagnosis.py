@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from .clocks import estimate_clock_offsets
-from .matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
-from .model import Entry
+from .matcher import CollectiveMatch, Disagreement, GroupView, MatchResult, batch_signature
+from .matcher import match as match_dumps
+from .model import Entry, RankDump
 from .pipeline import Analysis
 from .util import fold_ranks, plural
 
@@ -88,10 +89,15 @@ class Diagnosis:
 # --------------------------------------------------------------------------- helpers
 
 
+def _dumps(analysis: Analysis) -> list:
+    """The dumps that take part (the builder sets aside files with an implausible rank)."""
+    return analysis.layout.usable(analysis.load.dumps)
+
+
 def _completion_is_reliable(analysis: Analysis) -> bool:
     """gloo never moves entries past `scheduled` and retires even timed-out ops, so
     only producers that report started/completed states tell waiting from finished."""
-    for dump in analysis.load.dumps:
+    for dump in _dumps(analysis):
         for entry in dump.entries:
             if entry.state in ("started", "completed") or entry.time_completed_ns:
                 return True
@@ -349,9 +355,10 @@ def _frontier_findings(view: GroupView, matches: list, reliable: bool) -> list:
     waiting = tuple(r for r in issued if r not in completed)
     if last.no_dump:
         if reliable and not waiting:
+            # About the ranks without a dump only: the others are the evidence that they took part.
             return [_new_finding(
                 "missing_dump", view, severity="warning", op=entry.op, collective_seq_id=last.seq, p2p_seq_id=None,
-                ranks=tuple(sorted(issued + last.no_dump)), suspect_ranks=(),
+                ranks=last.no_dump, suspect_ranks=(),
                 message=(f"{_ranks_text(last.no_dump)} of {_group_text(view)} left no dump, but every op of the "
                          f"group up to #{last.seq} completed, so they took part; nothing here points at them"),
                 evidence={"no_dump_ranks": list(last.no_dump), "last_completed_seq": last.seq}, age_ns=age,
@@ -388,12 +395,19 @@ def _frontier_findings(view: GroupView, matches: list, reliable: bool) -> list:
     )]
 
 
+def _took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
+    """Every member that issued the op completed it, which a collective cannot do
+    without the rest of its members: the ones with no entry for it took part, their
+    dump just does not show it (dumped without collectives, or only active ops)."""
+    return reliable and bool(match.calls) and len(match.completed_ranks) == len(match.calls)
+
+
 def _diagnose_group(view: GroupView, matches: list, reliable: bool, siblings=None,
                     waiting_elsewhere: frozenset = frozenset()) -> list:
     for index, match in enumerate(matches):
         if match.disagreement is not None:
             return _mismatch_findings(view, matches, index, siblings.matches_at(match.seq) if siblings else [])
-        if match.not_issued:
+        if match.not_issued and not _took_part_unrecorded(match, reliable):
             have = any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq)) if siblings else False
             return _gap_finding(view, matches, index) or [
                 _presence_finding(view, matches, index, reliable, waiting_elsewhere, have)
@@ -622,10 +636,11 @@ def _missing_dump_notes(analysis: Analysis, findings: list) -> list:
 
 def _empty_dump_notes(analysis: Analysis) -> list:
     """Dumps with no entries say nothing about collectives: make that visible."""
-    empty = [d.rank for d in analysis.load.dumps if not d.entries]
+    dumps = _dumps(analysis)
+    empty = [d.rank for d in dumps if not d.entries]
     if not empty:
         return []
-    without_key = [d.rank for d in analysis.load.dumps if not d.entries and not d.has_entries]
+    without_key = [d.rank for d in dumps if not d.entries and not d.has_entries]
     why = " (dumped without collectives: includeCollectives=False)" if without_key == empty else ""
     return [_new_finding("no_entries", None, severity="info", op=None, collective_seq_id=None, p2p_seq_id=None,
                          ranks=tuple(empty), suspect_ranks=(),
@@ -676,34 +691,82 @@ def _sibling_index(views: tuple, by_group: dict):
     return siblings_of
 
 
+def _blocked_at(entries: tuple) -> int:
+    """Index of the entry the rank is blocked in (len(entries) when it is in none): the
+    oldest unfinished entry after the newest completed one. A rank's ops finish in the
+    order it enqueued them, so an older unfinished entry followed by completed ones is
+    stale, not where it waits."""
+    start = len(entries)
+    while start > 0 and not entries[start - 1].completed:
+        start -= 1
+    return start
+
+
+def _batch_key(entry: Entry) -> tuple:
+    """What the entries of one coalesced batch share."""
+    return entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
+
+
+def _without_queued_ops(dump: RankDump) -> RankDump:
+    """The dump as the rank's GPU got it: without the ops the host only queued behind
+    the one the rank is blocked in. The host enqueues ahead, so a stuck rank may list
+    its next ops as `scheduled`; they have not reached the network, and counting them
+    as issued makes peers look waiting in an op nobody entered (a false `stuck`) or a
+    merely queued send look posted. An op that has started (timing on) is running and
+    stays, and so does the rest of the blocked op's own batch."""
+    entries = dump.entries
+    blocked = _blocked_at(entries)
+    if blocked >= len(entries) - 1:
+        return dump
+    batch = _batch_key(entries[blocked])
+    behind = tuple(e for e in entries[blocked + 1:] if e.started or _batch_key(e) == batch)
+    if len(behind) == len(entries) - blocked - 1:
+        return dump
+    return replace(dump, entries=entries[: blocked + 1] + behind)
+
+
+def _device_matches(analysis: Analysis) -> MatchResult:
+    """The matches the diagnosis reasons on: every rank's entries up to where it is
+    blocked. Matching again costs one more linear pass, and only when some rank has
+    queued ops; the report and Database keep the matches of everything dumped."""
+    dumps = _dumps(analysis)
+    trimmed = [_without_queued_ops(d) for d in dumps]
+    if all(t is d for t, d in zip(trimmed, dumps)):
+        return analysis.matches
+    return match_dumps(trimmed, analysis.layout)
+
+
 def _blocked_in(analysis: Analysis) -> dict:
-    """rank -> name of the group whose op the rank's newest entry is, when that op
-    has not completed: where the rank is waiting right now."""
+    """rank -> (group name, is_p2p) of the op the rank is blocked in: where it waits now."""
     blocked = {}
-    for dump in analysis.load.dumps:
-        newest = dump.entries[-1] if dump.entries else None
-        if newest is not None and not newest.completed:
-            blocked[dump.rank] = (newest.pg_name, newest.is_p2p)
+    for dump in _dumps(analysis):
+        index = _blocked_at(dump.entries)
+        if index < len(dump.entries):
+            entry = dump.entries[index]
+            blocked[dump.rank] = (entry.pg_name, entry.is_p2p)
     return blocked
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:
     reliable = _completion_is_reliable(analysis)
+    # Without a completion signal (gloo) nothing tells a blocked op from a queued one.
+    device = _device_matches(analysis) if reliable else analysis.matches
     by_group = defaultdict(list)
-    for match in analysis.matches.collectives:
-        by_group[match.group_id].append(match)
+    for collective in device.collectives:
+        by_group[collective.group_id].append(collective)
     p2p_by_group = defaultdict(list)
-    for p2p in analysis.matches.p2p:
+    for p2p in device.p2p:
         p2p_by_group[p2p.group_id].append(p2p)
     findings, clean = [], []
-    siblings_of = _sibling_index(analysis.matches.views, by_group)
+    siblings_of = _sibling_index(device.views, by_group)
     blocked_in = _blocked_in(analysis) if reliable else {}
-    for view in analysis.matches.views:
+    for view in device.views:
         matches = by_group.get(view.group.id, [])
         elsewhere = frozenset(rank for rank, place in blocked_in.items() if place != (view.group.name, False))
         findings.extend(_diagnose_group(view, matches, reliable, siblings_of(view), elsewhere))
         findings.extend(_p2p_findings(view, p2p_by_group.get(view.group.id, []), reliable))
-        clean.extend(m for m in matches if m.disagreement is None and not m.not_issued and not m.no_dump
+        clean.extend(m for m in matches if m.disagreement is None and not m.no_dump
+                     and (not m.not_issued or _took_part_unrecorded(m, reliable))
                      and (not reliable or len(m.completed_ranks) == len(m.calls)))
     _link_consequences(findings)
     _demote_consequences(findings)
@@ -718,7 +781,8 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     primary = errors or roots
     if primary:
         status = "faults"
-    elif analysis.layout.ranks_missing or analysis.load.errors or any(f.severity == "warning" for f in findings):
+    elif (analysis.layout.ranks_missing or analysis.load.errors or analysis.layout.ignored_files
+          or any(f.severity == "warning" for f in findings)):
         status = "inconclusive"
     else:
         status = "healthy"

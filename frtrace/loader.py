@@ -9,16 +9,16 @@ prints: the caller decides what to say.
 
 from __future__ import annotations
 
-import ast
 import operator
 import os
 import re
+import stat
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from .model import Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
+from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .safe_decode import DecodeError, decode_dump_bytes
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
@@ -27,6 +27,7 @@ DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
 DUMP_NAME_HINTS = ("rank", "trace", "dump", "fr_", "nccl", "comm")
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+_RECORD_ORDER = operator.itemgetter(1, 0)  # Entry.record_id, Entry.index
 _TRAILING_RANK = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
 _P2P_NAME = re.compile(r"^(?P<op>send|recv)\s+(?P<a>-?\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>-?\d+|\?)$")
 
@@ -138,12 +139,32 @@ def find_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None) -> tup
 
 # --------------------------------------------------------------------------- normalising
 
+# Producers write 64-bit integers; anything wider is corruption, and printing an int of
+# thousands of digits is itself an error in Python.
+_INT_LIMIT = 2**64
+_ENTRY_FIELDS = (
+    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "is_p2p",
+    "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state", "retired", "time_created_ns",
+    "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "timeout_ms", "frames",
+)
+_new_entry = tuple.__new__  # builds an Entry from a ready tuple without a Python-level __new__
+
+
+class _Unreadable(Exception):
+    """An entry field that matching depends on cannot be read: the entry is dropped."""
+
 
 class _Normaliser:
-    """Per-file interning tables and the warnings collected while normalising."""
+    """Per-file interning tables and the warnings collected while normalising.
+
+    The tables map raw values (as the file holds them) to validated, interned results,
+    so the common entry costs a few dict lookups; only values not seen before are
+    validated field by field.
+    """
 
     def __init__(self) -> None:
         self.strings: dict = {}
+        self.groups: dict = {}
         self.names: dict = {}
         self.shapes: dict = {}
         self.frames: dict = {}
@@ -157,80 +178,101 @@ class _Normaliser:
         if value is None:
             return default
         if not isinstance(value, str):
+            # Never str() it: a shared-reference tuple can expand to billions of items.
             self.warn(f"{field_name} is not a string")
-            value = str(value)
+            return default
         return self.strings.setdefault(value, value)
 
     def integer(self, value, field_name: str, default: Optional[int] = 0) -> Optional[int]:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if value is None:
-                return default
-            if isinstance(value, str) and value.lstrip("-").isdigit():
-                return int(value)
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
+        if type(value) is int and -_INT_LIMIT < value < _INT_LIMIT:
+            return value
+        if value is None:
+            return default
+        number = _as_integer(value)
+        if number is None:
             self.warn(f"{field_name} is not an integer")
             return default
-        return value
+        return number
 
-    def op_name(self, profiling_name, is_p2p_flag) -> OpName:
-        key = (profiling_name, bool(is_p2p_flag))
-        cached = self.names.get(key)
+    def process_group(self, pg, pg_id) -> tuple:
+        if not isinstance(pg, (list, tuple)) or not pg:
+            return self._validated_process_group(pg, pg_id)
+        try:  # JSON writes the pair as a list: the cache is keyed by the tuple
+            key = tuple(pg)
+            cached = self.groups.get(key)
+        except TypeError:  # something unhashable inside
+            return self._validated_process_group(pg, pg_id)
         if cached is None:
-            cached = self.names[key] = parse_profiling_name(self.text(profiling_name, "profiling_name"), bool(is_p2p_flag))
+            cached = self.groups[key] = self._validated_process_group(pg, pg_id)
         return cached
 
-    def sizes(self, value, field_name: str) -> tuple:
+    def _validated_process_group(self, pg, pg_id) -> tuple:
+        if isinstance(pg, (list, tuple)) and len(pg) >= 1:
+            name = self.text(pg[0], "process_group name")
+            desc = self.text(pg[1], "process_group desc") if len(pg) > 1 else ""
+            return name, desc
+        if pg is not None:
+            self.warn("process_group is not a (name, desc) pair")
+        # Old dumps without process_group: the rank-local pg_id is the only handle left.
+        number = self.integer(pg_id, "pg_id", None)
+        return (str(number) if number is not None else "?"), ""
+
+    def op_name(self, profiling_name, is_p2p_flag) -> OpName:
+        flag = is_p2p_flag is True
+        if type(profiling_name) is not str:
+            if profiling_name is not None:
+                self.warn("profiling_name is not a string")
+            return UNREADABLE_OP
+        key = (profiling_name, flag)
+        cached = self.names.get(key)
+        if cached is None:
+            cached = self.names[key] = parse_profiling_name(self.text(profiling_name, "profiling_name"), flag)
+        return cached
+
+    def sizes(self, value, field_name: str) -> Optional[tuple]:
         if value is None:
             return ()
         if isinstance(value, (list, tuple)) and all(
-            isinstance(shape, (list, tuple)) and all(type(d) is int for d in shape) for shape in value
+            isinstance(shape, (list, tuple)) and all(type(d) is int and 0 <= d < _INT_LIMIT for d in shape) for shape in value
         ):
             return tuple(map(tuple, value))
         self.warn(f"{field_name} is not a list of shapes")
-        return ()
+        return None
 
-    def dtypes(self, value, field_name: str) -> tuple:
+    def dtypes(self, value, field_name: str) -> Optional[tuple]:
         if value is None:
             return ()
         if isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value):
-            return tuple(value)
+            return tuple(self.text(d, field_name) for d in value)
         self.warn(f"{field_name} is not a list of dtype names")
-        return ()
+        return None
 
-    def shape_record(self, raw: dict) -> Shapes:
-        # Hot path: most entries repeat a handful of shapes, so look the raw values up
-        # first and validate only what is new.
-        try:
-            key = (
-                tuple(map(tuple, raw.get("input_sizes") or ())),
-                tuple(raw.get("input_dtypes") or ()),
-                tuple(map(tuple, raw.get("output_sizes") or ())),
-                tuple(raw.get("output_dtypes") or ()),
-            )
+    def shape_record(self, input_sizes, input_dtypes, output_sizes, output_dtypes) -> Shapes:
+        try:  # most entries repeat a handful of shapes: look the raw values up first
+            key = (tuple(map(tuple, input_sizes or ())), tuple(input_dtypes or ()),
+                   tuple(map(tuple, output_sizes or ())), tuple(output_dtypes or ()))
             cached = self.shapes.get(key)
         except TypeError:  # not iterable, or unhashable inside: validate the slow way
             key, cached = None, None
         if cached is not None:
             return cached
-        shapes = self._validated_shapes(raw)
+        fields = (
+            self.sizes(input_sizes, "input_sizes"),
+            self.dtypes(input_dtypes, "input_dtypes"),
+            self.sizes(output_sizes, "output_sizes"),
+            self.dtypes(output_dtypes, "output_dtypes"),
+        )
+        readable = None not in fields
+        shapes = Shapes(*(() if f is None else f for f in fields), readable)
         shapes = self.shapes.setdefault(shapes, shapes)
         if key is not None:
             self.shapes[key] = shapes
         return shapes
 
-    def _validated_shapes(self, raw: dict) -> Shapes:
-        return Shapes(
-            self.sizes(raw.get("input_sizes"), "input_sizes"),
-            self.dtypes(raw.get("input_dtypes"), "input_dtypes"),
-            self.sizes(raw.get("output_sizes"), "output_sizes"),
-            self.dtypes(raw.get("output_dtypes"), "output_dtypes"),
-        )
-
     def stack(self, value) -> tuple:
         if not value:
             return ()
-        try:  # hot path: a stack seen before, looked up by its raw (name, file, line)s
+        try:  # a stack seen before, looked up by its raw (name, file, line)s
             key = tuple(map(_FRAME_FIELDS, value))
             cached = self.stacks.get(key)
         except (TypeError, KeyError):
@@ -251,18 +293,30 @@ class _Normaliser:
             if not isinstance(raw, dict):
                 self.warn("a stack frame is not a dict")
                 continue
-            key = (raw.get("name"), raw.get("filename"), raw.get("line"))
-            frame = self.frames.get(key)
-            if frame is None:
-                frame = Frame(
-                    self.text(key[0], "frame name", "?"),
-                    self.text(key[1], "frame filename", "?"),
-                    self.integer(key[2], "frame line", 0),
-                )
-                self.frames[key] = frame
-            frames.append(frame)
+            frame = Frame(
+                self.text(raw.get("name"), "frame name", "?"),
+                self.text(raw.get("filename"), "frame filename", "?"),
+                self.integer(raw.get("line"), "frame line", 0),
+            )
+            frames.append(self.frames.setdefault(frame, frame))
         stack = tuple(frames)
         return self.stacks.setdefault(stack, stack)
+
+
+def _as_integer(value) -> Optional[int]:
+    """An int written as a decimal string or an integral float; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -_INT_LIMIT < value < _INT_LIMIT else None
+    if isinstance(value, str):
+        digits = value.strip()
+        if 0 < len(digits) <= 21 and digits.lstrip("-").isascii() and digits.lstrip("-").isdecimal():
+            return int(digits)
+        return None
+    if isinstance(value, float) and value.is_integer() and abs(value) < _INT_LIMIT:
+        return int(value)
+    return None
 
 
 def parse_profiling_name(profiling_name: str, is_p2p_flag: bool = False) -> OpName:
@@ -277,78 +331,112 @@ def parse_profiling_name(profiling_name: str, is_p2p_flag: bool = False) -> OpNa
         right = -1 if match["b"] == "?" else int(match["b"])
         src, dst = (left, right) if match["arrow"] == "->" else (right, left)
         return OpName(profiling_name, backend, match["op"], True, src, dst)
-    op = rest.split(" ", 1)[0] if rest else "unknown"
+    op = rest.split(" ", 1)[0] if rest else UNREADABLE_OP.op
     marker = op == "coalesced" or (op.endswith("_coalesced") and op[: -len("_coalesced")].isupper())
     return OpName(profiling_name, backend, op, is_p2p_flag or op in ("send", "recv"), None, None, marker)
 
 
-def _process_group(raw: dict, norm: _Normaliser) -> tuple:
-    pg = raw.get("process_group")
-    if isinstance(pg, (list, tuple)) and len(pg) >= 1:
-        name = norm.text(pg[0], "process_group name")
-        desc = norm.text(pg[1], "process_group desc") if len(pg) > 1 else ""
-        return name, desc
-    if pg is not None:
-        norm.warn("process_group is not a (name, desc) pair")
-    # Old dumps without process_group: the rank-local pg_id is the only handle left.
-    pg_id = raw.get("pg_id")
-    return norm.text(str(pg_id) if pg_id is not None else "?", "pg_id"), ""
-
-
 def _optional_time(value, norm: _Normaliser, field_name: str) -> Optional[int]:
     # JSON writes 0 where pickle writes None: both mean "not observed".
-    number = norm.integer(value, field_name, None)
-    return number or None
+    return norm.integer(value, field_name, None) or None
 
 
-def _normalise_entry(index: int, raw, norm: _Normaliser) -> Optional[Entry]:
-    if not isinstance(raw, dict):
-        norm.warn("an entry is not a dict (skipped)")
+def _optional_float(value, norm: _Normaliser, field_name: str) -> Optional[float]:
+    if value is None:
         return None
-    get = raw.get
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300:
+        value = float(value)
+        if value == value:  # not NaN
+            return value
+    norm.warn(f"{field_name} is not a number")
+    return None
+
+
+def _fast_entry(index: int, values: tuple, norm: _Normaliser):
+    """The entry from `values` when every field holds what real dumps hold and every
+    interned value was seen before; None to take the validating path."""
+    (record_id, pg_id, pg, seq, p2p_seq, op_id, profiling_name, is_p2p, input_sizes, input_dtypes, output_sizes,
+     output_dtypes, state, retired, created, started, completed, duration, timeout, frames) = values
+    limit = _INT_LIMIT
+    if not (type(record_id) is int and type(pg_id) is int and type(seq) is int and type(p2p_seq) is int
+            and type(op_id) is int and type(created) is int and (started is None or type(started) is int)
+            and (completed is None or type(completed) is int) and (timeout is None or type(timeout) is int)
+            and (retired is None or type(retired) is bool) and (duration is None or type(duration) is float)
+            and -limit < record_id < limit and -limit < seq < limit and -limit < p2p_seq < limit
+            and -limit < op_id < limit and -limit < created < limit and -limit < pg_id < limit
+            and (started is None or -limit < started < limit) and (completed is None or -limit < completed < limit)
+            and (timeout is None or -limit < timeout < limit) and (duration is None or -1e300 < duration < 1e300)):
+        return None
+    try:
+        group = norm.groups[tuple(pg)]
+        name = norm.names[(profiling_name, is_p2p is True)]
+        shapes = norm.shapes[(tuple(map(tuple, input_sizes)), tuple(input_dtypes),
+                              tuple(map(tuple, output_sizes)), tuple(output_dtypes))]
+        state = norm.strings[state]
+        stack = norm.stacks[tuple(map(_FRAME_FIELDS, frames))] if frames else ()
+    except (KeyError, TypeError):
+        return None
+    return _new_entry(Entry, (index, record_id, group[0], group[1], pg_id, seq, p2p_seq, op_id, name, shapes, state,
+                              retired, created, started or None, completed or None, duration, timeout, stack))
+
+
+def _validated_entry(index: int, values: tuple, norm: _Normaliser) -> Entry:
+    (record_id, pg_id, pg, seq, p2p_seq, op_id, profiling_name, is_p2p, input_sizes, input_dtypes, output_sizes,
+     output_dtypes, state, retired, created, started, completed, duration, timeout, frames) = values
     integer = norm.integer
-    pg_name, pg_desc = _process_group(raw, norm)
-    seq = get("collective_seq_id")
-    if seq is None:
-        seq = get("seq_id")  # dumps before the collective/p2p split
-    # `type(x) is int` skips the validating call for the values real dumps hold.
-    record_id, pg_id, p2p_seq, op_id, created = get("record_id"), get("pg_id"), get("p2p_seq_id"), get("op_id"), get("time_created_ns")
-    timeout, state, retired, duration = get("timeout_ms"), get("state"), get("retired"), get("duration_ms")
-    started, completed = get("time_discovered_started_ns"), get("time_discovered_completed_ns")
-    return Entry(
+    name = norm.op_name(profiling_name, is_p2p)
+    collective_seq = integer(seq, "collective_seq_id", None)
+    if collective_seq is None and not name.is_p2p:
+        # Where this rank stands in its group cannot be known: better no entry than a guess.
+        raise _Unreadable("collective_seq_id")
+    group = norm.process_group(pg, pg_id)
+    if not (retired is None or type(retired) is bool):
+        norm.warn("retired is not a boolean")
+        retired = None
+    return _new_entry(Entry, (
         index,
-        record_id if type(record_id) is int else integer(record_id, "record_id", index),
-        pg_name,
-        pg_desc,
-        pg_id if type(pg_id) is int else integer(pg_id, "pg_id", -1),
-        seq if type(seq) is int else integer(seq, "collective_seq_id", 0),
-        p2p_seq if type(p2p_seq) is int else integer(p2p_seq, "p2p_seq_id", 0),
-        op_id if type(op_id) is int else integer(op_id, "op_id", 0),
-        norm.op_name(get("profiling_name", "unknown"), get("is_p2p")),
-        norm.shape_record(raw),
-        norm.strings.get(state) or norm.text(state, "state", "scheduled"),
-        retired if type(retired) is bool else None,
-        created if type(created) is int else integer(created, "time_created_ns", 0),
-        # JSON writes 0 where pickle writes None: both mean "not observed".
-        (started or None) if type(started) is int or started is None else _optional_time(started, norm, "time_discovered_started_ns"),
-        (completed or None) if type(completed) is int or completed is None else _optional_time(completed, norm, "time_discovered_completed_ns"),
-        float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
-        timeout if type(timeout) is int or timeout is None else integer(timeout, "timeout_ms", None),
-        norm.stack(get("frames")),
-    )
+        integer(record_id, "record_id", index),
+        group[0],
+        group[1],
+        integer(pg_id, "pg_id", -1),
+        collective_seq if collective_seq is not None else 0,
+        integer(p2p_seq, "p2p_seq_id", 0),
+        integer(op_id, "op_id", 0),
+        name,
+        norm.shape_record(input_sizes, input_dtypes, output_sizes, output_dtypes),
+        norm.text(state, "state", "scheduled"),
+        retired,
+        integer(created, "time_created_ns", 0),
+        _optional_time(started, norm, "time_discovered_started_ns"),
+        _optional_time(completed, norm, "time_discovered_completed_ns"),
+        _optional_float(duration, norm, "duration_ms"),
+        integer(timeout, "timeout_ms", None),
+        norm.stack(frames),
+    ))
+
+
+_RANK_LIST = re.compile(r"\s*[\[(]\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*[\])]\s*")
 
 
 def _parse_rank_list(value) -> Optional[tuple]:
+    """Sorted global ranks from `"[0, 1, 2]"` (or a list), None when unreadable or empty.
+
+    A regular expression rather than ast.literal_eval: the default group of a large job
+    lists every rank, and compiling that string costs more than the rest of the file.
+    """
     if isinstance(value, (list, tuple)):
+        if not all(type(r) is int and 0 <= r < _INT_LIMIT for r in value):
+            return None
         ranks = value
     elif isinstance(value, str):
-        try:
-            ranks = ast.literal_eval(value.strip() or "[]")  # literal syntax only, never code
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
+        match = _RANK_LIST.fullmatch(value)
+        if match is None:
             return None
+        numbers = match[1]
+        if numbers and max(map(len, numbers.split(","))) > 25:
+            return None
+        ranks = list(map(int, numbers.split(","))) if numbers else []
     else:
-        return None
-    if not isinstance(ranks, (list, tuple)) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ranks):
         return None
     return tuple(sorted(set(ranks))) or None
 
@@ -370,6 +458,8 @@ def _pg_config(raw, norm: _Normaliser) -> tuple:
 
 def _pg_status(raw, norm: _Normaliser) -> dict:
     if not isinstance(raw, dict):
+        if raw is not None:
+            norm.warn("pg_status is not a dict")
         return {}
     status = {}
     for key, value in raw.items():
@@ -385,61 +475,127 @@ def _pg_status(raw, norm: _Normaliser) -> dict:
     return status
 
 
+def _top_level_dict(raw) -> dict:
+    if isinstance(raw, list):
+        # The oldest producers wrote a bare list of entries; a list of anything else is not a dump.
+        if raw and all(isinstance(item, dict) for item in raw):
+            return {"entries": raw, "version": "1.0"}
+        raise DecodeError("top level is a list, but not of entry dicts")
+    if not isinstance(raw, dict):
+        raise DecodeError(f"top level is a {type(raw).__name__}, not a dump dict")
+    if not any(key in raw for key in ("entries", "pg_config", "pg_status", "version")):
+        raise DecodeError("no Flight Recorder keys (entries, pg_config, version) at the top level")
+    return raw
+
+
+def _raw_entries(raw_entries) -> Optional[list]:
+    """The `entries` list, None when the dump has none; DecodeError when it holds no entry
+    at all, since such a rank would otherwise look like one that issued nothing."""
+    if raw_entries is None:
+        return None
+    if not isinstance(raw_entries, list):
+        raise DecodeError(f"entries is a {type(raw_entries).__name__}, not a list")
+    if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
+        raise DecodeError("entries holds no entry dicts")
+    return raw_entries
+
+
+def _normalise_entries(raw_entries: list, norm: _Normaliser) -> tuple:
+    """`(entries sorted oldest first, number dropped as unreadable)`."""
+    entries = []
+    dropped = 0
+    fields = _ENTRY_FIELDS
+    for index, raw in enumerate(raw_entries):
+        if type(raw) is not dict:
+            norm.warn("an entry is not a dict (skipped)")
+            continue
+        values = tuple(map(raw.get, fields))
+        if values[3] is None:  # dumps before the collective/p2p split wrote `seq_id`
+            values = values[:3] + (raw.get("seq_id"),) + values[4:]
+        entry = _fast_entry(index, values, norm)
+        if entry is None:
+            try:
+                entry = _validated_entry(index, values, norm)
+            except _Unreadable as exc:
+                norm.warn(f"an entry has no readable {exc} (dropped)")
+                dropped += 1
+                continue
+        entries.append(entry)
+    # Record ids order a rank's entries; ties (corrupt ids) keep file order.
+    entries.sort(key=_RECORD_ORDER)
+    return tuple(entries), dropped
+
+
+def _version(raw: dict, norm: _Normaliser) -> str:
+    version = raw.get("version")
+    if isinstance(version, str):
+        return version
+    if version is not None:
+        norm.warn("version is not a string")
+    return "unknown"
+
+
 def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
     """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
     the data is not shaped like a dump at all."""
-    if isinstance(raw, list):  # the oldest producers wrote a bare list of entries
-        raw = {"entries": raw, "version": "1.0"}
-    if not isinstance(raw, dict):
-        raise DecodeError(f"top level is a {type(raw).__name__}, not a dump dict")
-    known = ("entries", "pg_config", "pg_status", "version")
-    if not any(key in raw for key in known):
-        raise DecodeError("no Flight Recorder keys (entries, pg_config, version) at the top level")
+    raw = _top_level_dict(raw)
+    raw_entries = _raw_entries(raw.get("entries"))
     norm = _Normaliser()
-    version = raw.get("version")
-    version = version if isinstance(version, str) else ("unknown" if version is None else str(version))
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
-    pg_config = _pg_config(raw.get("pg_config"), norm)
-    raw_entries = raw.get("entries")
-    if raw_entries is not None and not isinstance(raw_entries, list):
-        norm.warn("entries is not a list (ignored)")
-        raw_entries = []
-    # JSON dumps omit `entries` when it is empty; only pickles tell "no collectives" apart.
-    has_entries = raw_entries is not None or encoding.startswith("json")
-    entries = []
-    for index, raw_entry in enumerate(raw_entries or ()):
-        entry = _normalise_entry(index, raw_entry, norm)
-        if entry is not None:
-            entries.append(entry)
-    entries.sort(key=lambda e: (e.record_id, e.index))
-    warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
-    return RankDump(
+    entries, dropped = _normalise_entries(raw_entries or (), norm)
+    dump = RankDump(
         rank=rank,
         path=path,
         encoding=encoding,
-        version=version,
+        version=_version(raw, norm),
         comm_lib_version=norm.text(comm_lib, "comm_lib_version"),
-        pg_config=pg_config,
+        pg_config=_pg_config(raw.get("pg_config"), norm),
         pg_status=_pg_status(raw.get("pg_status"), norm),
-        entries=tuple(entries),
-        has_entries=has_entries,
-        warnings=warnings,
+        entries=entries,
+        # JSON dumps omit `entries` when it is empty; only pickles tell "no collectives" apart.
+        has_entries=raw_entries is not None or encoding.startswith("json"),
+        unreadable_entries=dropped,
     )
+    dump.warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
+    return dump
 
 
 # --------------------------------------------------------------------------- loading
 
 
+def read_dump_file(path: str, max_bytes: int) -> bytes:
+    """The bytes of one regular file of at most `max_bytes`; OSError or ValueError otherwise.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO or a device
+    named like a dump (or a symlink to one) is refused instead of read forever.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb", closefd=True) as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > max_bytes:
+            raise ValueError(f"file is {info.st_size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
+        data = handle.read(info.st_size + 1)
+        if len(data) > info.st_size:  # still being written: read on, in bounded steps
+            parts, size = [data], len(data)
+            while size <= max_bytes and (chunk := handle.read(1 << 24)):
+                parts.append(chunk)
+                size += len(chunk)
+            data = b"".join(parts)
+    if len(data) > max_bytes:
+        raise ValueError(f"file is over the {max_bytes:,}-byte limit (raise --max-file-size)")
+    return data
+
+
 def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
     """Read and normalise one file: a RankDump, or a LoadIssue saying why not."""
     try:
-        size = os.path.getsize(path)
-        if size > max_bytes:
-            return LoadIssue(path, f"file is {size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_dump_file(path, max_bytes)
     except OSError as exc:
         return LoadIssue(path, f"cannot read ({exc.strerror or exc})")
+    except ValueError as exc:
+        return LoadIssue(path, str(exc))
     try:
         raw, encoding = decode_dump_bytes(data, max_bytes)
         del data
@@ -450,8 +606,20 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
         return LoadIssue(path, f"dump too deep or too large ({type(exc).__name__})")
 
 
-def _load_star(args: tuple):
-    return load_one(*args)
+def _load_for_transfer(args: tuple):
+    """`load_one` in a worker process. Entries travel to the parent as plain tuples:
+    pickling NamedTuples runs Python code per entry on both sides, plain tuples do not."""
+    result = load_one(*args)
+    if isinstance(result, RankDump):
+        result.entries = tuple(map(tuple, result.entries))
+    return result
+
+
+def _received(result):
+    if isinstance(result, RankDump):
+        new = _new_entry
+        result.entries = tuple([new(Entry, values) for values in result.entries])
+    return result
 
 
 def load_dumps(
@@ -489,8 +657,9 @@ def _run_jobs(jobs: list, workers: int, progress) -> list:
         return results
     results = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for done, result in enumerate(pool.map(_load_star, jobs, chunksize=max(1, min(64, len(jobs) // (8 * workers)))), 1):
-            results.append(result)
+        chunksize = max(1, min(64, len(jobs) // (8 * workers)))
+        for done, result in enumerate(pool.map(_load_for_transfer, jobs, chunksize=chunksize), 1):
+            results.append(_received(result))
             if progress:
                 progress(done, len(jobs))
     return results

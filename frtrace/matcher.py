@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .builder import Layout
-from .model import Entry, Group, RankDump
+from .model import UNREADABLE_OP, Entry, Group, RankDump
+
+_UNSEEN = object()
 
 # Ops whose sizes legitimately differ per rank (uneven splits, variable counts).
 RANK_DEPENDENT_SIZE_OPS = frozenset(
@@ -42,9 +44,13 @@ class RankStream:
     last_seq: Optional[int]
     # The rank's ring buffer wrapped: sequence numbers before first_seq fell off it.
     clipped: bool
+    # Some of the rank's entries could not be read, so a gap may be one of them.
+    uncertain: bool = False
 
     def covers(self, seq: int) -> bool:
         """Whether a missing entry for `seq` would mean the rank never issued it."""
+        if self.uncertain:
+            return False
         return not self.clipped or (self.first_seq is not None and seq >= self.first_seq)
 
 
@@ -117,23 +123,28 @@ def _rank_streams(dump: RankDump, layout: Layout) -> dict:
     """group id -> RankStream for one rank, in one pass over its entries."""
     per_group: dict = {}
     group_ids: dict = {}
+    uncertain = dump.unreadable_entries > 0
     for entry in dump.entries:
-        gid = group_ids.get(entry.pg_name, -1)
+        pg_name = entry.pg_name
+        gid = group_ids.get(pg_name, -1)
         if gid == -1:
-            gid = group_ids[entry.pg_name] = layout.group_of(entry.pg_name, dump.rank)
+            gid = group_ids[pg_name] = layout.group_of(pg_name, dump.rank)
         if gid is None:
             continue
         stream = per_group.get(gid)
         if stream is None:
-            stream = per_group[gid] = RankStream(dump.rank, defaultdict(list), [], None, None, dump.wrapped)
+            stream = per_group[gid] = RankStream(dump.rank, {}, [], None, None, dump.wrapped, uncertain)
         name = entry.name
         if name.is_p2p:
             if not name.is_coalesced_marker:
                 stream.p2p.append(entry)
             continue
-        stream.collectives[entry.collective_seq_id].append(entry)
+        collectives = stream.collectives
+        seq = entry.collective_seq_id
+        batch = collectives.get(seq)
+        # Almost every sequence number holds one entry; only coalesced batches grow.
+        collectives[seq] = (entry,) if batch is None else batch + (entry,)
     for stream in per_group.values():
-        stream.collectives = {seq: tuple(entries) for seq, entries in stream.collectives.items()}
         if stream.collectives:
             stream.first_seq = min(stream.collectives)
             stream.last_seq = max(stream.collectives)
@@ -142,7 +153,8 @@ def _rank_streams(dump: RankDump, layout: Layout) -> dict:
 
 def build_views(dumps: list, layout: Layout) -> tuple:
     streams_by_group: dict = defaultdict(dict)
-    dumped = {d.rank for d in dumps}
+    dumps_by_rank = {d.rank: d for d in dumps}
+    dumped = dumps_by_rank.keys()
     for dump in dumps:
         for gid, stream in _rank_streams(dump, layout).items():
             streams_by_group[gid][dump.rank] = stream
@@ -153,8 +165,8 @@ def build_views(dumps: list, layout: Layout) -> tuple:
             if rank in dumped and rank not in streams:
                 # A member with a dump but no entries of this group: nothing fell off
                 # unless its buffer wrapped.
-                wrapped = next(d.wrapped for d in dumps if d.rank == rank)
-                streams[rank] = RankStream(rank, {}, [], None, None, wrapped)
+                dump = dumps_by_rank[rank]
+                streams[rank] = RankStream(rank, {}, [], None, None, dump.wrapped, dump.unreadable_entries > 0)
         no_dump = tuple(r for r in group.ranks if r not in dumped)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
     return tuple(views)
@@ -173,10 +185,13 @@ def _numel(shapes: tuple) -> int:
     return total
 
 
-def _op_signature(entry: Entry) -> tuple:
-    """What every member must agree on for one op, given what may legitimately differ."""
+def _op_signature(entry: Entry) -> Optional[tuple]:
+    """What every member must agree on for one op, given what may legitimately differ;
+    None when the entry's op or sizes could not be read."""
     op = entry.op
     shapes = entry.shapes
+    if entry.name is UNREADABLE_OP or not shapes.readable:
+        return None
     if op in RANK_DEPENDENT_SIZE_OPS:
         in_numel = out_numel = None
     else:
@@ -187,21 +202,29 @@ def _op_signature(entry: Entry) -> tuple:
     return op, in_numel, out_numel, dtypes
 
 
-def batch_signature(entries: tuple, cache: Optional[dict] = None) -> tuple:
-    """Signatures of a batch's ops; `cache` memoises them per (op name, shapes) pair,
-    which are interned objects shared by most entries of a rank."""
+def batch_signature(entries: tuple, cache: Optional[dict] = None) -> Optional[tuple]:
+    """Signatures of a batch's ops, None when one of them cannot be read.
+
+    With a `cache` (one per `match` call), equal signatures come back as one shared
+    object, so comparing the members of a healthy collective costs identity checks. It
+    is keyed by the ids of the interned op name and shapes most entries of a rank share.
+    """
     if cache is None:
-        return tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
-    signature = []
-    for entry in entries:
-        if entry.name.is_coalesced_marker:
-            continue
+        signature = tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
+        return None if None in signature else signature
+    if len(entries) == 1:
+        entry = entries[0]
         key = (id(entry.name), id(entry.shapes))
-        op_sig = cache.get(key)
-        if op_sig is None:
-            op_sig = cache[key] = _op_signature(entry)
-        signature.append(op_sig)
-    return tuple(signature)
+        signature = cache.get(key, _UNSEEN)
+        if signature is _UNSEEN:
+            signature = cache[key] = _shared(cache, batch_signature(entries))
+        return signature
+    return _shared(cache, batch_signature(entries))
+
+
+def _shared(cache: dict, signature: Optional[tuple]) -> Optional[tuple]:
+    # Signatures are tuples and the other keys are pairs of ints, so they cannot collide.
+    return signature if signature is None else cache.setdefault(signature, signature)
 
 
 def _difference_kind(a: tuple, b: tuple) -> str:
@@ -214,9 +237,14 @@ def _difference_kind(a: tuple, b: tuple) -> str:
 
 def find_disagreement(calls: dict, cache: Optional[dict] = None) -> Optional[Disagreement]:
     """Consensus over the members that issued the op: the odd ones out, or a tie."""
+    signatures = [(rank, batch_signature(entries, cache)) for rank, entries in calls.items()]
+    first = signatures[0][1] if signatures else None
+    if all(signature is first for _, signature in signatures):
+        return None  # the common case: everyone issued the same thing
     by_signature: dict = defaultdict(list)
-    for rank, entries in calls.items():
-        by_signature[batch_signature(entries, cache)].append(rank)
+    for rank, signature in signatures:
+        if signature is not None:  # an unreadable entry neither votes nor is blamed
+            by_signature[signature].append(rank)
     if len(by_signature) < 2:
         return None
     classes = sorted(((tuple(sorted(r)), sig) for sig, r in by_signature.items()), key=lambda c: (-len(c[0]), c[0]))
@@ -239,17 +267,18 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     for stream in view.streams.values():
         seqs.update(stream.collectives)
     members = [r for r in view.group.ranks if r in view.streams]
+    tables = [(rank, stream.collectives) for rank, stream in view.streams.items()]
+    group_id, no_dump = view.group.id, view.no_dump
+    strays = len(tables) > len(members)  # ranks with entries of the group but not in it
     matches = []
     for seq in sorted(seqs):
-        calls, not_issued, out_of_window = {}, [], []
-        for rank, stream in view.streams.items():
-            entries = stream.collectives.get(seq)
-            if entries is not None:
-                calls[rank] = entries
-        for rank in members:
-            if rank not in calls:
-                (not_issued if view.streams[rank].covers(seq) else out_of_window).append(rank)
-        match = CollectiveMatch(view.group.id, seq, calls, tuple(not_issued), tuple(out_of_window), view.no_dump)
+        calls = {rank: table[seq] for rank, table in tables if seq in table}
+        not_issued, out_of_window = (), ()
+        if strays or len(calls) < len(members):
+            absent = [rank for rank in members if rank not in calls]
+            not_issued = tuple(r for r in absent if view.streams[r].covers(seq))
+            out_of_window = tuple(r for r in absent if not view.streams[r].covers(seq))
+        match = CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump)
         match.disagreement = find_disagreement(calls, signature_cache)
         matches.append(match)
     return matches

@@ -35,11 +35,17 @@ class OpName(NamedTuple):
     is_coalesced_marker: bool = False
 
 
+# The op of an entry whose profiling_name could not be read: never compared.
+UNREADABLE_OP = OpName("", "", "unknown", False)
+
+
 class Shapes(NamedTuple):
     input_sizes: tuple
     input_dtypes: tuple
     output_sizes: tuple
     output_dtypes: tuple
+    # False when a size or dtype list could not be read: the sizes are then not compared.
+    readable: bool = True
 
 
 class Entry(NamedTuple):
@@ -111,6 +117,8 @@ class RankDump:
     entries: tuple  # tuple[Entry, ...] oldest first
     has_entries: bool  # False when the dump was taken without collectives
     warnings: tuple = ()
+    # Entries dropped because where they stand (their collective_seq_id) could not be read.
+    unreadable_entries: int = 0
 
     @property
     def backend(self) -> str:

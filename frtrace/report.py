@@ -20,7 +20,7 @@ STATUS_WORD = {"healthy": "HEALTHY", "faults": "FAULT", "inconclusive": "INCONCL
 
 def _inputs(analysis: Analysis) -> dict:
     load, layout = analysis.load, analysis.layout
-    dumps = load.dumps
+    dumps = layout.usable(load.dumps)
     return {
         "ranks_found": list(layout.ranks_found),
         "ranks_missing": list(layout.ranks_missing),
@@ -38,10 +38,16 @@ def _inputs(analysis: Analysis) -> dict:
             {"name": g.name, "desc": g.desc, "ranks": fold_ranks(g.ranks), "size": g.size, "membership_source": g.membership_source}
             for g in layout.groups
         ],
-        "unreadable_files": [{"path": e.path, "problem": e.problem} for e in load.errors],
+        "unreadable_files": [{"path": e.path, "problem": e.problem} for e in _unusable_files(analysis)],
         "skipped_files": [{"path": s.path, "reason": s.problem} for s in load.skipped],
-        "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings],
+        "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
+        + [{"rank": rank, "warning": w} for rank, w in layout.warnings],
     }
+
+
+def _unusable_files(analysis: Analysis) -> list:
+    """Files the loader could not read, then those the builder set aside for their rank."""
+    return list(analysis.load.errors) + list(analysis.layout.ignored_files)
 
 
 def _finding_dict(finding: Finding) -> dict:
@@ -156,22 +162,24 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
 
 def _loaded_line(analysis: Analysis) -> str:
     load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
-    backends = sorted({d.backend for d in load.dumps if d.backend}) or ["unknown backend"]
-    versions = sorted({d.version for d in load.dumps})
+    dumps = layout.usable(load.dumps)
+    backends = sorted({d.backend for d in dumps if d.backend}) or ["unknown backend"]
+    versions = sorted({d.version for d in dumps})
     parts = [
-        f"Read {plural(len(load.dumps), 'dump')} ({', '.join(backends)}, version {', '.join(versions)}) "
-        f"of a {layout.world_size}-rank job: {plural(sum(len(d.entries) for d in load.dumps), 'entry', 'entries')}, "
+        f"Read {plural(len(dumps), 'dump')} ({', '.join(backends)}, version {', '.join(versions)}) "
+        f"of a {layout.world_size}-rank job: {plural(sum(len(d.entries) for d in dumps), 'entry', 'entries')}, "
         f"{plural(len(layout.groups), 'group')}, {plural(counts['collectives'], 'collective')} "
         f"({counts['collectives_agreed']} agreed, {counts['collectives_partial']} partial, {counts['collectives_mismatched']} mismatched), "
         f"{plural(counts['p2p_pairs'], 'P2P pair')}."
     ]
     if layout.ranks_missing:
         parts.append(f"No usable dump for {_ranks(layout.ranks_missing)}.")
-    wrapped = [d.rank for d in load.dumps if d.wrapped]
+    wrapped = [d.rank for d in dumps if d.wrapped]
     if wrapped:
         parts.append(f"Ring buffer wrapped on {_ranks(wrapped)}: only the overlap of windows was compared.")
-    if load.errors:
-        parts.append(f"Skipped {plural(len(load.errors), 'unreadable file')}: " + "; ".join(str(e) for e in load.errors[:5]))
+    unusable = _unusable_files(analysis)
+    if unusable:
+        parts.append(f"Skipped {plural(len(unusable), 'unusable file')}: " + "; ".join(str(e) for e in unusable[:5]))
     if load.skipped:
         parts.append(f"Ignored {plural(len(load.skipped), 'unrelated file')}.")
     return "\n".join(parts)

@@ -3,31 +3,68 @@
 Takes bytes (pickle, JSON, or gzip of either) and returns dicts, lists, tuples, str,
 int, float, bool and None. A Flight Recorder dump never holds anything else, so the
 unpickler refuses every class lookup and persistent id: a hostile file cannot make
-frtrace import or call anything.
+frtrace import or call anything. Error messages quote the file only escaped and cut
+short, so they stay one harmless line on a terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copyreg
 import gzip
 import io
 import json
 import pickle
+import re
+import threading
 import zlib
+from typing import Iterator, Optional
+
+try:
+    import resource
+except ImportError:  # Windows: decoding then runs without an address-space cap
+    resource = None
 
 GZIP_MAGIC = b"\x1f\x8b"
 PICKLE_PROTO = 0x80
+# An optional UTF-8 byte-order mark, the whitespace bytes.lstrip() would skip, then `{` or `[`.
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\n\r\x0b\x0c]*[{\[]")
+_MAX_QUOTED_CHARS = 60
+_MAX_REASON_CHARS = 160
+# Decoded dumps take about 10x their pickled size (measured on synthetic NCCL and the Gloo
+# fixtures); 100x plus a floor for small files leaves ample room for any honest pickle.
+_SPACE_PER_PICKLE_BYTE = 100
+_SPACE_FLOOR = 64 * 1024**2
+_READ_AHEAD_BYTES = 1 << 20
 
 
 class DecodeError(ValueError):
     """The bytes are not a readable dump; the message says why in a few words."""
 
 
+def _one_line(text: str, limit: int = _MAX_REASON_CHARS) -> str:
+    # Text taken from a file (or from an exception that quotes it) may hold newlines and
+    # terminal escape sequences: escaped, they can neither forge output lines nor drive a terminal.
+    shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[: limit + 1])
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def _quoted(text: str) -> str:
+    shown = repr(str(text)[: _MAX_QUOTED_CHARS + 1])  # repr escapes every unprintable character
+    return shown if len(shown) <= _MAX_QUOTED_CHARS + 2 else shown[:_MAX_QUOTED_CHARS] + "..."
+
+
+def _reason(exc: BaseException) -> str:
+    return _one_line(str(exc) or type(exc).__name__)
+
+
 class _PlainDataUnpickler(pickle.Unpickler):
-    # GLOBAL, STACK_GLOBAL, INST, OBJ, NEWOBJ(_EX), REDUCE and EXT1/2/4 all need a
-    # callable, and the only way to obtain one is find_class; refusing it here
-    # refuses them all. BUILD on a plain container fails on its own.
+    # GLOBAL, STACK_GLOBAL, INST, OBJ, NEWOBJ(_EX) and REDUCE all need a callable, and the only
+    # way to obtain one is find_class (EXT1/2/4 too, once copyreg's cache is empty: see
+    # _unpickle); refusing it here refuses them all. BUILD on a plain container fails on its own.
     def find_class(self, module: str, name: str):
-        raise DecodeError(f"refused: the pickle asks for {module}.{name} (dumps never contain classes)")
+        wanted = f"{str(module)[:_MAX_QUOTED_CHARS]}.{str(name)[:_MAX_QUOTED_CHARS]}"
+        raise DecodeError(f"refused: the pickle asks for {_quoted(wanted)} (dumps never contain classes)")
 
     def persistent_load(self, pid):
         raise DecodeError("refused: the pickle uses persistent ids (dumps never do)")
@@ -38,24 +75,89 @@ def _gunzip(data: bytes, max_bytes: int) -> bytes:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
             out = stream.read(max_bytes + 1)
     except (OSError, EOFError, zlib.error) as exc:
-        raise DecodeError(f"corrupt gzip data ({exc})") from None
+        raise DecodeError(f"corrupt gzip data ({_reason(exc)})") from None
     if len(out) > max_bytes:
         raise DecodeError(f"decompresses to more than {max_bytes:,} bytes (raise --max-file-size)")
     return out
 
 
-def _unpickle(data: bytes):
+def _address_space_in_use() -> Optional[int]:
     try:
-        return _PlainDataUnpickler(io.BytesIO(data)).load()
-    except DecodeError:
-        raise
-    except RecursionError:
-        raise DecodeError("pickle nested too deeply") from None
-    except MemoryError:
-        raise DecodeError("pickle too large to hold in memory") from None
-    except Exception as exc:  # the C unpickler raises many types on corrupt input
-        reason = str(exc) or type(exc).__name__
-        raise DecodeError(f"truncated or corrupt pickle ({reason})") from None
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def _address_space_cap(pickle_size: int) -> Iterator[Optional[int]]:
+    """Lower the soft RLIMIT_AS to what is in use plus a budget proportional to the pickle,
+    for the duration of the block; yields the budget in bytes, or None when no cap was set."""
+    # The C unpickler sizes its memo by the largest index a PUT names and zero-fills it: a
+    # 9-byte pickle can demand gigabytes, and it cannot be hooked. Under the cap that
+    # allocation fails at once as MemoryError; honest pickles never come near it. The limit
+    # is process-wide, so it is only set when no other thread could be allocating.
+    if resource is None or not hasattr(resource, "RLIMIT_AS") or threading.active_count() > 1:
+        yield None
+        return
+    in_use = _address_space_in_use()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    budget = max(_SPACE_FLOOR, _SPACE_PER_PICKLE_BYTE * pickle_size)
+    if in_use is None or (soft != resource.RLIM_INFINITY and soft <= in_use + budget):
+        yield None
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (in_use + budget, hard))
+    except (ValueError, OSError):
+        yield None
+        return
+    try:
+        yield budget
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@contextlib.contextmanager
+def _stray_stderr_dropped() -> Iterator[None]:
+    # When the bytearray of a BYTEARRAY8 cannot be allocated (an absurd length, or one over
+    # the cap), CPython (seen in 3.10-3.13) frees it with an uninitialised export count and
+    # may print "SystemError: deallocated bytearray object has exported buffers" to sys.stderr:
+    # a second, alarming line for one corrupt file. Nothing useful is written there during an
+    # unpickle. Swapping sys.stderr is process-wide, so it is only done when no other thread
+    # could be writing.
+    if threading.active_count() > 1:
+        yield
+        return
+    with contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+def _unpickle(data: bytes):
+    # The C unpickler serves EXT1/2/4 codes from copyreg's cache without calling find_class,
+    # so one earlier unpickle of a registered code anywhere in the process would hand this
+    # file that callable. Emptying the cache (it only saves lookups) sends them to find_class.
+    copyreg.clear_extension_cache()
+    with _stray_stderr_dropped(), _address_space_cap(len(data)) as budget:
+        try:
+            # A stream with peek(): the C unpickler then reads ahead in large blocks instead of
+            # calling read() once per opcode, which makes a bare BytesIO three times slower.
+            stream = io.BufferedReader(io.BytesIO(data), buffer_size=_READ_AHEAD_BYTES)
+            return _PlainDataUnpickler(stream).load()
+        except DecodeError:
+            raise
+        except RecursionError:
+            raise DecodeError("pickle nested too deeply") from None
+        except MemoryError:
+            raise DecodeError(_out_of_space_reason(len(data), budget)) from None
+        except Exception as exc:  # the C unpickler raises many types on corrupt input
+            raise DecodeError(f"truncated or corrupt pickle ({_reason(exc)})") from None
+
+
+def _out_of_space_reason(pickle_size: int, budget: Optional[int]) -> str:
+    if budget is None:
+        return "pickle too large to hold in memory"
+    return (f"truncated or corrupt pickle (decoding would take over {budget // 1024**2:,} MB: "
+            f"a length or memo index far beyond its {pickle_size:,} bytes)")
 
 
 def _parse_json(data: bytes):
@@ -66,7 +168,7 @@ def _parse_json(data: bytes):
     except UnicodeDecodeError:
         raise DecodeError("JSON is not valid UTF-8") from None
     except ValueError as exc:
-        raise DecodeError(f"invalid JSON ({exc})") from None
+        raise DecodeError(f"invalid JSON ({_reason(exc)})") from None
 
 
 def decode_dump_bytes(data: bytes, max_bytes: int) -> tuple:
@@ -79,6 +181,6 @@ def decode_dump_bytes(data: bytes, max_bytes: int) -> tuple:
         raise DecodeError("empty file" if not compressed else "empty after gunzip")
     if data[0] == PICKLE_PROTO:
         return _unpickle(data), "pickle" + suffix
-    if data.lstrip()[:1] in (b"{", b"["):
+    if _JSON_START.match(data):
         return _parse_json(data), "json" + suffix
     raise DecodeError("not a Flight Recorder dump (neither pickle, JSON nor gzip)")

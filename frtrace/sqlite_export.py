@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from . import __version__
 from .database import build_database
@@ -212,7 +212,7 @@ def _load_problems(load) -> dict:
 
 def _rank_rows(analysis, extra_ranks: Iterable[int]) -> Iterator[tuple]:
     """One row per rank of the world, with or without a dump."""
-    dumps = {d.rank: d for d in analysis.load.dumps}
+    dumps = {d.rank: d for d in analysis.layout.usable(analysis.load.dumps)}
     problems = _load_problems(analysis.load)
     failed = set(analysis.load.failed_ranks)
     everyone = set(range(analysis.layout.world_size)) | set(dumps) | set(extra_ranks)
@@ -298,9 +298,25 @@ def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
 # --------------------------------------------------------------------------- writer
 
 
-def _insert(conn: sqlite3.Connection, table: str, width: int, rows: Iterable[tuple]) -> None:
-    marks = ",".join("?" * width)
-    conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+def _utf8_safe(value):
+    """Text SQLite can store: a lone surrogate (a JSON '\\udcff' escape in a dump, or a
+    file name that is not UTF-8) becomes that escape, spelled out."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
+def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callable[[], Iterable[tuple]]) -> None:
+    """Insert the rows `make_rows()` yields into the new, empty `table`. Text that UTF-8
+    cannot hold is rare, so it is looked for only when the fast pass meets some: the
+    table is then emptied (without a journal there is no ROLLBACK) and refilled from
+    fresh rows with every text value made safe."""
+    statement = f"INSERT INTO {table} VALUES ({','.join('?' * width)})"
+    try:
+        conn.executemany(statement, make_rows())
+    except UnicodeEncodeError:
+        conn.execute(f"DELETE FROM {table}")
+        conn.executemany(statement, (tuple(map(_utf8_safe, row)) for row in make_rows()))
 
 
 def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
@@ -317,15 +333,15 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
         conn.execute("BEGIN")
         for statement in _statements(SCHEMA):
             conn.execute(statement)
-        _insert(conn, "meta", 2, _meta_rows(analysis, diagnosis))
-        _insert(conn, "ranks", 15, _rank_rows(analysis, member_ranks))
-        _insert(conn, "groups", 6, _group_rows(db.groups, as_json))
-        _insert(conn, "memberships", 3, ((m.group_id, m.global_rank, m.local_rank) for m in db.memberships))
-        _insert(conn, "tracebacks", 3, _traceback_rows(db.tracebacks))
-        _insert(conn, "frames", 5, _frame_rows(db.tracebacks))
-        _insert(conn, "collectives", 18, _collective_rows(db.collectives, as_json))
-        _insert(conn, "ncclcalls", len(NCCLCall._fields), _call_rows(db.ncclcalls))
-        _insert(conn, "findings", 16, _finding_rows(diagnosis.findings, db.collectives))
+        _insert(conn, "meta", 2, lambda: _meta_rows(analysis, diagnosis))
+        _insert(conn, "ranks", 15, lambda: _rank_rows(analysis, member_ranks))
+        _insert(conn, "groups", 6, lambda: _group_rows(db.groups, as_json))
+        _insert(conn, "memberships", 3, lambda: ((m.group_id, m.global_rank, m.local_rank) for m in db.memberships))
+        _insert(conn, "tracebacks", 3, lambda: _traceback_rows(db.tracebacks))
+        _insert(conn, "frames", 5, lambda: _frame_rows(db.tracebacks))
+        _insert(conn, "collectives", 18, lambda: _collective_rows(db.collectives, as_json))
+        _insert(conn, "ncclcalls", len(NCCLCall._fields), lambda: _call_rows(db.ncclcalls))
+        _insert(conn, "findings", 16, lambda: _finding_rows(diagnosis.findings, db.collectives))
         for statement in _statements(INDEXES):
             conn.execute(statement)
         conn.execute("COMMIT")

@@ -247,14 +247,15 @@ class _Plan:
         filters = set(pg_filters or ())
         self.wanted = {g.id for g in layout.groups if not filters or g.name in filters or g.desc in filters}
         selected = None if ranks is None else set(ranks)
-        self.dumps = [d for d in analysis.load.dumps if selected is None or d.rank in selected]
+        usable = layout.usable(analysis.load.dumps)
+        self.dumps = [d for d in usable if selected is None or d.rank in selected]
         self.missing = [r for r in layout.ranks_missing if selected is None or r in selected]
         self.drawn = {d.rank for d in self.dumps}
         self.offsets = estimate_clock_offsets(analysis.matches.collectives)
         # Origin and end over the whole job, so a filtered trace keeps the same clock.
         starts, ends = [], []
         self.rank_last = {}
-        for dump in analysis.load.dumps:
+        for dump in usable:
             if not dump.entries:
                 continue
             shift = _shift(self.offsets, dump.rank)
@@ -441,7 +442,11 @@ def _open_text(path: str, compress: bool):
         if compress:
             # No file name or time in the gzip header: the same dumps give the same bytes.
             raw = stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6))
-        yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False))
+        # A name holding a lone surrogate (a JSON '\udcff' escape in a dump, or a file name
+        # that is not UTF-8) cannot be UTF-8: written as that same escape, it is still
+        # valid JSON and reads back as the name the dump held.
+        yield stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", newline="\n",
+                                                   write_through=False))
 
 
 def write_timeline(path_tmp: str, analysis, diagnosis, ranks: Optional[Iterable[int]] = None,
