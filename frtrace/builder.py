@@ -15,6 +15,7 @@ sizing the world, so ten billion phantom ranks are never materialised.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -72,6 +73,9 @@ class Layout:
         return [d for d in dumps if d.rank not in self.ignored_ranks]
 
 
+_GROUP_OF_ENTRY = operator.itemgetter(2, 3)  # Entry.pg_name, Entry.pg_desc
+
+
 @dataclass(slots=True)
 class _GroupFacts:
     descs: Counter
@@ -84,14 +88,10 @@ def _collect_facts(dumps: Iterable[RankDump], configs: dict) -> dict:
     that rank's pg_config, already cleared of implausible ranks)."""
     facts: dict = defaultdict(lambda: _GroupFacts(Counter(), set(), {}))
     for dump in dumps:
-        seen = set()
-        for entry in dump.entries:
-            key = (entry.pg_name, entry.pg_desc)
-            if key not in seen:
-                seen.add(key)
-                fact = facts[entry.pg_name]
-                fact.users.add(dump.rank)
-                fact.descs[entry.pg_desc] += 1
+        for pg_name, pg_desc in set(map(_GROUP_OF_ENTRY, dump.entries)):
+            fact = facts[pg_name]
+            fact.users.add(dump.rank)
+            fact.descs[pg_desc] += 1
         for config in configs[dump.rank]:
             # gloo writes one group named '' whose ranks are meaningless for the entries
             if config.name == "" and "" not in facts:
@@ -153,7 +153,8 @@ def _draft_groups(facts: dict, world: int) -> list:
     drafts = []
     for name, fact in facts.items():
         desc = fact.descs.most_common(1)[0][0] if fact.descs else ""
-        rank_sets = set(fact.configured.values())
+        # The loader shares equal rank lists, so most are one object: hash each object once.
+        rank_sets = set({id(ranks): ranks for ranks in fact.configured.values()}.values())
         if rank_sets:
             # Same-named groups with different rank sets stay apart.
             for ranks in sorted(rank_sets):

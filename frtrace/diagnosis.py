@@ -175,7 +175,11 @@ def _consensus_after(matches: list, start: int) -> list:
             break
         counts: dict = defaultdict(int)
         for entries in match.calls.values():
-            counts[batch_signature(entries)] += 1
+            signature = batch_signature(entries)
+            if signature is not None:  # unreadable: no vote
+                counts[signature] += 1
+        if not counts:
+            break
         consensus.append(max(counts.items(), key=lambda kv: kv[1])[0])
     return consensus
 
@@ -359,17 +363,17 @@ def _frontier_findings(view: GroupView, matches: list, reliable: bool) -> list:
             return [_new_finding(
                 "missing_dump", view, severity="warning", op=entry.op, collective_seq_id=last.seq, p2p_seq_id=None,
                 ranks=last.no_dump, suspect_ranks=(),
-                message=(f"{_ranks_text(last.no_dump)} of {_group_text(view)} left no dump, but every op of the "
+                message=(f"{_ranks_text(last.no_dump)} of {_group_text(view)} left no usable dump, but every op of the "
                          f"group up to #{last.seq} completed, so they took part; nothing here points at them"),
                 evidence={"no_dump_ranks": list(last.no_dump), "last_completed_seq": last.seq}, age_ns=age,
             )]
         message = (
-            f"{_ranks_text(last.no_dump)} left no dump, and {_ranks_text(issued)} "
+            f"{_ranks_text(last.no_dump)} left no usable dump, and {_ranks_text(issued)} "
             f"{'is' if len(issued) == 1 else 'are'} in {entry.op} #{last.seq} of {_group_text(view)} "
             f"waiting for {'it' if len(last.no_dump) == 1 else 'them'}"
         )
         if not reliable:
-            message = (f"{_ranks_text(last.no_dump)} left no dump; {_ranks_text(issued)} last issued "
+            message = (f"{_ranks_text(last.no_dump)} left no usable dump; {_ranks_text(issued)} last issued "
                        f"{entry.op} #{last.seq} of {_group_text(view)}, which cannot finish without {'it' if len(last.no_dump) == 1 else 'them'}")
         evidence = {"no_dump_ranks": list(last.no_dump), "issued_ranks": list(issued), "completed_ranks": list(completed)}
         evidence.update(_call_sites(None, entry))

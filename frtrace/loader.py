@@ -643,7 +643,20 @@ def load_dumps(
     for (rank, _path, _limit), result in zip(jobs, results):
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(rank for (rank, path, _), result in zip(jobs, results) if not isinstance(result, RankDump)))
+    _share_rank_lists(dumps)
     return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed)
+
+
+def _share_rank_lists(dumps: list) -> None:
+    """Keep one tuple per distinct pg_config rank list. Every NCCL rank lists the whole
+    world in its default group: at 4,096 ranks those copies alone would take 600 MB."""
+    shared: dict = {}
+    for dump in dumps:
+        if any(config.ranks for config in dump.pg_config):
+            dump.pg_config = tuple(
+                config._replace(ranks=shared.setdefault(config.ranks, config.ranks)) if config.ranks else config
+                for config in dump.pg_config
+            )
 
 
 def _run_jobs(jobs: list, workers: int, progress) -> list:

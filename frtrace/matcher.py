@@ -119,11 +119,16 @@ class MatchResult:
 # --------------------------------------------------------------------------- streams
 
 
+def _gaps_are_unknown(dump: RankDump) -> bool:
+    """A missing entry proves nothing when some entries could not be read."""
+    return dump.unreadable_entries > 0
+
+
 def _rank_streams(dump: RankDump, layout: Layout) -> dict:
     """group id -> RankStream for one rank, in one pass over its entries."""
     per_group: dict = {}
     group_ids: dict = {}
-    uncertain = dump.unreadable_entries > 0
+    uncertain = _gaps_are_unknown(dump)
     for entry in dump.entries:
         pg_name = entry.pg_name
         gid = group_ids.get(pg_name, -1)
@@ -154,7 +159,9 @@ def _rank_streams(dump: RankDump, layout: Layout) -> dict:
 def build_views(dumps: list, layout: Layout) -> tuple:
     streams_by_group: dict = defaultdict(dict)
     dumps_by_rank = {d.rank: d for d in dumps}
-    dumped = dumps_by_rank.keys()
+    # A rank dumped without its collectives (includeCollectives=False) tells no more about
+    # them than a rank that left no dump, and is weighed the same way.
+    dumped = {d.rank for d in dumps if d.has_entries}
     for dump in dumps:
         for gid, stream in _rank_streams(dump, layout).items():
             streams_by_group[gid][dump.rank] = stream
@@ -166,7 +173,7 @@ def build_views(dumps: list, layout: Layout) -> tuple:
                 # A member with a dump but no entries of this group: nothing fell off
                 # unless its buffer wrapped.
                 dump = dumps_by_rank[rank]
-                streams[rank] = RankStream(rank, {}, [], None, None, dump.wrapped, dump.unreadable_entries > 0)
+                streams[rank] = RankStream(rank, {}, [], None, None, dump.wrapped, _gaps_are_unknown(dump))
         no_dump = tuple(r for r in group.ranks if r not in dumped)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
     return tuple(views)

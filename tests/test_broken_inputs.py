@@ -982,6 +982,20 @@ def test_a_rank_without_entries_is_not_blamed_for_ops_its_peers_completed(tmp_pa
     assert result.exit_code in (0, 3), result.stdout
 
 
+def test_a_rank_dumped_without_collectives_while_its_peers_wait_is_weighed_like_a_missing_dump(tmp_path):
+    # Ranks 0-2 wait in all_reduce #4; rank 3 was dumped with includeCollectives=False. Its
+    # dump says nothing about #4, so "every member issued it" (stuck) would be a guess: the
+    # silent rank is the prime suspect, as a rank without a dump would be.
+    dumps = {r: dump([entry(s) for s in (1, 2, 3)] + [entry(4, state="started")], ranks=range(4)) for r in range(3)}
+    dumps[3] = dump([], ranks=range(4))
+    del dumps[3]["entries"]
+    result = run_cli([write_job(tmp_path / "d", dumps), "--workers", "1", "--format", "json"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert report["suspect_ranks"] == [3]
+    assert [f["kind"] for f in report["findings"] if f["severity"] == "error"] == ["missing_dump"]
+
+
 @pytest.mark.parametrize("lookahead", [0, 1, 2])
 def test_lookahead_does_not_change_the_culprit_of_a_hang(lookahead, tmp_path):
     from frtrace.synth import Fault, generate, write_job as synth_write_job
