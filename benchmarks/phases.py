@@ -53,12 +53,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="loader processes, as frtrace --workers (default: number of cores, as the CLI)")
     parser.add_argument("--prefix", default=None)
-    parser.add_argument("--no-gc", action="store_true",
-                        help="experiment: run with the cyclic garbage collector disabled (forked loader workers "
-                             "inherit it), to see what the collector costs; frtrace itself leaves it on")
     args = parser.parse_args(argv)
-    if args.no_gc:
-        gc.disable()
+    gc.disable()  # as frtrace's command line does (see frtrace/cli.py main)
 
     seconds = {"import": _imported - _started}
     memory = {}
@@ -88,7 +84,6 @@ def main(argv=None) -> int:
         "total_seconds": sum(v for k, v in seconds.items() if k != "import"),
         "memory_mb_after": memory,
         "workers": args.workers,
-        "gc": not args.no_gc,
         "ranks": len(loaded.dumps),
         "load_errors": len(loaded.errors),
         "entries": sum(len(d.entries) for d in loaded.dumps),

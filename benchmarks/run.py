@@ -297,13 +297,6 @@ def bench_size(args, ranks: int, torchfrtrace: Optional[str]) -> dict:
     phases["result"] = _json_stdout(runs / "phases.json")
     result["phases"] = phases
 
-    if args.no_gc_phases:
-        log(f"{ranks} ranks: frtrace phases with the garbage collector off")
-        nogc = run_measured([sys.executable, str(HERE / "phases.py"), str(dumps), "--no-gc", *workers],
-                            runs / "phases-nogc.json", runs / "phases-nogc.err")
-        nogc["result"] = _json_stdout(runs / "phases-nogc.json")
-        result["phases_nogc"] = nogc
-
     if torchfrtrace:
         log(f"{ranks} ranks: torchfrtrace (timeout {args.timeout:g} s)")
         cap = ["--mismatch_cap", str(args.torchfrtrace_mismatch_cap)] if args.torchfrtrace_mismatch_cap else []
@@ -379,22 +372,6 @@ def table(results: list) -> str:
     return "\n".join(rows) + "\n"
 
 
-def gc_table(results: list) -> str:
-    """Per-phase seconds with the collector on (as frtrace runs) and off (--no-gc-phases)."""
-    head = ["ranks", "entries", "gc", *(f"{p} s" for p in PHASES), "total s", "µs/entry", "peak MB"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
-    for r in results:
-        if "phases_nogc" not in r:
-            continue
-        for label, run in (("on", r["phases"]), ("off", r["phases_nogc"])):
-            res = run.get("result") or {}
-            sec, total, entries = res.get("seconds") or {}, res.get("total_seconds"), res.get("entries")
-            rows.append("| " + " | ".join([
-                f"{r['ranks']:,}", f"{entries:,}" if entries else "—", label, *(_f(sec.get(p)) for p in PHASES),
-                _f(total), _f(total / entries * 1e6) if total and entries else "—", _f(run["peak_mb"], 0)]) + " |")
-    return "\n".join(rows) + "\n" if len(rows) > 2 else ""
-
-
 def machine() -> dict:
     info = {"nproc": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
     try:
@@ -441,8 +418,6 @@ def main(argv=None) -> int:
                              "as one group has more than 10 mismatches, which on these dumps happens early; a huge N "
                              "makes it analyse everything, as frtrace does")
     parser.add_argument("--timeout", type=float, default=600, help="seconds before torchfrtrace is killed (default 600)")
-    parser.add_argument("--no-gc-phases", action="store_true",
-                        help="also time the phases with Python's garbage collector off (phases.py --no-gc)")
     parser.add_argument("--profile", type=int, nargs="*", metavar="RANKS",
                         help="also run frtrace under cProfile (--workers 1) at these sizes; top 15 into --out")
     args = parser.parse_args(argv)
@@ -468,8 +443,6 @@ def main(argv=None) -> int:
         (args.out / f"results-{stamp}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     meta["loadavg_end"] = list(os.getloadavg())
     text = table(results)
-    if gc_table(results):
-        text += "\nPhases with the garbage collector on (as frtrace runs) and off:\n\n" + gc_table(results)
     notes = (f"\n{meta['started']}, {meta['machine'].get('nproc')} cores, {meta['machine'].get('mem_total_gb')} GB, "
              f"frtrace {meta['machine'].get('frtrace_commit')}, load average {meta['loadavg_start'][0]:.2f} at start, "
              f"{meta['loadavg_end'][0]:.2f} at end; `{' '.join(['python', 'benchmarks/run.py', *sys.argv[1:]])}`\n")

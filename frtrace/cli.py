@@ -7,6 +7,7 @@ input error, 3 inconclusive. Reports go to stdout; notes and errors to stderr.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -239,6 +240,10 @@ def _finish(code: int, verbose: bool, started: float, load_seconds: float):
 def main(argv: Optional[list] = None) -> None:
     """Console entry point; internal errors become one line unless --debug is given."""
     args = _join_multi_values(list(sys.argv[1:] if argv is None else argv))
+    # One short-lived run that builds millions of small objects with no reference cycles:
+    # the cyclic collector would rescan them all, again and again, for nothing (a third of
+    # the run time at 512 ranks). Reference counting still frees everything.
+    gc.disable()
     try:
         frtrace.main(args=args, prog_name="frtrace", standalone_mode=True)
     except SystemExit:
