@@ -45,6 +45,7 @@ NEXT_STEP = {
 }
 STRAGGLER_MIN_MS = 10.0
 STRAGGLER_MIN_SAMPLES = 3
+STRAGGLER_SAMPLE_PER_GROUP = 256
 # Kinds that leave peers waiting on the suspects; they can be caused by a hang elsewhere.
 TIE_NOTE = " (even split: the ranks that did not arrive are blamed, as they are behind)"
 BLOCKING_KINDS = ("not_issued", "p2p_unmatched", "missing_dump", "extra_op")
@@ -472,6 +473,22 @@ def _p2p_findings(view: GroupView, p2p_matches: list, reliable: bool) -> list:
 # --------------------------------------------------------------------------- stragglers
 
 
+def _recent_clean(matches: list, reliable: bool) -> list:
+    """The group's newest collectives that every member issued alike and finished, at
+    most STRAGGLER_SAMPLE_PER_GROUP: timing statistics need a sample, not every op, and
+    the newest ops tell how ranks behave now."""
+    clean = []
+    for match in reversed(matches):
+        if (match.disagreement is None and not match.no_dump
+                and (not match.not_issued or _took_part_unrecorded(match, reliable))
+                and (not reliable or len(match.completed_ranks) == len(match.calls))):
+            clean.append(match)
+            if len(clean) == STRAGGLER_SAMPLE_PER_GROUP:
+                break
+    clean.reverse()
+    return clean
+
+
 def _straggler_findings(analysis: Analysis, clean: list) -> list:
     offsets = estimate_clock_offsets(clean) or None
     lateness = defaultdict(list)
@@ -769,9 +786,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
         elsewhere = frozenset(rank for rank, place in blocked_in.items() if place != (view.group.name, False))
         findings.extend(_diagnose_group(view, matches, reliable, siblings_of(view), elsewhere))
         findings.extend(_p2p_findings(view, p2p_by_group.get(view.group.id, []), reliable))
-        clean.extend(m for m in matches if m.disagreement is None and not m.no_dump
-                     and (not m.not_issued or _took_part_unrecorded(m, reliable))
-                     and (not reliable or len(m.completed_ranks) == len(m.calls)))
+        clean.extend(_recent_clean(matches, reliable))
     _link_consequences(findings)
     _demote_consequences(findings)
     findings.extend(_straggler_findings(analysis, clean))
