@@ -117,8 +117,15 @@ class _Progress:
         if not self.enabled or (done < total and now - self.last < 0.2):
             return
         self.last = now
-        sys.stderr.write(f"\rloading dumps: {done}/{total}" + ("\n" if done == total else ""))
+        # Matching thousands of ranks takes a while too: say so until the report starts.
+        status = f"loading dumps: {done}/{total}" if done < total else f"loaded {total} dumps; matching ..."
+        sys.stderr.write(f"\r{status}\033[K")
         sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self.last:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -166,14 +173,17 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     if transform_ft and not group_world_size:
         raise click.UsageError("--transform-ft needs --group-world-size")
     filters = [f for f in (pg_filters or "").replace(",", " ").split()]
+    progress = _Progress(sys.stderr.isatty())
     try:
         analysis = analyze(
             inputs, prefix=prefix, world_size=world_size, workers=workers or (os.cpu_count() or 1),
-            max_bytes=max_bytes, progress=_Progress(sys.stderr.isatty()),
+            max_bytes=max_bytes, progress=progress,
             ft_group_world_size=group_world_size if transform_ft else None,
         )
     except InputError as exc:
+        progress.clear()
         _fail(str(exc))
+    progress.clear()
     unusable = analysis.load.errors + list(analysis.layout.ignored_files)
     if not analysis.layout.ranks_found:
         # Every file was read but none has a believable rank: as with no readable file.

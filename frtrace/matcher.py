@@ -90,7 +90,10 @@ class CollectiveMatch:
     @property
     def completed_ranks(self) -> tuple:
         if self._completed is None:
-            self._completed = tuple(sorted(r for r, entries in self.calls.items() if all(e.completed for e in entries)))
+            self._completed = tuple(sorted(
+                rank for rank, entries in self.calls.items()
+                if (entries[0].completed if len(entries) == 1 else all(e.completed for e in entries))
+            ))
         return self._completed
 
     @property
