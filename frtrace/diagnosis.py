@@ -10,16 +10,20 @@ never issued the op is the divergence; the odd ranks out are the suspects, and a
 rank that skipped or added one op is told apart from one that issued a different op
 by aligning its ops with the majority's, the way `diff` aligns lines. Across groups,
 a suspect that is itself waiting in another group's unfinished op is a victim: the
-finding is reported as a consequence of that one.
+finding is reported as a consequence of that one; unless the suspect went past the
+op, which the program order shows: ranks that play the same part (or, with none, its
+own earlier steps) issued the op where it issued something else.
 """
 
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
+from .builder import Layout
 from .clocks import estimate_clock_offsets
 from .matcher import CollectiveMatch, Disagreement, GroupView, MatchResult, batch_signature
 from .matcher import match as match_dumps
@@ -69,6 +73,9 @@ class Finding:
     # Ranks whose absence the finding is about (who never issued the op); when they are
     # all waiting somewhere else, this finding is a consequence of that other one.
     absent_ranks: tuple = ()
+    # The entry the finding is about (for P2P, the posted send or recv): it locates the
+    # same op in sibling groups when deciding whether an absent rank went past it.
+    anchor: Optional[Entry] = None
     age_ns: int = 0  # creation time of the oldest entry involved: older roots come first
     # While linking: index of the root finding; afterwards a short description of it
     # ("not_issued in group 2 #3"), as findings are re-sorted for the report.
@@ -465,7 +472,7 @@ def _p2p_findings(view: GroupView, p2p_matches: list, reliable: bool) -> list:
             "p2p_unmatched", view, op=present.op, collective_seq_id=None, p2p_seq_id=present.p2p_seq_id,
             ranks=tuple(sorted({holder, absent} - {-1})), suspect_ranks=(absent,) if absent >= 0 else (),
             message=message, evidence=evidence, waiting_ranks=(holder,), age_ns=present.time_created_ns,
-            absent_ranks=(absent,) if absent >= 0 else (),
+            absent_ranks=(absent,) if absent >= 0 else (), anchor=present,
         ))
     return findings
 
@@ -489,17 +496,43 @@ def _recent_clean(matches: list, reliable: bool) -> list:
     return clean
 
 
+def _arrival_lateness(match: CollectiveMatch, offsets: dict) -> dict:
+    """rank -> ms after the on-time arrival at one collective. On time is the median
+    arrival; with two members it is the earlier one, as a median of two would make
+    both ranks half late and half early."""
+    created = {r: e[0].time_created_ns - offsets.get(r, 0) for r, e in match.calls.items()}
+    on_time = min(created.values()) if len(created) == 2 else statistics.median(created.values())
+    return {rank: (t - on_time) / 1e6 for rank, t in created.items()}
+
+
+def _typical_lateness(clean: list, offsets: dict) -> tuple:
+    """(rank -> typical lateness in ms, rank -> all its samples), over every group the
+    rank is in, two-member groups included. A straggler is late to every collective; a
+    rank that merely waited for it is late only where it then meets others, so the
+    median over all of a rank's collectives keeps such victims out."""
+    per_group = defaultdict(lambda: defaultdict(list))
+    in_wide_group = set()
+    for match in clean:
+        if len(match.calls) < 2:
+            continue
+        for rank, ms in _arrival_lateness(match, offsets).items():
+            per_group[rank][match.group_id].append(ms)
+        if len(match.calls) > 2:
+            in_wide_group.update(match.calls)
+    typical, samples = {}, {}
+    for rank, groups in per_group.items():
+        values = [ms for group in groups.values() for ms in group]
+        # One two-member group alone cannot say which of its two ranks is late.
+        confirmed = len(groups) >= 2 or rank in in_wide_group
+        if len(values) >= STRAGGLER_MIN_SAMPLES and confirmed:
+            typical[rank] = statistics.median(values)
+            samples[rank] = values
+    return typical, samples
+
+
 def _straggler_findings(analysis: Analysis, clean: list) -> list:
     offsets = estimate_clock_offsets(clean) or None
-    lateness = defaultdict(list)
-    for match in clean:
-        if len(match.calls) < 3:
-            continue  # with two ranks, "late" has no majority to be late against
-        created = {r: e[0].time_created_ns - (offsets or {}).get(r, 0) for r, e in match.calls.items()}
-        middle = statistics.median(created.values())
-        for rank, t in created.items():
-            lateness[rank].append((t - middle) / 1e6)
-    typical = {rank: statistics.median(v) for rank, v in lateness.items() if len(v) >= STRAGGLER_MIN_SAMPLES}
+    typical, lateness = _typical_lateness(clean, offsets or {})
     if len(typical) < 3:
         return []
     spread = statistics.median(abs(v) for v in typical.values())
@@ -515,7 +548,7 @@ def _straggler_findings(analysis: Analysis, clean: list) -> list:
     return [_new_finding(
         "straggler", None, op=None, collective_seq_id=None, p2p_seq_id=None, ranks=tuple(late), suspect_ranks=tuple(late),
         message=(f"{_ranks_text(late)} consistently {'issues' if len(late) == 1 else 'issue'} collectives late: typically "
-                 + ", ".join(f"rank {r} +{typical[r]:.1f} ms" for r in late) + " behind the median rank"),
+                 + ", ".join(f"rank {r} +{typical[r]:.1f} ms" for r in late) + " behind the ranks on time"),
         evidence={
             "lateness_ms": {str(r): round(typical[r], 3) for r in late},
             "clock_offsets_estimated": offsets is not None,
@@ -523,6 +556,408 @@ def _straggler_findings(analysis: Analysis, clean: list) -> list:
             "worst_ms": round(worst, 3),
         },
     )]
+
+
+# --------------------------------------------------------------------------- program order
+#
+# A rank that is absent from an op because it waits in another group's op is either a
+# victim (in its program that other op comes first) or went past the op (it skipped it,
+# and blocks further on: a deadlock it caused). Sequence numbers cannot tell these apart
+# across groups; the order in which ranks that play the same part issued their ops can.
+# Ranks play the same part when their last few ops, named by group family (description
+# and size), sequence number, op, group-local P2P ends and signature, are the same.
+
+LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
+MAX_WITNESSES = 64  # ranks that issued an op, consulted on where it comes in the program
+MAX_PROFILES = 4  # distinct places in the program the witnesses may come from
+# With no like rank to compare with, a rank's own past (its earlier steps) is compared:
+HISTORY_RANKS = 8  # absent ranks per finding checked that way, at most
+HISTORY_SPAN = 256  # ops since its last op on the channel, at most
+HISTORY_TRIES = 4  # earlier occurrences of the op to compare with
+
+
+@dataclass(slots=True)
+class WentPast:
+    """Evidence that a rank went past an op its like ranks issued next."""
+
+    instead: Entry  # what the rank issued where its like ranks issued the op
+    instead_group: Optional[int]  # its group id
+    like_ranks: int  # like ranks that issued the op right there (0: its own past says so)
+    # Like ranks (or the rank itself, earlier) issued `instead` after the op: the rank
+    # skipped it. Without that it may as well have inserted `instead` (an extra op).
+    confirmed: bool
+
+
+@dataclass(slots=True)
+class _Place:
+    """Where one witness issued the op: its own op just before, and its ops leading there."""
+
+    rank: int
+    position: int  # of the op in the witness's entries
+    before: tuple  # token of the op just before it
+    window: tuple  # tokens of the LIKENESS_WINDOW ops ending with `before`
+
+
+def _entry_index(entry: Entry) -> int:
+    return entry.index
+
+
+def _p2p_seq(entry: Entry) -> int:
+    return entry.p2p_seq_id
+
+
+class ProgramOrder:
+    """Each rank's own order of ops (the entries the diagnosis reasons on), and lookups
+    of the op that plays the same part on another rank. Ops are found through the
+    matcher's per-group indexes, so comparing ranks costs a few lookups per witness,
+    and comparing a rank with its own past reads at most a few hundred of its ops."""
+
+    def __init__(self, dumps: list, layout: Layout, views: tuple, matches: MatchResult):
+        self.entries = {d.rank: d.entries for d in dumps}
+        self.layout = layout
+        self.views = {v.group.id: v for v in views}
+        self.family = {v.group.id: _family(v.group) for v in views}
+        self.members = defaultdict(list)  # family -> group ids
+        self.group_in_family: dict = {}  # (rank, family) -> group id; None when ambiguous
+        for view in views:
+            family = self.family[view.group.id]
+            self.members[family].append(view.group.id)
+            for rank in view.group.ranks:
+                key = (rank, family)
+                self.group_in_family[key] = None if key in self.group_in_family else view.group.id
+        self._tokens: dict = {}  # (rank, position) -> token
+        self._signatures: dict = {}  # shared by batch_signature, as in the matcher
+        self.collectives = {(m.group_id, m.seq): m for m in matches.collectives}
+        self.partner = {}  # id(send or recv entry) -> the entry at the other end
+        for pair in matches.p2p:
+            if pair.send is not None and pair.recv is not None:
+                self.partner[id(pair.send)] = pair.recv
+                self.partner[id(pair.recv)] = pair.send
+
+    # ---- positions and tokens
+
+    def position(self, rank: int, entry: Entry) -> Optional[int]:
+        entries = self.entries.get(rank, ())
+        i = entry.index
+        if i >= len(entries) or entries[i] is not entry:
+            i = bisect_left(entries, entry.index, key=_entry_index)
+        return i if i < len(entries) and entries[i] is entry else None
+
+    def _batch_bounds(self, rank: int, position: int) -> tuple:
+        entries = self.entries[rank]
+        key = _batch_key(entries[position])
+        start = end = position
+        while start > 0 and _batch_key(entries[start - 1]) == key:
+            start -= 1
+        while end + 1 < len(entries) and _batch_key(entries[end + 1]) == key:
+            end += 1
+        return start, end
+
+    def previous(self, rank: int, position: int) -> Optional[int]:
+        start, _ = self._batch_bounds(rank, position)
+        return self._batch_bounds(rank, start - 1)[0] if start > 0 else None
+
+    def following(self, rank: int, position: int) -> Optional[int]:
+        _, end = self._batch_bounds(rank, position)
+        return end + 1 if end + 1 < len(self.entries[rank]) else None
+
+    def token(self, rank: int, position: int) -> Optional[tuple]:
+        """What names the op at `position` the same on every rank that plays its part."""
+        key = (rank, position)
+        if key not in self._tokens:
+            self._tokens[key] = self._token(rank, position)
+        return self._tokens[key]
+
+    def _token(self, rank: int, position: int) -> Optional[tuple]:
+        start, end = self._batch_bounds(rank, position)
+        entries = self.entries[rank]
+        entry = entries[start]
+        gid = self.layout.group_of(entry.pg_name, rank)
+        if gid is None or gid not in self.family:
+            return None
+        name = entry.name
+        seq = entry.p2p_seq_id if name.is_p2p else entry.collective_seq_id
+        return (self.family[gid], name.is_p2p, seq, name.op, name.local_src, name.local_dst,
+                batch_signature(entries[start:end + 1], self._signatures))
+
+    def token_of(self, rank: int, entry: Entry) -> Optional[tuple]:
+        position = self.position(rank, entry)
+        return self.token(rank, position) if position is not None else None
+
+    def window(self, rank: int, position: int) -> tuple:
+        tokens = []
+        while position is not None and len(tokens) < LIKENESS_WINDOW:
+            tokens.append(self.token(rank, position))
+            position = self.previous(rank, position)
+        return tuple(tokens)
+
+    def find(self, rank: int, token: tuple) -> Optional[int]:
+        """Position of the rank's op with this token, if it issued it."""
+        family, is_p2p, seq, op, src, dst, signature = token
+        gid = self.group_in_family.get((rank, family))
+        stream = self.views[gid].streams.get(rank) if gid is not None else None
+        if stream is None:
+            return None
+        if is_p2p:
+            i = bisect_left(stream.p2p, seq, key=_p2p_seq)
+            while i < len(stream.p2p) and stream.p2p[i].p2p_seq_id == seq:
+                entry = stream.p2p[i]
+                if (entry.op, entry.name.local_src, entry.name.local_dst) == (op, src, dst):
+                    return self.position(rank, entry)
+                i += 1
+            return None
+        batch = stream.collectives.get(seq)
+        if batch is None or batch[0].op != op:
+            return None
+        return self.position(rank, batch[0])
+
+    # ---- where an op stands in the program
+
+    def places(self, witnesses: list, absent: tuple) -> list:
+        """The distinct places (op before, ops leading there) where witnesses issued the
+        op, among those some absent rank has reached (the others cannot judge it)."""
+        places: dict = {}
+        reached: dict = {}  # token of the op before -> whether an absent rank issued it
+        for rank, entry in witnesses[:MAX_WITNESSES]:
+            position = self.position(rank, entry)
+            before = self.previous(rank, position) if position is not None else None
+            if before is None:
+                continue  # the first op kept in its buffer: nothing tells where it stands
+            token = self.token(rank, before)
+            if token not in reached:
+                reached[token] = token is not None and any(self.find(r, token) is not None for r in absent)
+            if not reached[token]:
+                continue
+            window = self.window(rank, before)
+            if None in window:
+                continue
+            key = (window[0], window)
+            if key not in places and len(places) == MAX_PROFILES:
+                continue
+            places.setdefault(key, []).append(_Place(rank, position, window[0], window))
+        return list(places.values())
+
+    def _choices(self, rank: int, places: list) -> list:
+        """[(place, position of what the rank issued there, or None when nothing)] for
+        every place the rank shares with the witnesses."""
+        choices = []
+        for place in places:
+            first = place[0]
+            mine = self.find(rank, first.before)
+            if mine is not None and self.window(rank, mine) == first.window:
+                choices.append((place, self.following(rank, mine)))
+        return choices
+
+    def went_past(self, absent: tuple, op_token: tuple, places: list) -> tuple:
+        """({rank: WentPast} for the absent ranks that reached the place where their
+        like ranks issued the op and issued something else there instead, the ranks
+        whose like ranks were found at all)."""
+        choices, placed = {}, set()
+        for rank in absent:
+            mine = self._choices(rank, places)
+            if mine:
+                placed.add(rank)
+            # A few ops in common may not single out one part of the program: a rank
+            # that fits one place where it stands before the op has skipped nothing.
+            tokens = [self.token(rank, position) if position is not None else None for _, position in mine]
+            if mine and all(token is not None and token != op_token for token in tokens):
+                choices[rank] = [(place, position, token) for (place, position), token in zip(mine, tokens)]
+        # How many absent ranks made each choice at each place: a choice most like
+        # ranks made is the program, not a deviation.
+        same_choice = defaultdict(int)
+        for options in choices.values():
+            for place, _, token in options:
+                same_choice[(id(place), token)] += 1
+        found = {}
+        for rank, options in choices.items():
+            verdicts = [self._verdict(place, token, same_choice[(id(place), token)]) for place, _, token in options]
+            if all(verdict is not None for verdict in verdicts):
+                place, position, _ = options[0]
+                found[rank] = self._went_past(rank, position, len(place), any(verdicts))
+        return found, placed
+
+    def _verdict(self, place: list, token: tuple, same_choice: int) -> Optional[bool]:
+        """Whether issuing `token` where the witnesses at `place` issued the op went
+        past it: True when they issue `token` after the op (it skipped the op), False
+        when most like ranks issued the op there but nothing shows `token` comes after
+        it, None when the witnesses issue `token` before the op or as many like ranks
+        chose it (then it is the program, and the rank has not got to the op yet)."""
+        after = before = 0
+        for witness in place:
+            theirs = self.find(witness.rank, token)
+            if theirs is not None:
+                after += theirs > witness.position
+                before += theirs < witness.position
+        if after > before:
+            return True
+        if before or len(place) <= same_choice:
+            return None
+        return False
+
+    def _went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:
+        instead = self.entries[rank][position]
+        return WentPast(instead, self.layout.group_of(instead.pg_name, rank), like_ranks, confirmed)
+
+    # ---- the rank's own past
+
+    def _shapes(self, rank: int, start: Optional[int], stop: int, limit: int) -> tuple:
+        """(shapes of the rank's ops from `start` up to `stop`, at most `limit` of them;
+        whether that reached `stop`)."""
+        shapes = []
+        while start is not None and start < stop and len(shapes) < limit:
+            token = self.token(rank, start)
+            if token is None:
+                return shapes, False
+            shapes.append(_shape(token))
+            start = self.following(rank, start)
+        return shapes, start is None or start >= stop
+
+    def past_says_skipped(self, rank: int, channel: list, op_shape: Optional[tuple]) -> Optional[WentPast]:
+        """With nobody like it to compare with, a rank's own past: if what it did since
+        its last op on the channel (`channel`: positions, oldest first) repeats a stretch
+        of its past that led up to an op shaped like the missing one (`op_shape`; None
+        when every op on the channel is) and then goes on as its past went on after
+        that op, it skipped the op this time."""
+        if len(channel) < 2:
+            return None
+        start = self.following(rank, channel[-1])
+        if start is None:
+            return None  # it stands right after its last op there: behind
+        now, whole = self._shapes(rank, start, len(self.entries[rank]), HISTORY_SPAN)
+        tries = 0
+        for j in range(len(channel) - 1, 0, -1):
+            if tries == HISTORY_TRIES:
+                break
+            if op_shape is not None and _shape(self.token(rank, channel[j]) or ()) != op_shape:
+                continue
+            tries += 1
+            before, complete = self._shapes(rank, self.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
+            if not (whole and complete) or now[:len(before)] != before[:len(now)]:
+                continue
+            if len(now) <= len(before):
+                return None  # still on the stretch that leads up to the op: behind
+            after, _ = self._shapes(rank, self.following(rank, channel[j]), len(self.entries[rank]), len(now) - len(before))
+            if now[len(before):] == after:
+                return self._went_past(rank, self._nth_following(rank, start, len(before)), 0, True)
+        return None
+
+    def _nth_following(self, rank: int, position: int, n: int) -> int:
+        for _ in range(n):
+            position = self.following(rank, position)
+        return position
+
+
+def _collective_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
+    """(token, [(rank, entry)]) of the op a collective finding is about, as issued by
+    the ranks waiting in it and by the members of its sibling groups."""
+    gid, seq = finding.group_id, finding.collective_seq_id
+    match = order.collectives.get((gid, seq))
+    issuer = next((r for r in finding.waiting_ranks if match and r in match.calls), None)
+    if issuer is None:
+        return None, []
+    op_token = order.token_of(issuer, match.calls[issuer][0])
+    if op_token is None:
+        return None, []
+    near = finding.absent_ranks[0]
+    witnesses = sorted(((r, e[0]) for r, e in match.calls.items()), key=lambda c: (abs(c[0] - near), c[0]))
+    for sibling in order.members[order.family[gid]]:
+        if len(witnesses) >= MAX_WITNESSES:
+            break
+        other = order.collectives.get((sibling, seq)) if sibling != gid else None
+        if other is not None:
+            witnesses.extend((r, e[0]) for r, e in sorted(other.calls.items()))
+    return op_token, witnesses[:MAX_WITNESSES]
+
+
+def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
+    """(token, [(rank, entry)]) of the send or recv a P2P finding says was never posted,
+    as posted by the ranks that play the absent rank's part in sibling groups."""
+    holder, absent = finding.evidence.get("posted_by"), finding.evidence.get("missing_on")
+    view = order.views.get(finding.group_id)
+    if finding.anchor is None or view is None or not {holder, absent} <= set(view.group.ranks):
+        return None, []  # an end outside the group (a stray rank, `recv ?`): no part to compare
+    held = order.token_of(holder, finding.anchor)
+    if held is None:
+        return None, []
+    ranks = view.group.ranks
+    local_holder, local_absent = ranks.index(holder), ranks.index(absent)
+    witnesses, tokens = [], defaultdict(int)
+    for sibling in order.members[order.family[finding.group_id]]:
+        if len(witnesses) >= MAX_WITNESSES:
+            break
+        if sibling == finding.group_id:
+            continue
+        others = order.views[sibling].group.ranks
+        if max(local_holder, local_absent) >= len(others):
+            continue  # a sibling of another size plays no comparable part
+        their_holder, their_absent = others[local_holder], others[local_absent]
+        mine = order.find(their_holder, held)
+        partner = order.partner.get(id(order.entries[their_holder][mine])) if mine is not None else None
+        token = order.token_of(their_absent, partner) if partner is not None else None
+        if token is not None:
+            witnesses.append((their_absent, partner))
+            tokens[token] += 1
+    if not tokens:
+        return None, []
+    op_token = max(tokens.items(), key=lambda kv: kv[1])[0]
+    return op_token, witnesses
+
+
+def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
+    """Positions of the rank's earlier ops on the finding's channel, oldest first: its
+    collectives of the group before the op, or its P2P ops like the one never posted."""
+    view = order.views.get(finding.group_id)
+    stream = view.streams.get(rank) if view else None
+    if stream is None:
+        return []
+    if finding.kind == "p2p_unmatched":
+        anchor = finding.anchor
+        wanted = ("recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst)
+        entries = [e for e in stream.p2p if (e.op, e.name.local_src, e.name.local_dst) == wanted]
+    else:
+        entries = [stream.collectives[s][0] for s in sorted(stream.collectives) if s < finding.collective_seq_id]
+    positions = (order.position(rank, e) for e in entries)
+    return [p for p in positions if p is not None]
+
+
+def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple) -> dict:
+    """rank -> WentPast for those of `ranks` (absent from the finding, waiting
+    elsewhere) that went past its op."""
+    if finding.kind == "p2p_unmatched":
+        if finding.anchor is None:
+            return {}
+        op_token, witnesses = _p2p_witnesses(order, finding)
+    elif finding.collective_seq_id is not None and finding.group_id is not None:
+        op_token, witnesses = _collective_witnesses(order, finding)
+        if op_token is None:
+            return {}
+    else:
+        return {}
+    absent = tuple(r for r in ranks if r in order.entries)
+    found, placed = {}, set()
+    if op_token is not None:
+        witnesses = [(r, e) for r, e in witnesses if order.token_of(r, e) == op_token]
+        places = order.places(witnesses, absent)
+        if places and absent:
+            found, placed = order.went_past(absent, op_token, places)
+    # Every op on a P2P channel is like the one never posted; collectives vary.
+    op_shape = None if finding.kind == "p2p_unmatched" else _shape(op_token)
+    unplaced = [r for r in absent if r not in placed]
+    for rank in unplaced if len(unplaced) <= HISTORY_RANKS else ():
+        past = order.past_says_skipped(rank, _channel(order, finding, rank), op_shape)
+        if past is not None:
+            found[rank] = past
+    return found
+
+
+def _shape(token: tuple) -> tuple:
+    """A token without its sequence number: what the op is, wherever it comes."""
+    return token[:2] + token[3:]
+
+
+def _family(group) -> tuple:
+    """Groups of one family run the same program (the TP groups, the DP groups ...)."""
+    return (group.desc, group.size) if group.desc else ("", group.name, group.size)
 
 
 # --------------------------------------------------------------------------- roots
@@ -565,20 +1000,99 @@ def _source_circle(members: list, parents: dict, resolved: set) -> list:
     return sources or list(by_id.values())
 
 
-def _link_consequences(findings: list) -> None:
+def _holders(blocking: list, candidates: list, gone_past: dict) -> dict:
+    """id(finding) -> [(other finding, its absent ranks that wait in the other)]. A
+    rank that went past the op is not held anywhere: it skipped it."""
+    waiting = {id(g): set(g.waiting_ranks) for g in candidates}
+    holders = {}
+    for finding in blocking:
+        absent = set(finding.absent_ranks) - gone_past.get(id(finding), {}).keys()
+        pairs = [(g, absent & waiting[id(g)]) for g in candidates if g is not finding and not _same_place(g, finding)]
+        holders[id(finding)] = [(g, held) for g, held in pairs if held]
+    return holders
+
+
+def _ranks_gone_past(blocking: list, candidates: list, holders: dict, went_past: Callable) -> dict:
+    """id(finding) -> {rank: WentPast} for absent ranks that wait elsewhere only
+    because they went past this finding's op."""
+    extra_ops = {(f.group_id, f.collective_seq_id): set(f.suspect_ranks) for f in candidates if f.kind == "extra_op"}
+    gone = {}
+    for finding in blocking:
+        held = set().union(*(ranks for _, ranks in holders[id(finding)]))
+        if not held:
+            continue
+        found = went_past(finding, tuple(sorted(held)))
+        # Issuing an op where like ranks issued this one, with nothing to show it comes
+        # after this one in the program, may as well be an extra op inserted before it:
+        # when an extra_op finding names the rank for that op, that story is the one to
+        # tell. (An unmatched P2P finding would blame the other end, so not for P2P.)
+        found = {rank: past for rank, past in found.items()
+                 if past.confirmed or past.instead.is_p2p
+                 or rank not in extra_ops.get((past.instead_group, past.instead.collective_seq_id), ())}
+        if found:
+            gone[id(finding)] = found
+    return gone
+
+
+def _op_text(entry: Entry) -> str:
+    seq = f"p2p #{entry.p2p_seq_id}" if entry.is_p2p else f"#{entry.collective_seq_id}"
+    group = f"group {entry.pg_name} ({entry.pg_desc})" if entry.pg_desc else f"group {entry.pg_name}"
+    return f"{entry.op} {seq} in {group}"
+
+
+def _gone_past_text(ranks: list, past: WentPast) -> str:
+    one = len(ranks) == 1
+    they, their = ("it", "its") if one else ("they", "their")
+    text = f"{_ranks_text(ranks)} went on to {_op_text(past.instead)} instead"
+    if not past.like_ranks:
+        return text + f" ({their} earlier steps issue that after this op: {they} skipped it)"
+    if past.confirmed:
+        return text + f" (ranks like {they if one else 'them'} issue that after this op: {they} skipped it)"
+    return text + f" (ranks like {they if one else 'them'} issued this op there)"
+
+
+def _note_gone_past(finding: Finding, gone: dict) -> None:
+    """Say in the finding that its absent ranks are not victims: they went past it."""
+    stories = defaultdict(list)
+    for rank in sorted(gone):
+        past = gone[rank]
+        stories[(_op_text(past.instead), not past.like_ranks, past.confirmed)].append(rank)
+    texts = [_gone_past_text(ranks, gone[ranks[0]]) for ranks in stories.values()]
+    finding.message = finding.message.replace(TIE_NOTE, "") + "; " + "; ".join(texts)
+    finding.evidence.pop("tie_broken_by", None)
+    finding.evidence["went_past"] = {str(rank): _gone_past_evidence(past) for rank, past in sorted(gone.items())}
+
+
+def _gone_past_evidence(past: WentPast) -> dict:
+    evidence = {
+        "instead": _op_text(past.instead),
+        "evidence": "own_past" if not past.like_ranks else "like_ranks",
+        "like_ranks": past.like_ranks,
+        "skipped": past.confirmed,
+    }
+    site = _frame_text(user_frame(past.instead))
+    if site:
+        evidence["call_site"] = site  # where its code went on: the skipped call comes before it
+    return evidence
+
+
+def _link_consequences(findings: list, went_past: Optional[Callable] = None) -> None:
     """Find the root causes among blocking findings. A rank that never issued an op
     because it is waiting in another group's unfinished op is a victim (a TP hang
-    stalls DP, which stalls the pipeline's P2P); a rank that is waiting nowhere is
-    where the trouble starts, and every finding it is absent from is one story.
-    Findings that wait on each other in a circle (a desync deadlock) get their most
-    fundamental, oldest member as the root."""
+    stalls DP, which stalls the pipeline's P2P), unless it went past the op (ranks
+    like it issued the op where it issued something else); a rank that is waiting
+    nowhere, or went past, is where the trouble starts, and every finding it is absent
+    from is one story. Findings that wait on each other in a circle (a desync
+    deadlock) get their most fundamental, oldest member as the root."""
     candidates = [f for f in findings if f.kind in ROOT_PRIORITY]
     blocking = [f for f in candidates if f.kind in BLOCKING_KINDS and f.absent_ranks]
-    holders = {
-        id(f): [(g, set(f.absent_ranks) & set(g.waiting_ranks)) for g in candidates if g is not f and not _same_place(g, f)]
-        for f in blocking
-    }
-    holders = {key: [(g, held) for g, held in pairs if held] for key, pairs in holders.items()}
+    holders = _holders(blocking, candidates, {})
+    gone_past = _ranks_gone_past(blocking, candidates, holders, went_past) if went_past else {}
+    if gone_past:
+        holders = _holders(blocking, candidates, gone_past)
+        for finding in blocking:
+            if id(finding) in gone_past:
+                _note_gone_past(finding, gone_past[id(finding)])
     waited = {id(f): set().union(set(), *(held for _, held in holders[id(f)])) for f in blocking}
     roots = [f for f in candidates if id(f) not in holders]
     cause = {}
@@ -746,15 +1260,27 @@ def _without_queued_ops(dump: RankDump) -> RankDump:
     return replace(dump, entries=entries[: blocked + 1] + behind)
 
 
-def _device_matches(analysis: Analysis) -> MatchResult:
-    """The matches the diagnosis reasons on: every rank's entries up to where it is
-    blocked. Matching again costs one more linear pass, and only when some rank has
+def _device_matches(analysis: Analysis) -> tuple:
+    """(matches, dumps) the diagnosis reasons on: every rank's entries up to where it
+    is blocked. Matching again costs one more linear pass, and only when some rank has
     queued ops; the report and Database keep the matches of everything dumped."""
     dumps = _dumps(analysis)
     trimmed = [_without_queued_ops(d) for d in dumps]
     if all(t is d for t, d in zip(trimmed, dumps)):
-        return analysis.matches
-    return match_dumps(trimmed, analysis.layout)
+        return analysis.matches, dumps
+    return match_dumps(trimmed, analysis.layout), trimmed
+
+
+def _went_past_judge(dumps: list, layout: Layout, device: MatchResult) -> Callable:
+    """went_past_finding over a ProgramOrder built on first use: most jobs never ask."""
+    order = []
+
+    def judge(finding: Finding, ranks: tuple) -> dict:
+        if not order:
+            order.append(ProgramOrder(dumps, layout, device.views, device))
+        return went_past_finding(order[0], finding, ranks)
+
+    return judge
 
 
 def _blocked_in(analysis: Analysis) -> dict:
@@ -771,7 +1297,7 @@ def _blocked_in(analysis: Analysis) -> dict:
 def diagnose(analysis: Analysis) -> Diagnosis:
     reliable = _completion_is_reliable(analysis)
     # Without a completion signal (gloo) nothing tells a blocked op from a queued one.
-    device = _device_matches(analysis) if reliable else analysis.matches
+    device, seen = _device_matches(analysis) if reliable else (analysis.matches, _dumps(analysis))
     by_group = defaultdict(list)
     for collective in device.collectives:
         by_group[collective.group_id].append(collective)
@@ -787,7 +1313,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
         findings.extend(_diagnose_group(view, matches, reliable, siblings_of(view), elsewhere))
         findings.extend(_p2p_findings(view, p2p_by_group.get(view.group.id, []), reliable))
         clean.extend(_recent_clean(matches, reliable))
-    _link_consequences(findings)
+    _link_consequences(findings, _went_past_judge(seen, analysis.layout, device))
     _demote_consequences(findings)
     findings.extend(_straggler_findings(analysis, clean))
     findings.extend(_missing_dump_notes(analysis, findings))

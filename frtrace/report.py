@@ -125,6 +125,9 @@ def _finding_lines(finding: Finding, bullet: str = "  - ") -> list:
         lines.append(f"{pad}  suspect call site: {evidence['suspect_call_site']}")
     if "peer_call_site" in evidence:
         lines.append(f"{pad}  peer call site:    {evidence['peer_call_site']}")
+    for rank, past in sorted(evidence.get("went_past", {}).items(), key=lambda kv: int(kv[0])):
+        if past.get("call_site"):
+            lines.append(f"{pad}  rank {rank} went on at: {past['call_site']}")
     step = _next_step(finding)
     if step:
         lines.append(f"{pad}  next step: {step}")
