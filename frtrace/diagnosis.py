@@ -21,7 +21,8 @@ import statistics
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
+from itertools import islice
+from typing import Callable, Container, Optional
 
 from .builder import Layout
 from .clocks import estimate_clock_offsets
@@ -49,7 +50,7 @@ NEXT_STEP = {
 }
 STRAGGLER_MIN_MS = 10.0
 STRAGGLER_MIN_SAMPLES = 3
-STRAGGLER_SAMPLE_PER_GROUP = 256
+STRAGGLER_SAMPLE_PER_GROUP = 64
 # Kinds that leave peers waiting on the suspects; they can be caused by a hang elsewhere.
 TIE_NOTE = " (even split: the ranks that did not arrive are blamed, as they are behind)"
 BLOCKING_KINDS = ("not_issued", "p2p_unmatched", "missing_dump", "extra_op")
@@ -296,7 +297,7 @@ def _mismatch_findings(view: GroupView, matches: list, index: int, siblings: lis
 
 
 def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool,
-                      waiting_elsewhere: frozenset = frozenset(), siblings_have_it: bool = False) -> Finding:
+                      waiting_elsewhere: Container = frozenset(), siblings_have_it: bool = False) -> Finding:
     """Some members issued op #seq and others never did."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
@@ -317,7 +318,7 @@ def _presence_finding(view: GroupView, matches: list, index: int, reliable: bool
     # On an even split: if sibling groups all issued this op it belongs to the program,
     # so whoever lacks it is behind (or skipped it). Otherwise ranks that did not
     # arrive because they wait in another op are not behind: the others went ahead.
-    ahead = tie and not siblings_have_it and set(missing) <= waiting_elsewhere
+    ahead = tie and not siblings_have_it and all(rank in waiting_elsewhere for rank in missing)
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
         # The minority went ahead: it issued an op its peers never issued.
         if tie:
@@ -415,7 +416,7 @@ def _took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
 
 
 def _diagnose_group(view: GroupView, matches: list, reliable: bool, siblings=None,
-                    waiting_elsewhere: frozenset = frozenset()) -> list:
+                    waiting_elsewhere: Container = frozenset()) -> list:
     for index, match in enumerate(matches):
         if match.disagreement is not None:
             return _mismatch_findings(view, matches, index, siblings.matches_at(match.seq) if siblings else [])
@@ -882,11 +883,10 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
     ranks = view.group.ranks
     local_holder, local_absent = ranks.index(holder), ranks.index(absent)
     witnesses, tokens = [], defaultdict(int)
-    for sibling in order.members[order.family[finding.group_id]]:
-        if len(witnesses) >= MAX_WITNESSES:
-            break
-        if sibling == finding.group_id:
-            continue
+    siblings = (g for g in order.members[order.family[finding.group_id]] if g != finding.group_id)
+    # Bounded like the witnesses: one finding per pipeline channel must not visit every
+    # sibling channel of a large job (that is quadratic in ranks).
+    for sibling in islice(siblings, MAX_WITNESSES):
         others = order.views[sibling].group.ranks
         if max(local_holder, local_absent) >= len(others):
             continue  # a sibling of another size plays no comparable part
@@ -1003,12 +1003,21 @@ def _source_circle(members: list, parents: dict, resolved: set) -> list:
 def _holders(blocking: list, candidates: list, gone_past: dict) -> dict:
     """id(finding) -> [(other finding, its absent ranks that wait in the other)]. A
     rank that went past the op is not held anywhere: it skipped it."""
-    waiting = {id(g): set(g.waiting_ranks) for g in candidates}
+    # Indexed by waiting rank: comparing every finding with every other is quadratic, and a
+    # hang across thousands of ranks leaves thousands of findings.
+    waiting_in = defaultdict(list)
+    for position, candidate in enumerate(candidates):
+        for rank in candidate.waiting_ranks:
+            waiting_in[rank].append((position, candidate))
     holders = {}
     for finding in blocking:
         absent = set(finding.absent_ranks) - gone_past.get(id(finding), {}).keys()
-        pairs = [(g, absent & waiting[id(g)]) for g in candidates if g is not finding and not _same_place(g, finding)]
-        holders[id(finding)] = [(g, held) for g, held in pairs if held]
+        held: dict = {}  # candidate position -> (candidate, absent ranks waiting in it)
+        for rank in absent:
+            for position, candidate in waiting_in.get(rank, ()):
+                if candidate is not finding and not _same_place(candidate, finding):
+                    held.setdefault(position, (candidate, set()))[1].add(rank)
+        holders[id(finding)] = [held[position] for position in sorted(held)]
     return holders
 
 
@@ -1283,6 +1292,19 @@ def _went_past_judge(dumps: list, layout: Layout, device: MatchResult) -> Callab
     return judge
 
 
+@dataclass(frozen=True, slots=True)
+class _BlockedElsewhere:
+    """The ranks blocked in an op other than `place`: a view of `blocked_in`, since a set
+    per group would cost ranks x groups."""
+
+    blocked_in: dict
+    place: tuple
+
+    def __contains__(self, rank: int) -> bool:
+        where = self.blocked_in.get(rank)
+        return where is not None and where != self.place
+
+
 def _blocked_in(analysis: Analysis) -> dict:
     """rank -> (group name, is_p2p) of the op the rank is blocked in: where it waits now."""
     blocked = {}
@@ -1309,7 +1331,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     blocked_in = _blocked_in(analysis) if reliable else {}
     for view in device.views:
         matches = by_group.get(view.group.id, [])
-        elsewhere = frozenset(rank for rank, place in blocked_in.items() if place != (view.group.name, False))
+        elsewhere = _BlockedElsewhere(blocked_in, (view.group.name, False))
         findings.extend(_diagnose_group(view, matches, reliable, siblings_of(view), elsewhere))
         findings.extend(_p2p_findings(view, p2p_by_group.get(view.group.id, []), reliable))
         clean.extend(_recent_clean(matches, reliable))
