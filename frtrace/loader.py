@@ -9,8 +9,6 @@ prints: the caller decides what to say.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import operator
 import os
 import re
@@ -18,10 +16,11 @@ import stat
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .safe_decode import DecodeError, decode_dump_bytes
+from .util import cyclic_gc_paused
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 # Suffixes a dump file may carry after its rank number, stripped right to left.
@@ -590,20 +589,6 @@ def read_dump_file(path: str, max_bytes: int) -> bytes:
     return data
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    # A decoded dump is a tree of some 100,000 fresh dicts and lists: the cyclic collector
-    # would scan it several times over while it is built (10-30% of the load), though
-    # reference counting frees it all. The previous setting is restored afterwards.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
     """Read and normalise one file: a RankDump, or a LoadIssue saying why not."""
     try:
@@ -613,7 +598,9 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
     except ValueError as exc:
         return LoadIssue(path, str(exc))
     try:
-        with _cyclic_gc_paused():
+        # A decoded dump is a tree of some 100,000 fresh dicts and lists: the collector
+        # would scan it several times over while it is built (10-30% of the load).
+        with cyclic_gc_paused():
             raw, encoding = decode_dump_bytes(data, max_bytes)
             del data
             return normalise_dump(raw, rank, path, encoding)

@@ -86,8 +86,6 @@ the same seq (skip_op, extra_op): still the truth, but harder to read.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import json
 import os
 import pickle
@@ -100,6 +98,8 @@ from collections.abc import MutableMapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+from .util import cyclic_gc_paused
 
 # `slots=True` needs Python 3.10; the package still supports 3.9.
 _SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
@@ -594,18 +594,6 @@ def _edit_collective(world: _World, ops: list, step: range, group: _Group, kind:
 # --------------------------------------------------------------------------- simulation
 
 
-@contextlib.contextmanager
-def _gc_paused():
-    """Millions of acyclic containers make the cyclic GC rescan everything, for nothing."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 @dataclass(**_SLOTS)
 class _Run:
     """Result of the simulation: everything `_DumpBuilder` needs."""
@@ -964,7 +952,7 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
             starts = step_starts  # only the culprit's step boundaries are needed
     info = _inject(world, progs, starts, fault, steps) if fault is not None else _Injected()
     straggler_ns = int(fault.straggler_ms * _MS) if fault is not None and fault.kind == "straggler" else 0
-    with _gc_paused():
+    with cyclic_gc_paused():
         run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng)
     builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng)
     present = [r for r in range(world_size) if not (info.delete_dump and r == fault.rank)]
@@ -1078,7 +1066,7 @@ def write_job(job: SynthJob, directory, *, fmt: str = "pickle", prefix: str = "n
         def get_dump(rank: int) -> dict:
             return _unshared(dumps[rank])
     todo = [(rank, directory / f"{prefix}{rank}{suffix}") for rank in sorted(dumps)]
-    with _gc_paused():
+    with cyclic_gc_paused():
         if workers > 1 and hasattr(os, "fork") and len(todo) >= 2 * workers:
             _write_forked(get_dump, todo, fmt, workers)
         else:

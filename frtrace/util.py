@@ -1,8 +1,11 @@
-"""Small helpers shared by the stages: rank-range folding and sizes in words."""
+"""Small helpers shared by the stages: rank-range folding, sizes in words, and a
+pause of the cyclic garbage collector."""
 
 from __future__ import annotations
 
-from typing import Iterable
+import contextlib
+import gc
+from typing import Iterable, Iterator
 
 
 def fold_ranks(ranks: Iterable[int]) -> str:
@@ -24,3 +27,16 @@ def fold_ranks(ranks: Iterable[int]) -> str:
 
 def plural(count: int, word: str, many: str = "") -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Build many acyclic containers without the cyclic collector rescanning them
+    (reference counting frees them all); the previous setting is restored after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
