@@ -148,7 +148,7 @@ class _Progress:
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
 @click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
-@click.option("-v", "--verbose", is_flag=True, help="Notes on skipped files and a timing line on stderr.")
+@click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
