@@ -200,7 +200,8 @@ def _op_signature(entry: Entry) -> Optional[tuple]:
     None when the entry's op or sizes could not be read."""
     op = entry.op
     shapes = entry.shapes
-    if entry.name is UNREADABLE_OP or not shapes.readable:
+    # Equality, not identity: entries loaded by worker processes arrive as copies.
+    if entry.name == UNREADABLE_OP or not shapes.readable:
         return None
     if op in RANK_DEPENDENT_SIZE_OPS:
         in_numel = out_numel = None

@@ -555,6 +555,14 @@ def test_one_unreadable_field_does_not_make_a_healthy_job_faulty(target, value):
     assert diagnosis.status != "faults", diagnosis.verdict
 
 
+def test_an_unreadable_op_name_is_not_compared_when_loaded_by_worker_processes(tmp_path):
+    # Entries cross from loader workers by pickle: "unreadable" must survive that trip.
+    dumps = healthy_dumps(8)
+    del dumps[1]["entries"][1]["profiling_name"]
+    result = run_cli([write_job(tmp_path / "d", dumps), "--workers", "2", "--format", "json"])
+    assert json.loads(result.stdout)["status"] != "faults", result.stdout
+
+
 @pytest.mark.parametrize("field, value", [
     ("input_sizes", [["16"]]), ("collective_seq_id", "2"), ("p2p_seq_id", None), ("process_group", {"name": "0"}),
     ("record_id", 10**40), ("time_created_ns", -1), ("state", 7), ("retired", "yes"), ("timeout_ms", 2.5),
