@@ -18,6 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
+from .entry_columns import SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .safe_decode import DecodeError, decode_dump_bytes
 from .util import cyclic_gc_paused
@@ -502,7 +503,17 @@ def _raw_entries(raw_entries) -> Optional[list]:
 
 
 def _normalise_entries(raw_entries: list, norm: _Normaliser) -> tuple:
-    """`(entries sorted oldest first, number dropped as unreadable)`."""
+    """`(Columns of the entries sorted oldest first, number dropped as unreadable)`."""
+    columns = columns_from_raw(raw_entries, norm)
+    if columns is not None:
+        return columns, 0
+    entries, dropped = _entries_one_by_one(raw_entries, norm)
+    return columns_from_entries(entries), dropped
+
+
+def _entries_one_by_one(raw_entries: list, norm: _Normaliser) -> tuple:
+    """`(entries sorted oldest first, number dropped as unreadable)`: the path for dumps with
+    anything unusual in them, which checks and warns about each value on its own."""
     entries = []
     dropped = 0
     fields = _ENTRY_FIELDS
@@ -539,11 +550,18 @@ def _version(raw: dict, norm: _Normaliser) -> str:
 def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
     """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
     the data is not shaped like a dump at all."""
+    dump, columns = _normalised(raw, rank, path, encoding)
+    dump.entries = entries_from_columns(columns)
+    return dump
+
+
+def _normalised(raw, rank: int, path: str, encoding: str) -> tuple:
+    """`(RankDump without its entries, Columns of its entries)`."""
     raw = _top_level_dict(raw)
     raw_entries = _raw_entries(raw.get("entries"))
     norm = _Normaliser()
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
-    entries, dropped = _normalise_entries(raw_entries or (), norm)
+    columns, dropped = _normalise_entries(raw_entries or [], norm)
     dump = RankDump(
         rank=rank,
         path=path,
@@ -552,13 +570,13 @@ def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
         comm_lib_version=norm.text(comm_lib, "comm_lib_version"),
         pg_config=_pg_config(raw.get("pg_config"), norm),
         pg_status=_pg_status(raw.get("pg_status"), norm),
-        entries=entries,
+        entries=(),
         # JSON dumps omit `entries` when it is empty; only pickles tell "no collectives" apart.
         has_entries=raw_entries is not None or encoding.startswith("json"),
         unreadable_entries=dropped,
     )
     dump.warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
-    return dump
+    return dump, columns
 
 
 # --------------------------------------------------------------------------- loading
@@ -589,8 +607,12 @@ def read_dump_file(path: str, max_bytes: int) -> bytes:
     return data
 
 
-def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
-    """Read and normalise one file: a RankDump, or a LoadIssue saying why not."""
+def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, *, packed: bool = False,
+             shared: Optional[SharedValues] = None):
+    """Read and normalise one file: a RankDump, or a LoadIssue saying why not.
+
+    `packed` leaves the entries in the compact form `_received` unpacks (for worker
+    processes); `shared` holds the values the entries of all ranks share."""
     try:
         data = read_dump_file(path, max_bytes)
     except OSError as exc:
@@ -603,7 +625,10 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
         with cyclic_gc_paused():
             raw, encoding = decode_dump_bytes(data, max_bytes)
             del data
-            return normalise_dump(raw, rank, path, encoding)
+            dump, columns = _normalised(raw, rank, path, encoding)
+            del raw
+            dump.entries = pack(columns) if packed else entries_from_columns(columns, shared)
+            return dump
     except DecodeError as exc:
         return LoadIssue(path, str(exc))
     except (RecursionError, MemoryError) as exc:
@@ -611,18 +636,15 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES):
 
 
 def _load_for_transfer(args: tuple):
-    """`load_one` in a worker process. Entries travel to the parent as plain tuples:
-    pickling NamedTuples runs Python code per entry on both sides, plain tuples do not."""
-    result = load_one(*args)
-    if isinstance(result, RankDump):
-        result.entries = tuple(map(tuple, result.entries))
-    return result
+    """`load_one` in a worker process. Entries travel to the parent as packed columns
+    (arrays and small tables), which pickle at memory speed; an Entry per entry would
+    cost a pickle round trip each."""
+    return load_one(*args, packed=True)
 
 
-def _received(result):
+def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        new = _new_entry
-        result.entries = tuple([new(Entry, values) for values in result.entries])
+        result.entries = entries_from_columns(unpack(result.entries, shared))
     return result
 
 
@@ -642,7 +664,7 @@ def load_dumps(
         wanted = set(selected_ranks)
         files = [(rank, path) for rank, path in files if rank in wanted]
     jobs = [(rank, str(path), max_bytes) for rank, path in files]
-    results = _run_jobs(jobs, workers, progress)
+    results = _run_jobs(jobs, workers, progress, SharedValues())
     dumps, errors = [], []
     for (rank, _path, _limit), result in zip(jobs, results):
         (dumps if isinstance(result, RankDump) else errors).append(result)
@@ -663,12 +685,12 @@ def _share_rank_lists(dumps: list) -> None:
             )
 
 
-def _run_jobs(jobs: list, workers: int, progress) -> list:
+def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues) -> list:
     # Worker processes only pay off once there are many files to spread.
     if workers <= 1 or len(jobs) < 2 * workers:
         results = []
         for done, job in enumerate(jobs, 1):
-            results.append(load_one(*job))
+            results.append(load_one(*job, shared=shared))
             if progress:
                 progress(done, len(jobs))
         return results
@@ -676,7 +698,7 @@ def _run_jobs(jobs: list, workers: int, progress) -> list:
     with ProcessPoolExecutor(max_workers=workers) as pool:
         chunksize = max(1, min(64, len(jobs) // (8 * workers)))
         for done, result in enumerate(pool.map(_load_for_transfer, jobs, chunksize=chunksize), 1):
-            results.append(_received(result))
+            results.append(_received(result, shared))
             if progress:
                 progress(done, len(jobs))
     return results

@@ -305,6 +305,7 @@ class _World:
         self._make_groups()
         self._ops: dict = {}
         self._stacks: dict = {}
+        self._frame_dicts: dict = {}
 
     def coords(self, rank: int) -> tuple:
         """(dp_idx, pp_idx, tp_idx) of a global rank."""
@@ -358,7 +359,9 @@ class _World:
             return None
         frames = self._stacks.get((tag, api))
         if frames is None:
-            frames = self._stacks[(tag, api)] = _stack(tag, api)
+            # One dict per distinct frame, as torch keeps them: dumps refer back to it.
+            frames = [self._frame_dicts.setdefault(tuple(f.values()), f) for f in _stack(tag, api)]
+            self._stacks[(tag, api)] = frames
         return frames
 
     def _part(self, name: str, tag: str, ins: list, dtype: str, outs: list, api: Optional[str] = None) -> _Part:
@@ -821,7 +824,7 @@ class _DumpBuilder:
         frames, ins, in_dtypes, outs, out_dtypes = (part.frames, part.input_sizes, part.input_dtypes,
                                                     part.output_sizes, part.output_dtypes)
         if fresh:  # containers of its own, as torch writes them (see `_unshared`)
-            frames = None if frames is None else list(map(dict.copy, frames))
+            frames = None if frames is None else frames[:]
             ins, outs = [shape[:] for shape in ins], [shape[:] for shape in outs]
             in_dtypes, out_dtypes, pg_tuple = in_dtypes[:], out_dtypes[:], (pg_tuple[0], pg_tuple[1])
         # Key order follows what torch writes; duration_ms only exists once timed and completed.
@@ -997,10 +1000,24 @@ def _unshared(dump: dict) -> dict:
 
     In memory, entries share their sizes, dtypes and frames; Python's pickler would then write
     each shared list once and refer back to it. torch's C++ pickler memoizes strings by value
-    but writes every list and dict out in full, so real files are bigger and slower to load.
-    Benchmarks must see the real thing. (`_DumpBuilder(..., fresh=True)` does the same faster.)
+    and keeps one dict per distinct stack frame, which every entry's `frames` list refers to,
+    but writes every other list and dict out in full. Benchmarks must see the real thing.
+    (`_DumpBuilder(..., fresh=True)` does the same faster.)
     """
-    return _fresh(dump)
+    out = {key: _fresh(value) for key, value in dump.items() if key != "entries"}
+    if "entries" in dump:
+        out["entries"] = [_fresh_entry(entry) for entry in dump["entries"]]
+    return out
+
+
+def _fresh_entry(entry):
+    if not isinstance(entry, dict):
+        return _fresh(entry)
+    fresh = {key: _fresh(value) for key, value in entry.items()}
+    frames = entry.get("frames")
+    if isinstance(frames, list):
+        fresh["frames"] = frames[:]  # a new list of the same frame dicts, as torch writes them
+    return fresh
 
 
 def _encode(dump: dict, fmt: str) -> bytes:

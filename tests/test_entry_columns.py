@@ -1,0 +1,153 @@
+"""The column-at-a-time fast path must give exactly what the entry-by-entry path gives.
+
+The loader normalises a dump's entries a whole column at a time when every field holds
+what torch writes (frtrace/entry_columns.py), and falls back on checking entry by entry
+otherwise. These tests hold the two paths to the same entries and the same warnings, on
+real gloo dumps, on synthetic NCCL dumps, and on generated entries with odd values, and
+check that real dumps do take the fast path. They also round-trip the packed form that
+loader workers send to the parent.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from frtrace.entry_columns import columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
+from frtrace.loader import _entries_one_by_one, _Normaliser, load_dumps, load_one
+from frtrace.model import Entry, Frame
+from frtrace.safe_decode import decode_dump_bytes
+from frtrace.synth import Fault, encode_dump, generate
+
+from helpers import FIXTURES
+from test_fuzz import _drop_missing, _entries, plausible, safe_scalars
+
+CI = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+
+
+def both_paths(raw_entries: list):
+    """(columns from the fast path or None, columns entry by entry, the two warning counters)."""
+    fast_norm, slow_norm = _Normaliser(), _Normaliser()
+    fast = columns_from_raw(raw_entries, fast_norm)
+    entries, _dropped = _entries_one_by_one(raw_entries, slow_norm)
+    return fast, columns_from_entries(entries), fast_norm.warnings, slow_norm.warnings
+
+
+def assert_same(raw_entries: list, must_be_fast: bool = False) -> None:
+    fast, slow, fast_warnings, slow_warnings = both_paths(raw_entries)
+    if must_be_fast:
+        assert fast is not None
+    if fast is not None:
+        assert entries_from_columns(fast) == entries_from_columns(slow)
+        assert fast_warnings == slow_warnings
+
+
+def _dump_files() -> list:
+    return sorted(path for path in FIXTURES.glob("*/rank_*") if path.is_file())
+
+
+@pytest.mark.parametrize("path", _dump_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_dumps_take_the_fast_path_and_agree(path: Path):
+    raw, _encoding = decode_dump_bytes(path.read_bytes(), 1 << 30)
+    entries = raw.get("entries") if isinstance(raw, dict) else None
+    if not entries:
+        pytest.skip("no entries in this dump")
+    assert_same(entries, must_be_fast=True)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+@pytest.mark.parametrize("timing", [False, True])
+def test_synthetic_nccl_dumps_take_the_fast_path_and_agree(fmt, timing):
+    job = generate(8, 2, 2, steps=3, timing=timing, lookahead=1, buffer_size=40,
+                   fault=Fault("hang", rank=3, group="tp", step=2))
+    for rank in (0, 3, 7):
+        raw, _ = decode_dump_bytes(encode_dump(job.dumps[rank], fmt), 1 << 30)
+        assert_same(raw["entries"], must_be_fast=True)
+
+
+def test_unsorted_record_ids_are_sorted_with_ties_in_file_order():
+    job = generate(4, 2, 1, steps=2)
+    raw, _ = decode_dump_bytes(encode_dump(job.dumps[1], "pickle"), 1 << 30)
+    entries = raw["entries"]
+    entries.reverse()
+    entries[0]["record_id"] = entries[1]["record_id"]  # a tie
+    fast, slow, _, _ = both_paths(entries)
+    assert fast is not None and entries_from_columns(fast) == entries_from_columns(slow)
+    record_ids = list(fast.lists[1])
+    assert record_ids == sorted(record_ids)
+
+
+def test_odd_values_fall_back_on_the_entry_by_entry_path():
+    job = generate(4, 2, 1, steps=2)
+    raw, _ = decode_dump_bytes(encode_dump(job.dumps[0], "pickle"), 1 << 30)
+    for field, odd in [("collective_seq_id", None), ("record_id", [7]), ("input_sizes", 3),
+                       ("duration_ms", math.nan), ("profiling_name", 3), ("time_created_ns", 2**70),
+                       ("retired", 1), ("state", 5), ("frames", "oops"), ("process_group", ())]:
+        entries = [dict(entry) for entry in raw["entries"]]
+        entries[2][field] = odd
+        fast, _slow, _, slow_warnings = both_paths(entries)
+        assert fast is None, field
+        assert slow_warnings, field  # the slow path says what it found
+
+
+# Entries that are mostly what torch writes (so the fast path is tried), sometimes with an
+# odd value in any field (so it must notice and step aside).
+mostly_plausible = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({name: plausible[name] for name in plausible if name != "seq_id"}),
+        _entries(safe_scalars),
+    ),
+    min_size=1, max_size=8,
+)
+
+
+@CI
+@given(raw_entries=mostly_plausible)
+def test_generated_entries_give_the_same_result_on_both_paths(raw_entries):
+    assert_same([_drop_missing(entry) for entry in raw_entries])
+
+
+def test_a_stack_is_known_by_the_frames_it_holds_not_only_by_their_identity():
+    frame = {"name": "f", "filename": "a.py", "line": 1}
+    entries = [
+        {**_plain_entry(0), "frames": [frame]},
+        {**_plain_entry(1), "frames": [dict(frame)]},  # an equal, fresh dict (as JSON gives)
+    ]
+    fast, _slow, _, _ = both_paths(entries)
+    stacks = fast.lists[-1]
+    assert stacks[0] == (Frame("f", "a.py", 1),) and stacks[0] is stacks[1]
+
+
+def _plain_entry(record_id: int) -> dict:
+    return {"record_id": record_id, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": record_id,
+            "p2p_seq_id": 0, "op_id": record_id, "profiling_name": "nccl:all_reduce", "is_p2p": False,
+            "input_sizes": [[4]], "input_dtypes": ["Float"], "output_sizes": [[4]], "output_dtypes": ["Float"],
+            "state": "completed", "retired": True, "time_created_ns": 10 + record_id,
+            "time_discovered_started_ns": None, "time_discovered_completed_ns": None, "timeout_ms": 600000}
+
+
+def test_packed_columns_come_back_equal():
+    frames = (Frame("f", "a.py", 1),)
+    columns = columns_from_entries([
+        Entry(0, 5, "0", "pg", 0, 1, 0, 1, None, None, "completed", True, -(2**63) + 1, None, 0, 1.5, None, frames),
+        Entry(1, 2**64 - 1, "0", "pg", 0, 2, 0, 2, None, None, "started", None, 2**63 - 1, 7, None, None, 10, ()),
+    ])
+    assert list(map(list, unpack(pack(columns)).lists)) == columns.lists
+
+
+def test_workers_and_in_process_loading_agree(tmp_path):
+    job = generate(16, 2, 2, steps=3, timing=True, fault=Fault("hang", rank=5, group="dp", step=2))
+    for rank in job.dumps:
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    one = load_dumps([tmp_path], workers=1)
+    two = load_dumps([tmp_path], workers=2)
+    assert [d.entries for d in one.dumps] == [d.entries for d in two.dumps]
+    assert [d.entries for d in one.dumps] == [load_one(d.rank, d.path).entries for d in one.dumps]
+    # Sequence numbers are shared int objects across ranks, whichever way they were loaded.
+    seq = {id(entry.collective_seq_id) for d in two.dumps for entry in d.entries if entry.collective_seq_id == 300}
+    assert len(seq) <= 1
