@@ -18,18 +18,15 @@ from __future__ import annotations
 import math
 import operator
 from array import array
+import itertools
 from itertools import count, repeat
-from typing import NamedTuple, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 from .model import Entry
 
-INT_LIMIT = 2**64  # a wider integer is not a value torch writes: the slow path warns about it
 _NONE = type(None)
-_INTS = {int}
-_OPTIONAL_INTS = {int, _NONE}
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_ABSENT = _INT64_MIN  # stands for None in a packed optional-integer column; never a real value
 _new_entry = tuple.__new__
+_BOOL_IDS = frozenset((id(True), id(False)))
 
 # Raw fields the fast path reads, and which of them must hold integers (or None as well).
 _RAW_FIELDS = (
@@ -45,12 +42,28 @@ _OPTIONAL_INT_FIELDS = ("time_discovered_started_ns", "time_discovered_completed
 _SHAREABLE_INTS = (0, 1, 4, 5, 6, 7)
 _SHAREABLE_VALUES = (2, 3, 8, 9, 10, 17)
 _SMALL_INT_LIMIT = 1 << 16
+_CACHED_INTS = 257  # CPython keeps one object for each int below this already
+_EXAMPLE_ROUNDS = 6  # see _examples
+# Raw fields that make up an entry's static part, the same for most entries of one op.
+_STATIC_FIELDS = ("process_group", "profiling_name", "is_p2p", "input_sizes", "input_dtypes", "output_sizes",
+                  "output_dtypes", "state", "frames")
 
 
 class Columns(NamedTuple):
-    """Every Entry field as one list, in Entry order; all lists have the same length."""
+    """Every Entry field as one column, in Entry order; all columns have the same length.
+    A column is a sequence of values, or `Coded`."""
 
     lists: list
+
+
+class Coded(NamedTuple):
+    """A column of few distinct values: entry i holds `table[codes[i]]`."""
+
+    table: dict
+    codes: Sequence[int]
+
+    def values(self) -> list:
+        return list(map(self.table.__getitem__, self.codes))
 
 
 def _field(raw_entries: list, name: str) -> list:
@@ -76,16 +89,29 @@ def _fields(raw_entries: list, names: tuple) -> dict:
     return columns
 
 
-def _ints(column: list, optional: bool = False) -> bool:
-    """Every value an int within INT_LIMIT (or None, when optional)."""
-    kinds = set(map(type, column))
-    if not kinds <= (_OPTIONAL_INTS if optional else _INTS):
-        return False
-    values = list(filter(None, column)) if _NONE in kinds else column
-    return not values or (-INT_LIMIT < min(values) and max(values) < INT_LIMIT)
+def _int_column(column: list, optional: bool = False) -> Optional[Sequence[int]]:
+    """The column as an int64 array (the list itself when optional and some values are None),
+    or None when a value is not an int as torch writes it (a bool, a float, a huge number).
+
+    One pass that converts in C: each int is an object somewhere in the decoded dump, and
+    reading it costs a cache miss that a pass for types and another for bounds would repeat."""
+    if not _BOOL_IDS.isdisjoint(map(id, column)):  # bools are ints to array(); not to the slow path
+        return None
+    if any(map(operator.is_, column, repeat(None))):
+        if not optional:
+            return None
+        try:
+            array("q", [value for value in column if value is not None])
+        except (TypeError, OverflowError):
+            return None
+        return column
+    try:
+        return array("q", column)
+    except (TypeError, OverflowError):
+        return None
 
 
-def _zero_means_none(column: list) -> list:
+def _zero_means_none(column: Sequence) -> Sequence:
     # JSON writes 0 where pickle writes None: both mean "not observed".
     return [value or None for value in column] if 0 in column else column
 
@@ -148,19 +174,49 @@ def _states(fields: dict, norm) -> Optional[list]:
     return _interned(states, norm.strings, lambda state, _: state)
 
 
-def _shape_keys(sizes: list, dtypes: list) -> tuple:
-    return map(tuple, map(map, repeat(tuple), sizes)), map(tuple, dtypes)
+def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
+    """`(example_of, needed)`: for every row, the position of an earlier (or its own) row
+    equal to it; and, in ascending order, the positions that are their own example.
+
+    The entries of one op mostly repeat the same group, shapes, state and stack. Each row
+    is compared (in C: `==` on the raw values) with an example, the first row of the same
+    op (`owners`); rows unlike their example try again among themselves, for a few rounds.
+    The first entry holding any value is always its own example, so interning just the
+    `needed` rows, in order, validates the same raw values the entry-by-entry path would.
+    """
+    example_of: list = []
+    needed: set = set()
+    todo = range(len(rows))
+    for _round in range(_EXAMPLE_ROUNDS):
+        first_at: dict = {}
+        try:
+            examples = list(map(first_at.setdefault, map(owners.__getitem__, todo), todo))
+            alike = list(map(operator.eq, map(rows.__getitem__, todo), map(rows.__getitem__, examples)))
+        except Exception:  # noqa: BLE001 - unhashable or hostile values; the slow path judges them
+            return None
+        needed.update(first_at.values())
+        if not example_of:  # the first round: every row, in order; (own, example)[alike]
+            example_of = list(map(operator.getitem, zip(todo, examples), alike))
+        else:
+            for position, example, same in zip(todo, examples, alike):
+                if same:
+                    example_of[position] = example
+        todo = list(itertools.compress(todo, map(operator.not_, alike)))
+        if len(todo) * 16 < len(rows):
+            break
+    needed.update(todo)
+    return example_of, sorted(needed)
 
 
 def _shapes(fields: dict, norm) -> Optional[list]:
     raw = [fields[name] for name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")]
-    if any(set(map(type, column)) != {list} for column in raw):
-        return None
+    # No type check first: a value that is not a list of lists either fails to make a key
+    # (TypeError: the slow path takes the dump) or makes the key the entry-by-entry path
+    # would make of it too, and is validated the same way.
     try:
-        in_sizes, in_dtypes = _shape_keys(raw[0], raw[1])
-        out_sizes, out_dtypes = _shape_keys(raw[2], raw[3])
-        keys = list(zip(in_sizes, in_dtypes, out_sizes, out_dtypes))
-    except TypeError:  # a shape that is not a list
+        keys = list(zip(map(tuple, map(map, repeat(tuple), raw[0])), map(tuple, raw[1]),
+                        map(tuple, map(map, repeat(tuple), raw[2])), map(tuple, raw[3])))
+    except TypeError:
         return None
     # Validate the raw values of each key's first entry, as the entry-by-entry path does.
     return _interned(keys, norm.shapes, lambda _, at: norm.shape_record(*(column[at] for column in raw)))
@@ -168,19 +224,39 @@ def _shapes(fields: dict, norm) -> Optional[list]:
 
 def _stacks(fields: dict, norm) -> Optional[list]:
     frames = fields["frames"]
-    kinds = set(map(type, frames))
-    if kinds == {_NONE}:  # dumped without stacks
-        return [()] * len(frames)
-    if kinds != {list}:
-        return None
+    if frames[0] is None:  # dumped without stacks (the key is absent)
+        return [()] * len(frames) if frames.count(None) == len(frames) else None
     # torch's pickler writes one dict per distinct frame and refers back to it, so a stack is
     # known by the identities of its frame dicts (alive, hence unique, while `frames` is).
-    # Stacks with fresh dicts (JSON) are simply each looked up by value once.
+    # Stacks of fresh dicts (JSON) are each looked up by value once. No type check first, as
+    # for shapes: what is not a list fails to make a key or is validated as usual.
     try:
         keys = list(map(tuple, map(map, repeat(id), frames)))
     except TypeError:
         return None
     return _interned(keys, {}, lambda _, at: norm.stack(frames[at]))
+
+
+def _static_columns(fields: dict, norm) -> Optional[list]:
+    """Coded columns for pg_name, pg_desc, name, shapes, state and frames."""
+    # `is_p2p` is the one field where equal raw values are judged apart (1 == True, but only
+    # True makes a P2P op): equality between rows is only trusted when it holds bools.
+    if not set(map(type, fields["is_p2p"])) <= {bool, _NONE}:
+        return None
+    rows = list(zip(*(fields[name] for name in _STATIC_FIELDS)))
+    examples = _examples(fields["profiling_name"], rows)
+    if examples is None:
+        return None
+    example_of, needed = examples
+    chosen = {name: list(map(fields[name].__getitem__, needed)) for name in _STATIC_FIELDS}
+    groups = _groups(chosen, norm)
+    names = _op_names(chosen, norm) if groups else None
+    shapes = _shapes(chosen, norm) if names else None
+    states = _states(chosen, norm) if shapes else None
+    stacks = _stacks(chosen, norm) if states else None
+    if stacks is None:
+        return None
+    return [Coded(dict(zip(needed, values)), example_of) for values in (*groups, names, shapes, states, stacks)]
 
 
 def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
@@ -189,20 +265,19 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     if not raw_entries or set(map(type, raw_entries)) != {dict}:
         return None
     fields = _fields(raw_entries, _RAW_FIELDS)
-    if not (all(_ints(fields[name]) for name in _INT_FIELDS)
-            and all(_ints(fields[name], optional=True) for name in _OPTIONAL_INT_FIELDS)
-            and set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
+    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
+        fields[name] = _int_column(fields[name], optional=name in _OPTIONAL_INT_FIELDS)
+        if fields[name] is None:
+            return None
+    if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
-    groups = _groups(fields, norm)
-    names = _op_names(fields, norm) if groups else None
-    shapes = _shapes(fields, norm) if names else None
-    states = _states(fields, norm) if shapes else None
-    stacks = _stacks(fields, norm) if states else None
-    if stacks is None:
+    static = _static_columns(fields, norm)
+    if static is None:
         return None
+    pg_names, pg_descs, names, shapes, states, stacks = static
     record_ids = fields["record_id"]
     columns = [
-        range(len(raw_entries)), record_ids, groups[0], groups[1], fields["pg_id"],
+        range(len(raw_entries)), record_ids, pg_names, pg_descs, fields["pg_id"],
         fields["collective_seq_id"], fields["p2p_seq_id"], fields["op_id"], names, shapes, states,
         fields["retired"], fields["time_created_ns"], _zero_means_none(fields["time_discovered_started_ns"]),
         _zero_means_none(fields["time_discovered_completed_ns"]), fields["duration_ms"], fields["timeout_ms"], stacks,
@@ -210,8 +285,14 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     if not all(map(operator.lt, record_ids, record_ids[1:])):
         # Record ids order a rank's entries; ties (corrupt ids) keep file order.
         order = sorted(range(len(record_ids)), key=record_ids.__getitem__)
-        columns = [list(map(column.__getitem__, order)) for column in columns]
+        columns = [_reordered(column, order) for column in columns]
     return Columns(columns)
+
+
+def _reordered(column, order: list):
+    if isinstance(column, Coded):
+        return Coded(column.table, list(map(column.codes.__getitem__, order)))
+    return list(map(column.__getitem__, order))
 
 
 def columns_from_entries(entries: Sequence[Entry]) -> Columns:
@@ -239,9 +320,20 @@ class SharedValues:
         """The column with its ints replaced by the shared objects, when all are small enough:
         sequence numbers and record ids repeat across entries and ranks, and each int of
         its own would cost 28 bytes."""
+        if isinstance(column, _Packed):  # a worker has checked them
+            return list(map(self.ints.__getitem__, column.ints)) if column.small else column.ints
+        if isinstance(column, range) and 0 <= column.start and column.stop <= _SMALL_INT_LIMIT and column.step == 1:
+            return self.ints[column.start:column.stop]
         if not column or min(column) < 0 or max(column) >= _SMALL_INT_LIMIT:
             return column
         return list(map(self.ints.__getitem__, column))
+
+    def table_of(self, table: dict) -> dict:
+        """The table with its values replaced by the shared copies (it maps codes to few
+        distinct objects: only those are looked up by value)."""
+        distinct = dict(zip(map(id, table.values()), table.values()))
+        swap = {key: self.one_of(value) for key, value in distinct.items()}
+        return dict(zip(table, map(swap.__getitem__, map(id, table.values()))))
 
     def values_of(self, column: Sequence) -> Sequence:
         """The column with each value replaced by the shared copy; the column holds few distinct
@@ -256,57 +348,72 @@ class SharedValues:
 def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None) -> tuple:
     """An Entry per row of `columns`; with `shared`, repeating values are shared objects."""
     lists = list(columns.lists)
-    if shared is not None:
-        for position in _SHAREABLE_INTS:
-            lists[position] = shared.ints_of(lists[position])
-        for position in _SHAREABLE_VALUES:
-            lists[position] = shared.values_of(lists[position])
+    for position, column in enumerate(lists):
+        if shared is not None and position in _SHAREABLE_INTS:
+            column = shared.ints_of(column)
+        elif isinstance(column, _Packed):
+            column = column.ints
+        elif isinstance(column, Coded):
+            if shared is not None and position in _SHAREABLE_VALUES:
+                column = Coded(shared.table_of(column.table), column.codes)
+            column = column.values()
+        elif shared is not None and position in _SHAREABLE_VALUES:
+            column = shared.values_of(column)
+        lists[position] = column
     return tuple(map(_new_entry, repeat(Entry), zip(*lists)))
 
 
 # --------------------------------------------------------------------------- transfer
 
 
-def _pack(column: list):
-    kinds = set(map(type, column))
-    if column and kinds <= _OPTIONAL_INTS and _INTS <= kinds:
-        present = [value for value in column if value is not None] if _NONE in kinds else column
-        low, high = min(present), max(present)
-        if _NONE not in kinds and 0 <= low and high <= 0xFFFF:
-            return "H", array("H", column)  # the parent can share these ints (see `shared_ints`)
-        if _INT64_MIN < low and high <= _INT64_MAX:
-            if _NONE in kinds:
-                return "q?", array("q", [_ABSENT if value is None else value for value in column])
-            return "q", array("q", column)
-    # Few distinct values (interned strings, shapes, stacks): a table and one code per entry.
-    # Types do not mix within a column here, so equal keys (1 == 1.0 == True) cannot merge.
-    table = list(dict.fromkeys(column))
-    code_of = {value: code for code, value in enumerate(table)}
-    return "t", table, array("I", map(code_of.__getitem__, column))
+def _pack(column: Sequence):
+    if isinstance(column, range):
+        return "r", len(column)
+    if isinstance(column, array):
+        low, high = (min(column), max(column)) if column else (0, 0)
+        if 0 <= low and _CACHED_INTS <= high < _SMALL_INT_LIMIT:
+            return "s", column  # the parent may take shared ints for these (see SharedValues)
+        return "q", column
+    # None, booleans, floats, or (from the entry-by-entry path) anything: pickle writes
+    # these in C at a few bytes each, which is as cheap as any packing.
+    return "l", column
 
 
-def _unpack(packed, position: int, shared: Optional[SharedValues]) -> Sequence:
-    kind = packed[0]
-    if kind == "H":
-        return packed[1] if shared is None else list(map(shared.ints.__getitem__, packed[1]))
-    if kind == "q":
-        return packed[1]  # an array reads as ints
-    if kind == "q?":
-        return [None if value == _ABSENT else value for value in packed[1].tolist()]
-    table, codes = packed[1], packed[2]
-    if shared is not None and position in _SHAREABLE_VALUES:
-        table = list(map(shared.one_of, table))
-    if len(table) == 1:  # a field every entry has the same value in (often None)
-        return table * len(codes)
-    return list(map(table.__getitem__, codes))
+def _unpack(packed) -> Sequence:
+    kind, data = packed[0], packed[1]
+    if kind == "r":
+        return range(data)
+    if kind in ("s", "q"):
+        return _Packed(data, kind == "s")
+    if kind == "l":
+        return data
+    return Coded(data, packed[2])  # "c"
+
+
+class _Packed(NamedTuple):
+    """An int column from a worker, which has found whether its ints are worth sharing:
+    all in [_CACHED_INTS, _SMALL_INT_LIMIT)."""
+
+    ints: Sequence[int]
+    small: bool
 
 
 def pack(columns: Columns) -> tuple:
     """A form of `columns` that pickles fast and small: arrays of ints, and tables of distinct
-    values with array codes."""
-    return tuple(map(_pack, columns.lists))
+    values with codes (one array of codes for all the columns that share them)."""
+    code_arrays: dict = {}
+    packed = []
+    for column in columns.lists:
+        if isinstance(column, Coded):
+            codes = code_arrays.get(id(column.codes))
+            if codes is None:
+                codes = code_arrays[id(column.codes)] = array("I", column.codes)
+            packed.append(("c", column.table, codes))
+        else:
+            packed.append(_pack(column))
+    return tuple(packed)
 
 
-def unpack(packed: tuple, shared: Optional[SharedValues] = None) -> Columns:
-    """The columns `pack` packed, their repeating values taken from `shared`."""
-    return Columns([_unpack(column, position, shared) for position, column in enumerate(packed)])
+def unpack(packed: tuple) -> Columns:
+    """The columns `pack` packed (turn them into entries with `entries_from_columns`)."""
+    return Columns(list(map(_unpack, packed)))

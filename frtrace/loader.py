@@ -644,7 +644,7 @@ def _load_for_transfer(args: tuple):
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        result.entries = entries_from_columns(unpack(result.entries, shared))
+        result.entries = entries_from_columns(unpack(result.entries), shared)
     return result
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frtrace.entry_columns import columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
+from frtrace.entry_columns import Coded, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from frtrace.loader import _entries_one_by_one, _Normaliser, load_dumps, load_one
 from frtrace.model import Entry, Frame
 from frtrace.safe_decode import decode_dump_bytes
@@ -82,7 +82,7 @@ def test_unsorted_record_ids_are_sorted_with_ties_in_file_order():
     assert record_ids == sorted(record_ids)
 
 
-def test_odd_values_fall_back_on_the_entry_by_entry_path():
+def test_odd_values_are_judged_as_the_entry_by_entry_path_judges_them():
     job = generate(4, 2, 1, steps=2)
     raw, _ = decode_dump_bytes(encode_dump(job.dumps[0], "pickle"), 1 << 30)
     for field, odd in [("collective_seq_id", None), ("record_id", [7]), ("input_sizes", 3),
@@ -90,9 +90,13 @@ def test_odd_values_fall_back_on_the_entry_by_entry_path():
                        ("retired", 1), ("state", 5), ("frames", "oops"), ("process_group", ())]:
         entries = [dict(entry) for entry in raw["entries"]]
         entries[2][field] = odd
-        fast, _slow, _, slow_warnings = both_paths(entries)
-        assert fast is None, field
+        fast, slow, fast_warnings, slow_warnings = both_paths(entries)
         assert slow_warnings, field  # the slow path says what it found
+        if field == "frames":  # a stack that is not a list is looked up as usual, and warned about
+            assert entries_from_columns(fast) == entries_from_columns(slow)
+            assert fast_warnings == slow_warnings
+        else:
+            assert fast is None, field
 
 
 # Entries that are mostly what torch writes (so the fast path is tried), sometimes with an
@@ -119,7 +123,7 @@ def test_a_stack_is_known_by_the_frames_it_holds_not_only_by_their_identity():
         {**_plain_entry(1), "frames": [dict(frame)]},  # an equal, fresh dict (as JSON gives)
     ]
     fast, _slow, _, _ = both_paths(entries)
-    stacks = fast.lists[-1]
+    stacks = [entry.frames for entry in entries_from_columns(fast)]
     assert stacks[0] == (Frame("f", "a.py", 1),) and stacks[0] is stacks[1]
 
 
@@ -136,8 +140,17 @@ def test_packed_columns_come_back_equal():
     columns = columns_from_entries([
         Entry(0, 5, "0", "pg", 0, 1, 0, 1, None, None, "completed", True, -(2**63) + 1, None, 0, 1.5, None, frames),
         Entry(1, 2**64 - 1, "0", "pg", 0, 2, 0, 2, None, None, "started", None, 2**63 - 1, 7, None, None, 10, ()),
+        Entry(2, 3, "0", "pg", 0, 3, 0, 3, None, None, "started", None, 5, 7, None, 0.25, 10, frames),
     ])
-    assert list(map(list, unpack(pack(columns)).lists)) == columns.lists
+    assert entries_from_columns(unpack(pack(columns))) == entries_from_columns(columns)
+
+
+def test_packed_fast_path_columns_come_back_as_the_same_entries():
+    job = generate(8, 2, 2, steps=3, timing=True, fault=Fault("hang", rank=3, group="tp", step=2))
+    raw, _ = decode_dump_bytes(encode_dump(job.dumps[3], "pickle"), 1 << 30)
+    columns = columns_from_raw(raw["entries"], _Normaliser())
+    assert any(isinstance(column, Coded) for column in columns.lists)
+    assert entries_from_columns(unpack(pack(columns))) == entries_from_columns(columns)
 
 
 def test_workers_and_in_process_loading_agree(tmp_path):
