@@ -1,26 +1,27 @@
 """Entries a column at a time: the loader's fast path and its compact form between processes.
 
 Takes the raw entry dicts of one decoded dump (and the loader's per-file `_Normaliser`);
-returns `Columns`, one list per `Entry` field in `ENTRY_FIELDS` order, or None when
-any field holds something other than what torch writes, in which case the loader goes
-entry by entry and says what it found. Also packs columns into arrays for the trip
-from a loader worker to the parent, and turns columns into `Entry` tuples.
+returns `Columns`, one column per `Entry` field, or None when any field holds something
+other than what torch writes, in which case the loader goes entry by entry and says what
+it found. Also packs columns for the trip from a loader worker to the parent, and turns
+columns into `Entry` tuples there, sharing equal values across ranks (`SharedValues`).
 
-Why columns: a 4,096-rank job holds eight million entries. Checking each field's type
-and range, and looking up interned values, one entry at a time in Python costs several
-microseconds per entry; done over a whole column with `map`, `set` and `min`/`max`, the
-same checks run in C. Sending columns as `array`s costs the worker and the parent almost
-nothing, where a tuple per entry costs both a pickle round trip.
+Why: a 4,096-rank job holds eight million entries. Checked one entry at a time in
+Python, each costs several microseconds. Here the checks run over whole columns in C
+(`map`, `set`, `array`), and an entry's static part (group, op, shapes, state, stack),
+which nearly always repeats an earlier entry's, is compared with that entry in C and
+only interned where it is new. Columns cross between processes as arrays and small
+tables, which pickle at memory speed.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from array import array
-import itertools
 from itertools import count, repeat
-from typing import Iterable, NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from .model import Entry
 

@@ -15,12 +15,18 @@ indexes; every comparison afterwards is a lookup.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Optional
 
 from .builder import Layout
 from .model import UNREADABLE_OP, Entry, Group, RankDump
+
+_PG_NAME = operator.attrgetter("pg_name")
+_IS_P2P = operator.attrgetter("name.is_p2p")
+_SEQ = operator.attrgetter("collective_seq_id")
 
 _UNSEEN = object()
 
@@ -128,35 +134,41 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
 
 
 def _rank_streams(dump: RankDump, layout: Layout) -> dict:
-    """group id -> RankStream for one rank, in one pass over its entries."""
-    per_group: dict = {}
-    group_ids: dict = {}
+    """group id -> RankStream for one rank.
+
+    A rank holds thousands of entries in a handful of groups: they are split by group and
+    kind a whole list at a time (`compress`, `map` in C), not entry by entry."""
+    entries = dump.entries
+    pg_names = list(map(_PG_NAME, entries))
+    gid_of = {name: layout.group_of(name, dump.rank) for name in dict.fromkeys(pg_names)}
+    gids = list(map(gid_of.__getitem__, pg_names))
+    p2p_flags = list(map(_IS_P2P, entries))
+    collective_flags = list(map(operator.not_, p2p_flags))
     uncertain = _gaps_are_unknown(dump)
-    for entry in dump.entries:
-        pg_name = entry.pg_name
-        gid = group_ids.get(pg_name, -1)
-        if gid == -1:
-            gid = group_ids[pg_name] = layout.group_of(pg_name, dump.rank)
+    per_group: dict = {}
+    for gid in dict.fromkeys(gids):
         if gid is None:
             continue
-        stream = per_group.get(gid)
-        if stream is None:
-            stream = per_group[gid] = RankStream(dump.rank, {}, [], None, None, dump.wrapped, uncertain)
-        name = entry.name
-        if name.is_p2p:
-            if not name.is_coalesced_marker:
-                stream.p2p.append(entry)
-            continue
-        collectives = stream.collectives
-        seq = entry.collective_seq_id
-        batch = collectives.get(seq)
-        # Almost every sequence number holds one entry; only coalesced batches grow.
-        collectives[seq] = (entry,) if batch is None else batch + (entry,)
-    for stream in per_group.values():
-        if stream.collectives:
-            stream.first_seq = min(stream.collectives)
-            stream.last_seq = max(stream.collectives)
+        mine = list(map(operator.eq, gids, repeat(gid)))
+        p2p = [e for e in compress(entries, map(operator.and_, mine, p2p_flags)) if not e.name.is_coalesced_marker]
+        collectives = _by_sequence(list(compress(entries, map(operator.and_, mine, collective_flags))))
+        stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, dump.wrapped, uncertain)
+        if collectives:
+            stream.first_seq = min(collectives)
+            stream.last_seq = max(collectives)
     return per_group
+
+
+def _by_sequence(entries: list) -> dict:
+    """collective_seq_id -> tuple of its entries (several for a coalesced batch), in order."""
+    collectives = dict(zip(map(_SEQ, entries), zip(entries)))  # zip(entries) gives 1-tuples
+    if len(collectives) < len(entries):  # some sequence numbers hold batches
+        collectives = {}
+        for entry in entries:
+            seq = entry.collective_seq_id
+            batch = collectives.get(seq)
+            collectives[seq] = (entry,) if batch is None else batch + (entry,)
+    return collectives
 
 
 def build_views(dumps: list, layout: Layout) -> tuple:
@@ -223,18 +235,15 @@ def batch_signature(entries: tuple, cache: Optional[dict] = None) -> Optional[tu
     if cache is None:
         signature = tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
         return None if None in signature else signature
-    if len(entries) == 1:
-        entry = entries[0]
-        key = (id(entry.name), id(entry.shapes))
-        signature = cache.get(key, _UNSEEN)
-        if signature is _UNSEEN:
-            signature = cache[key] = _shared(cache, batch_signature(entries))
-        return signature
-    return _shared(cache, batch_signature(entries))
+    key = tuple([id(part) for entry in entries for part in (entry.name, entry.shapes)])
+    signature = cache.get(key, _UNSEEN)
+    if signature is _UNSEEN:
+        signature = cache[key] = _shared(cache, batch_signature(entries))
+    return signature
 
 
 def _shared(cache: dict, signature: Optional[tuple]) -> Optional[tuple]:
-    # Signatures are tuples and the other keys are pairs of ints, so they cannot collide.
+    # Signatures are tuples of tuples and the other keys tuples of ints: they cannot collide.
     return signature if signature is None else cache.setdefault(signature, signature)
 
 
@@ -246,23 +255,33 @@ def _difference_kind(a: tuple, b: tuple) -> str:
     return "size_mismatch"
 
 
-def _all_the_same_single_op(calls: dict) -> bool:
-    """Every rank issued one entry with the very same op name and shapes objects: the loader
-    shares equal values across ranks, so this settles most collectives of a job at once."""
-    batches = iter(calls.values())
-    first = next(batches, None)
-    if first is None or len(first) != 1:
-        return False
-    name, shapes = first[0].name, first[0].shapes
-    for batch in batches:
-        if len(batch) != 1 or batch[0].name is not name or batch[0].shapes is not shapes:
-            return False
-    return True
+def _survey(calls: dict) -> tuple:
+    """`(alike, completed ranks)` in one pass over the calls of a collective: alike when every
+    rank issued one entry with the very same op name and shapes objects (the loader shares
+    equal values across ranks, so this settles most collectives of a job at once)."""
+    alike = True
+    name = shapes = None
+    completed = []
+    for rank, batch in calls.items():
+        entry = batch[0]
+        if len(batch) == 1:
+            if name is None:
+                name, shapes = entry.name, entry.shapes
+            elif entry.name is not name or entry.shapes is not shapes:
+                alike = False
+            if entry.state == "completed" or entry.retired or entry.time_completed_ns:  # Entry.completed, inlined
+                completed.append(rank)
+        else:
+            alike = False
+            if all(e.completed for e in batch):
+                completed.append(rank)
+    return alike and name is not None, tuple(sorted(completed))
 
 
-def find_disagreement(calls: dict, cache: Optional[dict] = None) -> Optional[Disagreement]:
-    """Consensus over the members that issued the op: the odd ones out, or a tie."""
-    if _all_the_same_single_op(calls):
+def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
+    """Consensus over the members that issued the op: the odd ones out, or a tie. `alike`
+    says `_survey` found every rank issued the same single op."""
+    if alike:
         return None
     signatures = [(rank, batch_signature(entries, cache)) for rank, entries in calls.items()]
     first = signatures[0][1] if signatures else None
@@ -305,8 +324,9 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
             absent = [rank for rank in members if rank not in calls]
             not_issued = tuple(r for r in absent if view.streams[r].covers(seq))
             out_of_window = tuple(r for r in absent if not view.streams[r].covers(seq))
-        match = CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump)
-        match.disagreement = find_disagreement(calls, signature_cache)
+        alike, completed = _survey(calls)
+        match = CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump, _completed=completed)
+        match.disagreement = find_disagreement(calls, signature_cache, alike)
         matches.append(match)
     return matches
 
