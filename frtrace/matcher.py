@@ -16,16 +16,25 @@ indexes; every comparison afterwards is a lookup.
 from __future__ import annotations
 
 import operator
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Optional
 
 from .builder import Layout
-from .model import UNREADABLE_OP, Entry, Group, RankDump
+from .model import UNREADABLE_OP, Entry, Group, OpName, RankDump, Shapes
 
 _PG_NAME = operator.attrgetter("pg_name")
 _IS_P2P = operator.attrgetter("name.is_p2p")
+_IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
+_FIRST = operator.itemgetter(0)
+_NAME = operator.attrgetter("name")
+_SHAPES = operator.attrgetter("shapes")
+_STATE = operator.attrgetter("state")
+# Stands for "no entry" in a rank's column of batches: a batch whose one entry matches no
+# op and no shapes, so a row holding it is never settled at once.
+_NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
+                   None, None, None, None, ()),)
 _SEQ = operator.attrgetter("collective_seq_id")
 
 _UNSEEN = object()
@@ -136,22 +145,25 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
 def _rank_streams(dump: RankDump, layout: Layout) -> dict:
     """group id -> RankStream for one rank.
 
-    A rank holds thousands of entries in a handful of groups: they are split by group and
-    kind a whole list at a time (`compress`, `map` in C), not entry by entry."""
+    A rank holds thousands of entries in a handful of groups: they are dealt into one list
+    per (group, collective or P2P) in a single pass in C, not entry by entry in Python."""
     entries = dump.entries
     pg_names = list(map(_PG_NAME, entries))
     gid_of = {name: layout.group_of(name, dump.rank) for name in dict.fromkeys(pg_names)}
-    gids = list(map(gid_of.__getitem__, pg_names))
-    p2p_flags = list(map(_IS_P2P, entries))
-    collective_flags = list(map(operator.not_, p2p_flags))
+    gids = [gid for gid in dict.fromkeys(gid_of.values()) if gid is not None]
+    # Bucket 2k holds group k's collectives, 2k+1 its P2P ops; groups outside the layout go
+    # to a last bucket that is dropped.
+    bucket_of_gid = {gid: 2 * k for k, gid in enumerate(gids)}
+    first_bucket = {name: bucket_of_gid.get(gid, 2 * len(gids)) for name, gid in gid_of.items()}
+    buckets = [[] for _ in range(2 * len(gids) + 2)]
+    keys = map(operator.add, map(first_bucket.__getitem__, pg_names), map(_IS_P2P, entries))
+    deque(map(list.append, map(buckets.__getitem__, keys), entries), maxlen=0)
     uncertain = _gaps_are_unknown(dump)
     per_group: dict = {}
-    for gid in dict.fromkeys(gids):
-        if gid is None:
-            continue
-        mine = list(map(operator.eq, gids, repeat(gid)))
-        p2p = [e for e in compress(entries, map(operator.and_, mine, p2p_flags)) if not e.name.is_coalesced_marker]
-        collectives = _by_sequence(list(compress(entries, map(operator.and_, mine, collective_flags))))
+    for k, gid in enumerate(gids):
+        p2p = buckets[2 * k + 1]
+        p2p = list(compress(p2p, map(operator.not_, map(_IS_MARKER, p2p))))
+        collectives = _by_sequence(buckets[2 * k])
         stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, dump.wrapped, uncertain)
         if collectives:
             stream.first_seq = min(collectives)
@@ -161,13 +173,14 @@ def _rank_streams(dump: RankDump, layout: Layout) -> dict:
 
 def _by_sequence(entries: list) -> dict:
     """collective_seq_id -> tuple of its entries (several for a coalesced batch), in order."""
-    collectives = dict(zip(map(_SEQ, entries), zip(entries)))  # zip(entries) gives 1-tuples
-    if len(collectives) < len(entries):  # some sequence numbers hold batches
-        collectives = {}
-        for entry in entries:
-            seq = entry.collective_seq_id
-            batch = collectives.get(seq)
-            collectives[seq] = (entry,) if batch is None else batch + (entry,)
+    seqs = list(map(_SEQ, entries))
+    collectives = dict(zip(seqs, zip(entries)))  # zip(entries) gives 1-tuples
+    if len(collectives) < len(entries):  # some sequence numbers hold batches: gather those
+        shared = {seq for seq, count in Counter(seqs).items() if count > 1}
+        batches: dict = defaultdict(tuple)
+        for entry in compress(entries, map(shared.__contains__, seqs)):
+            batches[entry.collective_seq_id] += (entry,)
+        collectives.update(batches)
     return collectives
 
 
@@ -309,21 +322,28 @@ def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = F
 
 
 def _match_collectives(view: GroupView, signature_cache: dict) -> list:
-    seqs = set()
-    for stream in view.streams.values():
-        seqs.update(stream.collectives)
-    members = [r for r in view.group.ranks if r in view.streams]
-    tables = [(rank, stream.collectives) for rank, stream in view.streams.items()]
+    streams = view.streams
+    ranks = tuple(streams)  # sorted
+    tables = [stream.collectives for stream in streams.values()]
+    seqs = sorted(set().union(*tables))
+    members = [r for r in view.group.ranks if r in streams]
     group_id, no_dump = view.group.id, view.no_dump
-    strays = len(tables) > len(members)  # ranks with entries of the group but not in it
+    strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
+    # One column per rank (its batch at each sequence number, or _NO_BATCH), read as rows.
+    columns = [list(map(table.get, seqs, repeat(_NO_BATCH))) for table in tables]
+    settled = _settled(columns) if columns else ()
     matches = []
-    for seq in sorted(seqs):
-        calls = {rank: table[seq] for rank, table in tables if seq in table}
+    for seq, row, easy in zip(seqs, zip(*columns), settled):
+        if easy:  # every rank issued the same single op and completed it
+            match = CollectiveMatch(group_id, seq, dict(zip(ranks, row)), (), (), no_dump, _completed=ranks)
+            matches.append(match)
+            continue
+        calls = {rank: batch for rank, batch in zip(ranks, row) if batch is not _NO_BATCH}
         not_issued, out_of_window = (), ()
         if strays or len(calls) < len(members):
             absent = [rank for rank in members if rank not in calls]
-            not_issued = tuple(r for r in absent if view.streams[r].covers(seq))
-            out_of_window = tuple(r for r in absent if not view.streams[r].covers(seq))
+            not_issued = tuple(r for r in absent if streams[r].covers(seq))
+            out_of_window = tuple(r for r in absent if not streams[r].covers(seq))
         alike, completed = _survey(calls)
         match = CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump, _completed=completed)
         match.disagreement = find_disagreement(calls, signature_cache, alike)
@@ -331,21 +351,38 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     return matches
 
 
-def _channel_ends(view: GroupView, rank: int, entry: Entry) -> Optional[tuple]:
-    """Global (src, dst) of a P2P entry; the recording rank is one end."""
-    ranks = view.group.ranks
-    name = entry.name
+def _settled(columns: list) -> list:
+    """Per row of `columns` (one column of batches per rank, one row per sequence number):
+    whether every rank issued one entry, with the very same op name and shapes objects
+    as the others, and says it completed. Most collectives of a job are settled so, and
+    this finds them a column at a time in C rather than rank by rank in Python; the rest
+    are looked at one by one. (Equal values are shared objects: see the loader.)"""
+    firsts = [list(map(_FIRST, column)) for column in columns]
+    name, shapes = list(map(_NAME, firsts[0])), list(map(_SHAPES, firsts[0]))
+    settled = list(map(operator.eq, map(len, columns[0]), repeat(1)))
+    for column, entries in zip(columns, firsts):
+        for flags in (map(operator.eq, map(len, column), repeat(1)),
+                      map(operator.is_, map(_NAME, entries), name),
+                      map(operator.is_, map(_SHAPES, entries), shapes),
+                      map(operator.eq, map(_STATE, entries), repeat("completed"))):
+            settled = list(map(operator.and_, settled, flags))
+    return settled
 
-    def to_global(local: Optional[int]) -> Optional[int]:
-        if local is None or local < 0:
-            return None
-        return ranks[local] if local < len(ranks) else None
 
+def _channel_ends(ranks: tuple, rank: int, name: OpName) -> Optional[tuple]:
+    """Global (src, dst) of a P2P op recorded by `rank` in a group of `ranks`; the
+    recording rank is one end."""
     if name.op == "send":
-        return rank, to_global(name.local_dst)
+        return rank, _global_rank(ranks, name.local_dst)
     if name.op == "recv":
-        return to_global(name.local_src), rank
+        return _global_rank(ranks, name.local_src), rank
     return None
+
+
+def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
+    if local is None or local < 0:
+        return None
+    return ranks[local] if local < len(ranks) else None
 
 
 def _trim_to_overlap(sends: list, recvs: list, send_clipped: bool, recv_clipped: bool) -> tuple:
@@ -367,8 +404,13 @@ def _match_p2p(view: GroupView) -> list:
     recvs: dict = defaultdict(list)
     any_source: dict = defaultdict(list)
     for rank, stream in view.streams.items():
+        # A rank sends and receives along a few channels with a few (interned) op names.
+        ends_of: dict = {}  # id(name) -> ends; the names outlive this loop
         for entry in stream.p2p:
-            ends = _channel_ends(view, rank, entry)
+            name = entry.name
+            ends = ends_of.get(id(name), _UNSEEN)
+            if ends is _UNSEEN:
+                ends = ends_of[id(name)] = _channel_ends(view.group.ranks, rank, name)
             if ends is None:
                 continue
             src, dst = ends
