@@ -60,7 +60,7 @@ class Columns(NamedTuple):
 class Coded(NamedTuple):
     """A column of few distinct values: entry i holds `table[codes[i]]`."""
 
-    table: dict
+    table: list
     codes: Sequence[int]
 
     def values(self) -> list:
@@ -257,7 +257,9 @@ def _static_columns(fields: dict, norm) -> Optional[list]:
     stacks = _stacks(chosen, norm) if states else None
     if stacks is None:
         return None
-    return [Coded(dict(zip(needed, values)), example_of) for values in (*groups, names, shapes, states, stacks)]
+    # One list of codes for all six columns: code i stands for the i-th needed row's values.
+    codes = list(map(dict(zip(needed, count())).__getitem__, example_of))
+    return [Coded(values, codes) for values in (*groups, names, shapes, states, stacks)]
 
 
 def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
@@ -329,12 +331,12 @@ class SharedValues:
             return column
         return list(map(self.ints.__getitem__, column))
 
-    def table_of(self, table: dict) -> dict:
-        """The table with its values replaced by the shared copies (it maps codes to few
-        distinct objects: only those are looked up by value)."""
-        distinct = dict(zip(map(id, table.values()), table.values()))
+    def table_of(self, table: list) -> list:
+        """The table with its values replaced by the shared copies (it holds few distinct
+        objects: only those are looked up by value)."""
+        distinct = dict(zip(map(id, table), table))
         swap = {key: self.one_of(value) for key, value in distinct.items()}
-        return dict(zip(table, map(swap.__getitem__, map(id, table.values()))))
+        return list(map(swap.__getitem__, map(id, table)))
 
     def values_of(self, column: Sequence) -> Sequence:
         """The column with each value replaced by the shared copy; the column holds few distinct
@@ -369,8 +371,10 @@ def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None
 
 def _pack(column: Sequence):
     if isinstance(column, range):
-        return "r", len(column)
+        return "r", column.start, column.stop
     if isinstance(column, array):
+        if column and column[-1] - column[0] == len(column) - 1 and column == array("q", range(column[0], column[-1] + 1)):
+            return "r", column[0], column[-1] + 1  # record ids count up by one, as a rule
         low, high = (min(column), max(column)) if column else (0, 0)
         if 0 <= low and _CACHED_INTS <= high < _SMALL_INT_LIMIT:
             return "s", column  # the parent may take shared ints for these (see SharedValues)
@@ -383,7 +387,7 @@ def _pack(column: Sequence):
 def _unpack(packed) -> Sequence:
     kind, data = packed[0], packed[1]
     if kind == "r":
-        return range(data)
+        return range(data, packed[2])
     if kind in ("s", "q"):
         return _Packed(data, kind == "s")
     if kind == "l":
