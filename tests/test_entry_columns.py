@@ -164,3 +164,36 @@ def test_workers_and_in_process_loading_agree(tmp_path):
     # Sequence numbers are shared int objects across ranks, whichever way they were loaded.
     seq = {id(entry.collective_seq_id) for d in two.dumps for entry in d.entries if entry.collective_seq_id == 300}
     assert len(seq) <= 1
+
+
+# --------------------------------------------------------------------------- shared values
+
+
+def _collective_facts(analysis) -> list:
+    return [(m.group_id, m.seq, tuple(m.calls), m.not_issued, m.out_of_window, m.completed_ranks,
+             None if m.disagreement is None else (m.disagreement.kind, m.disagreement.odd_ranks))
+            for m in analysis.matches.collectives]
+
+
+@pytest.mark.parametrize("fault", [None, Fault("hang", rank=5, group="tp", step=2),
+                                   Fault("size_mismatch", rank=2, group="dp", step=1),
+                                   Fault("extra_op", rank=6, group="tp", step=2),
+                                   Fault("p2p_unmatched", rank=3, group="pp", step=2)])
+def test_values_shared_across_ranks_give_the_same_matches_and_verdict(tmp_path, fault):
+    # Loaded from files, equal values are one object across ranks and the matcher settles
+    # most collectives by identity, a column at a time; normalised one dump at a time, they
+    # are not, and it looks at every collective rank by rank. Both must agree.
+    from frtrace.diagnosis import diagnose
+    from frtrace.pipeline import analyze
+
+    from helpers import analyse_dicts
+
+    job = generate(16, 2, 2, steps=4, timing=True, lookahead=1, fault=fault)
+    for rank in job.dumps:
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    shared = analyze([tmp_path], workers=1)
+    apart, apart_diagnosis = analyse_dicts({r: job.dumps[r] for r in job.dumps}, render=False)
+    assert _collective_facts(shared) == _collective_facts(apart)
+    diagnosis = diagnose(shared)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == (apart_diagnosis.status, apart_diagnosis.suspect_ranks)
+    assert diagnosis.status == ("healthy" if fault is None else "faults")
