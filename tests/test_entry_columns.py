@@ -197,3 +197,19 @@ def test_values_shared_across_ranks_give_the_same_matches_and_verdict(tmp_path, 
     diagnosis = diagnose(shared)
     assert (diagnosis.status, diagnosis.suspect_ranks) == (apart_diagnosis.status, apart_diagnosis.suspect_ranks)
     assert diagnosis.status == ("healthy" if fault is None else "faults")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_stack_with_an_odd_frame_is_reported_in_every_file_that_holds_it(tmp_path, workers):
+    # Stacks validated cleanly in one file are reused for the next; one with an odd frame
+    # must still be validated, and reported, in each file.
+    job = generate(8, 2, 2, steps=2)
+    for rank in job.dumps:
+        dump = job.dumps[rank]
+        entries = [dict(entry) for entry in dump["entries"]]
+        entries[0]["frames"] = [{"name": 7, "filename": "x.py", "line": 1}] + entries[0]["frames"]
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump({**dump, "entries": entries}, "pickle"))
+    loaded = load_dumps([tmp_path], workers=workers)
+    assert len(loaded.dumps) == 8
+    assert all(any("frame name is not a string" in w for w in d.warnings) for d in loaded.dumps)
+    assert all(d.entries[0].frames[0].name == "?" for d in loaded.dumps)
