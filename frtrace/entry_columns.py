@@ -362,6 +362,8 @@ def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None
             column = column.values()
         elif shared is not None and position in _SHAREABLE_VALUES:
             column = shared.values_of(column)
+        if isinstance(column, array) and column and column[0] == column[-1] and column.count(column[0]) == len(column):
+            column = [column[0]] * len(column)  # one int object for a field all entries hold alike (timeout_ms)
         lists[position] = column
     return tuple(map(_new_entry, repeat(Entry), zip(*lists)))
 

@@ -13,8 +13,9 @@ import operator
 import os
 import re
 import stat
-from collections import Counter
+from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -710,9 +711,14 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues) -> list:
         return results
     results = []
     size = max(1, min(16, len(jobs) // (8 * workers)))
-    batches = [jobs[start:start + size] for start in range(0, len(jobs), size)]
+    batches = iter([jobs[start:start + size] for start in range(0, len(jobs), size)])
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        for batch in pool.map(_load_batch_for_transfer, batches):
+        # A few batches in flight per worker, not all of them: when the workers outpace
+        # this process, finished batches would otherwise pile up here (gigabytes at 16k ranks).
+        pending = deque(pool.submit(_load_batch_for_transfer, batch) for batch in islice(batches, 3 * workers))
+        while pending:
+            batch = pending.popleft().result()
+            pending.extend(pool.submit(_load_batch_for_transfer, more) for more in islice(batches, 1))
             for result in batch:
                 results.append(_received(result, shared))
             if progress:
