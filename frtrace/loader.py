@@ -670,15 +670,17 @@ def load_dumps(
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     selected_ranks: Optional[Iterable[int]] = None,
     progress: Optional[Callable[[int, int], None]] = None,
+    on_dump: Optional[Callable[[RankDump], None]] = None,
 ) -> LoadResult:
-    """Find and load every dump under `inputs` (directories or files)."""
+    """Find and load every dump under `inputs` (directories or files). `on_dump` is called
+    in this process with each dump as it arrives: work done there overlaps the workers'."""
     paths = [Path(p) for p in inputs]
     files, skipped, family = find_dump_files(paths, prefix)
     if selected_ranks is not None:
         wanted = set(selected_ranks)
         files = [(rank, path) for rank, path in files if rank in wanted]
     jobs = [(rank, str(path), max_bytes) for rank, path in files]
-    results = _run_jobs(jobs, workers, progress, SharedValues())
+    results = _run_jobs(jobs, workers, progress, SharedValues(), on_dump)
     dumps, errors = [], []
     for (rank, _path, _limit), result in zip(jobs, results):
         (dumps if isinstance(result, RankDump) else errors).append(result)
@@ -699,13 +701,15 @@ def _share_rank_lists(dumps: list) -> None:
             )
 
 
-def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues) -> list:
+def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=None) -> list:
     # Worker processes only pay off once there are many files to spread.
     if workers <= 1 or len(jobs) < 2 * workers:
         results = []
         clean_stacks: dict = {}
         for done, job in enumerate(jobs, 1):
             results.append(load_one(*job, shared=shared, clean_stacks=clean_stacks))
+            if on_dump and isinstance(results[-1], RankDump):
+                on_dump(results[-1])
             if progress:
                 progress(done, len(jobs))
         return results
@@ -721,6 +725,8 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues) -> list:
             pending.extend(pool.submit(_load_batch_for_transfer, more) for more in islice(batches, 1))
             for result in batch:
                 results.append(_received(result, shared))
+                if on_dump and isinstance(results[-1], RankDump):
+                    on_dump(results[-1])
             if progress:
                 progress(len(results), len(jobs))
     return results

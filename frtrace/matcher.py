@@ -19,7 +19,7 @@ import operator
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .builder import Layout
 from .model import UNREADABLE_OP, Entry, Group, OpName, RankDump, Shapes
@@ -36,6 +36,7 @@ _STATE = operator.attrgetter("state")
 _NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
                    None, None, None, None, ()),)
 _SEQ = operator.attrgetter("collective_seq_id")
+_INDEX = operator.attrgetter("index")
 
 _UNSEEN = object()
 
@@ -142,28 +143,55 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
     return dump.unreadable_entries > 0
 
 
-def _rank_streams(dump: RankDump, layout: Layout) -> dict:
-    """group id -> RankStream for one rank.
+class DealtEntries(NamedTuple):
+    """One rank's entries of one process group name, in order."""
 
-    A rank holds thousands of entries in a handful of groups: they are dealt into one list
-    per (group, collective or P2P) in a single pass in C, not entry by entry in Python."""
+    collectives: list
+    by_sequence: dict  # collective_seq_id -> tuple of entries (several for a coalesced batch)
+    p2p: list  # without the markers that close a batch
+
+
+def deal(dump: RankDump) -> dict:
+    """pg_name -> DealtEntries for one rank.
+
+    Needs no layout, so the loader can run it on each dump as it arrives, while worker
+    processes still decode the others. A rank holds thousands of entries in a handful of
+    groups: they are dealt into one list per (group, collective or P2P) in a single pass
+    in C, not entry by entry in Python."""
     entries = dump.entries
     pg_names = list(map(_PG_NAME, entries))
-    gid_of = {name: layout.group_of(name, dump.rank) for name in dict.fromkeys(pg_names)}
-    gids = [gid for gid in dict.fromkeys(gid_of.values()) if gid is not None]
-    # Bucket 2k holds group k's collectives, 2k+1 its P2P ops; groups outside the layout go
-    # to a last bucket that is dropped.
-    bucket_of_gid = {gid: 2 * k for k, gid in enumerate(gids)}
-    first_bucket = {name: bucket_of_gid.get(gid, 2 * len(gids)) for name, gid in gid_of.items()}
-    buckets = [[] for _ in range(2 * len(gids) + 2)]
+    names = list(dict.fromkeys(pg_names))
+    # Bucket 2k holds the collectives of the k-th name, 2k+1 its P2P ops.
+    first_bucket = {name: 2 * k for k, name in enumerate(names)}
+    buckets = [[] for _ in range(2 * len(names))]
     keys = map(operator.add, map(first_bucket.__getitem__, pg_names), map(_IS_P2P, entries))
     deque(map(list.append, map(buckets.__getitem__, keys), entries), maxlen=0)
+    dealt = {}
+    for k, name in enumerate(names):
+        collectives, p2p = buckets[2 * k], buckets[2 * k + 1]
+        p2p = list(compress(p2p, map(operator.not_, map(_IS_MARKER, p2p))))
+        dealt[name] = DealtEntries(collectives, _by_sequence(collectives), p2p)
+    return dealt
+
+
+def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None) -> dict:
+    """group id -> RankStream for one rank (from `deal(dump)` when given)."""
+    if dealt is None:
+        dealt = deal(dump)
+    names_of: dict = defaultdict(list)  # gid -> the pg names the rank records it under
+    for name in dealt:
+        gid = layout.group_of(name, dump.rank)
+        if gid is not None:
+            names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
     per_group: dict = {}
-    for k, gid in enumerate(gids):
-        p2p = buckets[2 * k + 1]
-        p2p = list(compress(p2p, map(operator.not_, map(_IS_MARKER, p2p))))
-        collectives = _by_sequence(buckets[2 * k])
+    for gid, names in names_of.items():
+        if len(names) == 1:
+            part = dealt[names[0]]
+            collectives, p2p = part.by_sequence, part.p2p
+        else:  # one group under several names: its entries, back in the rank's order
+            collectives = _by_sequence(sorted((e for n in names for e in dealt[n].collectives), key=_INDEX))
+            p2p = sorted((e for n in names for e in dealt[n].p2p), key=_INDEX)
         stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, dump.wrapped, uncertain)
         if collectives:
             stream.first_seq = min(collectives)
@@ -184,14 +212,16 @@ def _by_sequence(entries: list) -> dict:
     return collectives
 
 
-def build_views(dumps: list, layout: Layout) -> tuple:
+def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> tuple:
+    """GroupView per group; `dealt` maps id(dump) -> deal(dump) for dumps dealt already."""
+    dealt = dealt or {}
     streams_by_group: dict = defaultdict(dict)
     dumps_by_rank = {d.rank: d for d in dumps}
     # A rank dumped without its collectives (includeCollectives=False) tells no more about
     # them than a rank that left no dump, and is weighed the same way.
     dumped = {d.rank for d in dumps if d.has_entries}
     for dump in dumps:
-        for gid, stream in _rank_streams(dump, layout).items():
+        for gid, stream in _rank_streams(dump, layout, dealt.get(id(dump))).items():
             streams_by_group[gid][dump.rank] = stream
     views = []
     for group in layout.groups:
@@ -437,9 +467,10 @@ def _match_p2p(view: GroupView) -> list:
     return matches
 
 
-def match(dumps: list, layout: Layout) -> MatchResult:
-    """Pair every rank's entries with its peers' (see module docstring)."""
-    views = build_views(dumps, layout)
+def match(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
+    """Pair every rank's entries with its peers' (see module docstring). `dealt` maps
+    id(dump) -> deal(dump) for dumps dealt while loading."""
+    views = build_views(dumps, layout, dealt)
     result = MatchResult(layout, views)
     # Keyed by object ids, so it must not outlive the entries: one per call.
     signature_cache: dict = {}

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 
 from .builder import Layout, build_layout
 from .loader import DEFAULT_MAX_FILE_BYTES, InputError, load_dumps
-from .matcher import MatchResult, match
+from .matcher import MatchResult, deal, match
 from .model import LoadResult, PgConfig, RankDump
 
 
@@ -36,7 +36,10 @@ def analyze(
     `ft_group_world_size` handles torchft dumps, whose pg_config ranks are local to
     each replica group of that many ranks.
     """
-    loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress)
+    # Each dump is dealt into its groups as it arrives, while the workers decode the next.
+    dealt: dict = {}
+    loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress,
+                        on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)))
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     if not loaded.dumps:
@@ -45,7 +48,7 @@ def analyze(
             raise InputError(f"no usable dump in {where}: " + "; ".join(str(e) for e in loaded.errors[:3]))
         raise InputError(f"no Flight Recorder dump files found in {where}")
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
-    return Analysis(loaded, layout, match(loaded.dumps, layout))
+    return Analysis(loaded, layout, match(loaded.dumps, layout, dealt))
 
 
 def _globalise_ft_ranks(dump: RankDump, group_world_size: int) -> RankDump:
