@@ -303,18 +303,29 @@ def columns_from_entries(entries: Sequence[Entry]) -> Columns:
 
 
 class SharedValues:
-    """Objects the entries of every rank share, for one load: the ints below 65,536, and
-    one copy of each distinct group name, op name, shape record, state and stack.
+    """Objects the entries of every rank share, for one load: the ints below 65,536, one
+    copy of each distinct group name, op name, shape record, state and stack, and one
+    tuple per distinct pg_config rank list.
 
     Each file's values are interned while it is read, but files are read apart (often in
     other processes), so without this every rank would hold copies of the same stacks,
     and the matcher could not tell equal ops apart by identity."""
 
-    __slots__ = ("ints", "values")
+    __slots__ = ("ints", "values", "rank_lists")
 
     def __init__(self) -> None:
         self.ints = tuple(range(_SMALL_INT_LIMIT))
         self.values: dict = {}
+        self.rank_lists: dict = {}
+
+    def rank_list(self, ranks: Sequence[int]) -> tuple:
+        """The one tuple kept for this list of ranks (a tuple, or an int64 array from a worker,
+        looked up by its bytes: hashing 16,384 ints per dump would cost more)."""
+        key = ranks.tobytes() if isinstance(ranks, array) else ranks
+        kept = self.rank_lists.get(key)
+        if kept is None:
+            kept = self.rank_lists[key] = tuple(self.ints_of(list(ranks)))
+        return kept
 
     def one_of(self, value):
         return self.values.setdefault(value, value)

@@ -14,6 +14,7 @@ import os
 import re
 import stat
 from collections import Counter, deque
+from array import array
 from concurrent.futures import ProcessPoolExecutor
 from itertools import islice
 from pathlib import Path
@@ -653,12 +654,20 @@ def _load_batch_for_transfer(jobs: list) -> list:
     packed columns (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each."""
     clean_stacks: dict = {}
-    return [load_one(*job, packed=True, clean_stacks=clean_stacks) for job in jobs]
+    results = [load_one(*job, packed=True, clean_stacks=clean_stacks) for job in jobs]
+    for dump in results:
+        if isinstance(dump, RankDump):
+            # Every rank lists the whole world in its default group: as arrays, the parent
+            # reads them as bytes and keeps one tuple per distinct list (see SharedValues).
+            dump.pg_config = tuple(config._replace(ranks=array("q", config.ranks)) if config.ranks else config
+                                   for config in dump.pg_config)
+    return results
 
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
         result.entries = entries_from_columns(unpack(result.entries), shared)
+        _share_rank_lists(result, shared)
     return result
 
 
@@ -685,20 +694,16 @@ def load_dumps(
     for (rank, _path, _limit), result in zip(jobs, results):
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(rank for (rank, path, _), result in zip(jobs, results) if not isinstance(result, RankDump)))
-    _share_rank_lists(dumps)
     return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed)
 
 
-def _share_rank_lists(dumps: list) -> None:
-    """Keep one tuple per distinct pg_config rank list. Every NCCL rank lists the whole
-    world in its default group: at 4,096 ranks those copies alone would take 600 MB."""
-    shared: dict = {}
-    for dump in dumps:
-        if any(config.ranks for config in dump.pg_config):
-            dump.pg_config = tuple(
-                config._replace(ranks=shared.setdefault(config.ranks, config.ranks)) if config.ranks else config
-                for config in dump.pg_config
-            )
+def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
+    """Keep one tuple per distinct pg_config rank list, as each dump arrives. Every NCCL
+    rank lists the whole world in its default group: at 16,384 ranks, copies of it kept
+    until the end of the load took 10 GB."""
+    if any(config.ranks for config in dump.pg_config):
+        dump.pg_config = tuple(config._replace(ranks=shared.rank_list(config.ranks)) if config.ranks else config
+                               for config in dump.pg_config)
 
 
 def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=None) -> list:
@@ -708,8 +713,10 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
         clean_stacks: dict = {}
         for done, job in enumerate(jobs, 1):
             results.append(load_one(*job, shared=shared, clean_stacks=clean_stacks))
-            if on_dump and isinstance(results[-1], RankDump):
-                on_dump(results[-1])
+            if isinstance(results[-1], RankDump):
+                _share_rank_lists(results[-1], shared)
+                if on_dump:
+                    on_dump(results[-1])
             if progress:
                 progress(done, len(jobs))
         return results

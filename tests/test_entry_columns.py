@@ -213,3 +213,16 @@ def test_a_stack_with_an_odd_frame_is_reported_in_every_file_that_holds_it(tmp_p
     assert len(loaded.dumps) == 8
     assert all(any("frame name is not a string" in w for w in d.warnings) for d in loaded.dumps)
     assert all(d.entries[0].frames[0].name == "?" for d in loaded.dumps)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_rank_list_is_kept_once(tmp_path, workers):
+    # Each rank lists the whole world in its default group; one tuple must serve them all.
+    job = generate(16, 2, 2, steps=2)
+    for rank in job.dumps:
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    loaded = load_dumps([tmp_path], workers=workers)
+    world = [config.ranks for d in loaded.dumps for config in d.pg_config if config.desc == "default_pg"]
+    assert len(world) == 16 and world[0] == tuple(range(16)) and all(ranks is world[0] for ranks in world)
+    tp_lists = {config.ranks for d in loaded.dumps for config in d.pg_config if config.desc == "tp"}
+    assert tp_lists == {(r, r + 1) for r in range(0, 16, 2)}
