@@ -9,8 +9,11 @@ Takes the `RankDump`s and the `Layout`; returns a `MatchResult`:
   have no dump), and whether the members agree on op, sizes and dtypes;
 - a `P2PMatch` per send/recv pair, paired in order on each (group, src, dst) channel.
 
-Never by `record_id` or file position. One pass over the entries builds hash
-indexes; every comparison afterwards is a lookup.
+Never by `record_id` or file position. Each rank's entries are dealt into their groups
+once (`deal`, which the pipeline runs while other files still load), building hash
+indexes; every comparison afterwards is a lookup. Collectives every member issued alike
+and completed are settled a column at a time by identity of the values the loader
+shares across ranks; only the rest are compared rank by rank.
 """
 
 from __future__ import annotations
