@@ -342,16 +342,9 @@ class SharedValues:
             return column
         return list(map(self.ints.__getitem__, column))
 
-    def table_of(self, table: list) -> list:
-        """The table with its values replaced by the shared copies (it holds few distinct
-        objects: only those are looked up by value)."""
-        distinct = dict(zip(map(id, table), table))
-        swap = {key: self.one_of(value) for key, value in distinct.items()}
-        return list(map(swap.__getitem__, map(id, table)))
-
     def values_of(self, column: Sequence) -> Sequence:
-        """The column with each value replaced by the shared copy; the column holds few distinct
-        objects (they are interned per file), so only those are looked up by value."""
+        """The column (or a Coded table) with each value replaced by the shared copy; it holds
+        few distinct objects (they are interned per file), so only those are looked up by value."""
         distinct = dict(zip(map(id, column), column))
         swap = {key: self.one_of(value) for key, value in distinct.items()}
         if all(swap[key] is value for key, value in distinct.items()):
@@ -369,7 +362,7 @@ def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None
             column = column.ints
         elif isinstance(column, Coded):
             if shared is not None and position in _SHAREABLE_VALUES:
-                column = Coded(shared.table_of(column.table), column.codes)
+                column = Coded(shared.values_of(column.table), column.codes)
             column = column.values()
         elif shared is not None and position in _SHAREABLE_VALUES:
             column = shared.values_of(column)

@@ -302,26 +302,13 @@ def _difference_kind(a: tuple, b: tuple) -> str:
 
 
 def _survey(calls: dict) -> tuple:
-    """`(alike, completed ranks)` in one pass over the calls of a collective: alike when every
-    rank issued one entry with the very same op name and shapes objects (the loader shares
-    equal values across ranks, so this settles most collectives of a job at once)."""
-    alike = True
-    name = shapes = None
-    completed = []
-    for rank, batch in calls.items():
-        entry = batch[0]
-        if len(batch) == 1:
-            if name is None:
-                name, shapes = entry.name, entry.shapes
-            elif entry.name is not name or entry.shapes is not shapes:
-                alike = False
-            if entry.state == "completed" or entry.retired or entry.time_completed_ns:  # Entry.completed, inlined
-                completed.append(rank)
-        else:
-            alike = False
-            if all(e.completed for e in batch):
-                completed.append(rank)
-    return alike and name is not None, tuple(sorted(completed))
+    """`(alike, completed ranks)` of a collective `_settled` left open: alike when every rank
+    issued one entry with the very same op name and shapes objects."""
+    batches = list(calls.values())
+    first = batches[0][0]
+    alike = all(len(b) == 1 and b[0].name is first.name and b[0].shapes is first.shapes for b in batches)
+    completed = tuple(sorted(rank for rank, batch in calls.items() if all(e.completed for e in batch)))
+    return alike, completed
 
 
 def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
