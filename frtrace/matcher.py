@@ -32,13 +32,13 @@ _IS_P2P = operator.attrgetter("name.is_p2p")
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 _FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
-_SHAPES = operator.attrgetter("shapes")
-_STATE = operator.attrgetter("state")
+_NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 # Stands for "no entry" in a rank's column of batches: a batch whose one entry matches no
 # op and no shapes, so a row holding it is never settled at once.
 _NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
                    None, None, None, None, ()),)
 _SEQ = operator.attrgetter("collective_seq_id")
+_P2P_SEQ = operator.attrgetter("p2p_seq_id")
 _INDEX = operator.attrgetter("index")
 
 _UNSEEN = object()
@@ -373,20 +373,25 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
 
 def _settled(columns: list) -> list:
     """Per row of `columns` (one column of batches per rank, one row per sequence number):
-    whether every rank issued one entry, with the very same op name and shapes objects
-    as the others, and says it completed. Most collectives of a job are settled so, and
-    this finds them a column at a time in C rather than rank by rank in Python; the rest
-    are looked at one by one. (Equal values are shared objects: see the loader.)"""
-    firsts = [list(map(_FIRST, column)) for column in columns]
-    name, shapes = list(map(_NAME, firsts[0])), list(map(_SHAPES, firsts[0]))
-    settled = list(map(operator.eq, map(len, columns[0]), repeat(1)))
-    for column, entries in zip(columns, firsts):
-        for flags in (map(operator.eq, map(len, column), repeat(1)),
-                      map(operator.is_, map(_NAME, entries), name),
-                      map(operator.is_, map(_SHAPES, entries), shapes),
-                      map(operator.eq, map(_STATE, entries), repeat("completed"))):
-            settled = list(map(operator.and_, settled, flags))
-    return settled
+    whether every rank issued one entry, with the same op name and shapes as the others,
+    and says it completed. Most collectives of a job are settled so, and this finds them
+    a column at a time in C rather than rank by rank in Python; the rest are looked at
+    one by one. Equal values are shared objects (see the loader), so comparing them
+    mostly costs an identity check.
+
+    A rank's column usually agrees with the first rank's throughout, which one list
+    comparison shows; only a column that does not is searched for the rows it fails."""
+    rows = range(len(columns[0]))
+    expected = [(name, shapes, "completed") for name, shapes, _ in map(_NAME_SHAPES_STATE, map(_FIRST, columns[0]))]
+    singles = [1] * len(rows)
+    unsettled: set = set()
+    for column in columns:
+        if list(map(len, column)) != singles:
+            unsettled.update(compress(rows, map(operator.ne, map(len, column), repeat(1))))
+        found = list(map(_NAME_SHAPES_STATE, map(_FIRST, column)))
+        if found != expected:
+            unsettled.update(compress(rows, map(operator.ne, found, expected)))
+    return list(map(operator.not_, map(unsettled.__contains__, rows)))
 
 
 def _channel_ends(ranks: tuple, rank: int, name: OpName) -> Optional[tuple]:
@@ -419,41 +424,64 @@ def _p2p_order(entry: Entry) -> tuple:
     return (entry.p2p_seq_id, entry.op_id, entry.record_id)
 
 
-def _match_p2p(view: GroupView) -> list:
+def _in_channel_order(ops: list) -> list:
+    """A channel's ops by (p2p_seq_id, op_id, record_id). A rank posts them in that order
+    as a rule, and strictly rising P2P sequence numbers leave nothing to sort."""
+    seqs = list(map(_P2P_SEQ, ops))
+    if all(map(operator.lt, seqs, seqs[1:])):
+        return ops
+    return sorted(ops, key=_p2p_order)
+
+
+def _deal_p2p(view: GroupView) -> tuple:
+    """(sends, recvs, any-source recvs) of a group: (src, dst) -> ops, for sends and recvs
+    with both ends known, and dst -> ops for `recv ?`. A rank posts along a few channels
+    under a few (interned) op names, so each distinct name is placed once and the ops are
+    dealt out in C."""
     sends: dict = defaultdict(list)
     recvs: dict = defaultdict(list)
     any_source: dict = defaultdict(list)
+    ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
     for rank, stream in view.streams.items():
-        # A rank sends and receives along a few channels with a few (interned) op names.
-        ends_of: dict = {}  # id(name) -> ends; the names outlive this loop
-        for entry in stream.p2p:
-            name = entry.name
-            ends = ends_of.get(id(name), _UNSEEN)
-            if ends is _UNSEEN:
-                ends = ends_of[id(name)] = _channel_ends(view.group.ranks, rank, name)
+        if not stream.p2p:
+            continue
+        names = list(map(_NAME, stream.p2p))
+        bucket_of = {}
+        for name in {id(name): name for name in names}.values():
+            ends = _channel_ends(view.group.ranks, rank, name)
             if ends is None:
-                continue
-            src, dst = ends
-            if entry.op == "send" and dst is not None:
-                sends[(src, dst)].append(entry)
-            elif entry.op == "recv":
-                (recvs[(src, dst)] if src is not None else any_source[dst]).append(entry)
+                bucket = ignored
+            elif name.op == "send":
+                bucket = sends[ends] if ends[1] is not None else ignored
+            else:  # recv
+                bucket = recvs[ends] if ends[0] is not None else any_source[ends[1]]
+            bucket_of[id(name)] = bucket
+        deque(map(list.append, map(bucket_of.__getitem__, map(id, names)), stream.p2p), maxlen=0)
+    return sends, recvs, any_source
+
+
+def _match_p2p(view: GroupView) -> list:
+    sends, recvs, any_source = _deal_p2p(view)
+    group_id = view.group.id
     matches = []
     for src, dst in sorted(set(sends) | set(recvs)):
-        channel_sends = sorted(sends.get((src, dst), ()), key=_p2p_order)
-        channel_recvs = sorted(recvs.get((src, dst), ()), key=_p2p_order)
+        channel_sends = _in_channel_order(sends.get((src, dst), []))
+        channel_recvs = _in_channel_order(recvs.get((src, dst), []))
         send_clipped = view.streams[src].clipped if src in view.streams else False
         recv_clipped = view.streams[dst].clipped if dst in view.streams else False
         channel_sends, channel_recvs = _trim_to_overlap(channel_sends, channel_recvs, send_clipped, recv_clipped)
-        for ordinal in range(max(len(channel_sends), len(channel_recvs))):
-            send = channel_sends[ordinal] if ordinal < len(channel_sends) else None
-            recv = channel_recvs[ordinal] if ordinal < len(channel_recvs) else None
-            if recv is None and any_source.get(dst):
-                recv = any_source[dst].pop(0)  # a `recv 1<-?` takes whichever send is left
-            matches.append(P2PMatch(view.group.id, src, dst, ordinal, send, recv))
+        count = max(len(channel_sends), len(channel_recvs))
+        spare = any_source.get(dst)
+        if spare and len(channel_recvs) < count:  # a `recv 1<-?` takes whichever send is left
+            taken = min(len(spare), count - len(channel_recvs))
+            channel_recvs = channel_recvs + spare[:taken]
+            del spare[:taken]
+        channel_sends = channel_sends + [None] * (count - len(channel_sends))
+        channel_recvs = channel_recvs + [None] * (count - len(channel_recvs))
+        matches.extend(map(P2PMatch, repeat(group_id), repeat(src), repeat(dst), range(count), channel_sends, channel_recvs))
     for dst, leftovers in sorted(any_source.items()):
         for ordinal, recv in enumerate(leftovers):
-            matches.append(P2PMatch(view.group.id, -1, dst, ordinal, None, recv))
+            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, recv))
     return matches
 
 
