@@ -33,6 +33,7 @@ _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 _FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
+_NAME_SHAPES = operator.attrgetter("name", "shapes")
 # Stands for "no entry" in a rank's column of batches: a batch whose one entry matches no
 # op and no shapes, so a row holding it is never settled at once.
 _NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
@@ -303,17 +304,21 @@ def _difference_kind(a: tuple, b: tuple) -> str:
 
 def _survey(calls: dict) -> tuple:
     """`(alike, completed ranks)` of a collective `_settled` left open: alike when every rank
-    issued one entry with the very same op name and shapes objects."""
-    batches = list(calls.values())
-    first = batches[0][0]
-    alike = all(len(b) == 1 and b[0].name is first.name and b[0].shapes is first.shapes for b in batches)
+    issued the same ops (names and shapes, in order: a coalesced batch as much as one op)."""
+    batches = iter(calls.values())
+    first = _kinds(next(batches))
+    alike = all(map(operator.eq, map(_kinds, batches), repeat(first)))
     completed = tuple(sorted(rank for rank, batch in calls.items() if all(e.completed for e in batch)))
     return alike, completed
 
 
+def _kinds(batch: tuple) -> tuple:
+    return tuple(map(_NAME_SHAPES, batch))
+
+
 def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
     """Consensus over the members that issued the op: the odd ones out, or a tie. `alike`
-    says `_survey` found every rank issued the same single op."""
+    says `_survey` found every rank issued the same ops."""
     if alike:
         return None
     signatures = [(rank, batch_signature(entries, cache)) for rank, entries in calls.items()]
