@@ -27,7 +27,6 @@ from .model import Entry
 
 _NONE = type(None)
 _new_entry = tuple.__new__
-_BOOL_IDS = frozenset((id(True), id(False)))
 
 # Raw fields the fast path reads, and which of them must hold integers (or None as well).
 _RAW_FIELDS = (
@@ -94,22 +93,21 @@ def _int_column(column: list, optional: bool = False) -> Optional[Sequence[int]]
     """The column as an int64 array (the list itself when optional and some values are None),
     or None when a value is not an int as torch writes it (a bool, a float, a huge number).
 
-    One pass that converts in C: each int is an object somewhere in the decoded dump, and
-    reading it costs a cache miss that a pass for types and another for bounds would repeat."""
-    if not _BOOL_IDS.isdisjoint(map(id, column)):  # bools are ints to array(); not to the slow path
-        return None
-    if any(map(operator.is_, column, repeat(None))):
-        if not optional:
-            return None
+    Two passes in C: the set of types (bools and int subclasses are not `int`), then the
+    conversion, which finds numbers too large for 64 bits."""
+    kinds = set(map(type, column))
+    if kinds == {int}:
         try:
-            array("q", [value for value in column if value is not None])
-        except (TypeError, OverflowError):
+            return array("q", column)
+        except OverflowError:
             return None
-        return column
-    try:
-        return array("q", column)
-    except (TypeError, OverflowError):
+    if not (optional and kinds <= {int, _NONE}):
         return None
+    try:
+        array("q", [value for value in column if value is not None])
+    except OverflowError:
+        return None
+    return column
 
 
 def _zero_means_none(column: Sequence) -> Sequence:
@@ -191,8 +189,12 @@ def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
     for _round in range(_EXAMPLE_ROUNDS):
         first_at: dict = {}
         try:
-            examples = list(map(first_at.setdefault, map(owners.__getitem__, todo), todo))
-            alike = list(map(operator.eq, map(rows.__getitem__, todo), map(rows.__getitem__, examples)))
+            if not example_of:  # the first round: every row
+                examples = list(map(first_at.setdefault, owners, todo))
+                alike = list(map(operator.eq, rows, map(rows.__getitem__, examples)))
+            else:
+                examples = list(map(first_at.setdefault, map(owners.__getitem__, todo), todo))
+                alike = list(map(operator.eq, map(rows.__getitem__, todo), map(rows.__getitem__, examples)))
         except Exception:  # noqa: BLE001 - unhashable or hostile values; the slow path judges them
             return None
         needed.update(first_at.values())
@@ -244,7 +246,9 @@ def _static_columns(fields: dict, norm) -> Optional[list]:
     # True makes a P2P op): equality between rows is only trusted when it holds bools.
     if not set(map(type, fields["is_p2p"])) <= {bool, _NONE}:
         return None
-    rows = list(zip(*(fields[name] for name in _STATIC_FIELDS)))
+    # The op name is what picks a row's example, so the two hold equal names already (and
+    # only str names pass the check of the rows interned below).
+    rows = list(zip(*(fields[name] for name in _STATIC_FIELDS if name != "profiling_name")))
     examples = _examples(fields["profiling_name"], rows)
     if examples is None:
         return None
