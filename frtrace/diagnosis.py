@@ -629,11 +629,23 @@ class ProgramOrder:
         self._tokens: dict = {}  # (rank, position) -> token
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
         self.collectives = {(m.group_id, m.seq): m for m in matches.collectives}
-        self.partner = {}  # id(send or recv entry) -> the entry at the other end
+        self._p2p_of_group: dict = defaultdict(list)  # group id -> its P2PMatch pairs
         for pair in matches.p2p:
-            if pair.send is not None and pair.recv is not None:
-                self.partner[id(pair.send)] = pair.recv
-                self.partner[id(pair.recv)] = pair.send
+            self._p2p_of_group[pair.group_id].append(pair)
+        self._partners: dict = {}  # group id -> {id(send or recv entry): the entry at the other end}
+        self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
+
+    def partner(self, group_id: int, entry: Entry) -> Optional[Entry]:
+        """The entry at the other end of a send or recv of the group. Indexed per group
+        on first use: a diagnosis asks about the few groups its findings are in."""
+        partners = self._partners.get(group_id)
+        if partners is None:
+            partners = self._partners[group_id] = {}
+            for pair in self._p2p_of_group.get(group_id, ()):
+                if pair.send is not None and pair.recv is not None:
+                    partners[id(pair.send)] = pair.recv
+                    partners[id(pair.recv)] = pair.send
+        return partners.get(id(entry))
 
     # ---- positions and tokens
 
@@ -700,7 +712,10 @@ class ProgramOrder:
         if stream is None:
             return None
         if is_p2p:
-            i = bisect_left(stream.p2p, seq, key=_p2p_seq)
+            seqs = self._p2p_seqs.get((gid, rank))
+            if seqs is None:
+                seqs = self._p2p_seqs[(gid, rank)] = list(map(_p2p_seq, stream.p2p))
+            i = bisect_left(seqs, seq)
             while i < len(stream.p2p) and stream.p2p[i].p2p_seq_id == seq:
                 entry = stream.p2p[i]
                 if (entry.op, entry.name.local_src, entry.name.local_dst) == (op, src, dst):
@@ -892,7 +907,7 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
             continue  # a sibling of another size plays no comparable part
         their_holder, their_absent = others[local_holder], others[local_absent]
         mine = order.find(their_holder, held)
-        partner = order.partner.get(id(order.entries[their_holder][mine])) if mine is not None else None
+        partner = order.partner(sibling, order.entries[their_holder][mine]) if mine is not None else None
         token = order.token_of(their_absent, partner) if partner is not None else None
         if token is not None:
             witnesses.append((their_absent, partner))
@@ -913,9 +928,13 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
     if finding.kind == "p2p_unmatched":
         anchor = finding.anchor
         wanted = ("recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst)
-        entries = [e for e in stream.p2p if (e.op, e.name.local_src, e.name.local_dst) == wanted]
-    else:
-        entries = [stream.collectives[s][0] for s in sorted(stream.collectives) if s < finding.collective_seq_id]
+        newest_first = (e for e in reversed(stream.p2p) if (e.op, e.name.local_src, e.name.local_dst) == wanted)
+        positions = (order.position(rank, e) for e in newest_first)
+        # Every op on the channel is like the one never posted, so `past_says_skipped`
+        # reads no further back than its last HISTORY_TRIES + 1: finding the rest would
+        # scan a long pipeline run's every send and recv, once per finding.
+        return list(islice((p for p in positions if p is not None), HISTORY_TRIES + 1))[::-1]
+    entries = [stream.collectives[s][0] for s in sorted(stream.collectives) if s < finding.collective_seq_id]
     positions = (order.position(rank, e) for e in entries)
     return [p for p in positions if p is not None]
 
