@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from typing import NamedTuple, Optional
 
 from .builder import Layout
@@ -34,6 +34,7 @@ _FIRST = operator.itemgetter(0)
 _NAME = operator.attrgetter("name")
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
+_STATE = operator.attrgetter("state")
 # Stands for "no entry" in a rank's column of batches: a batch whose one entry matches no
 # op and no shapes, so a row holding it is never settled at once.
 _NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
@@ -303,13 +304,14 @@ def _difference_kind(a: tuple, b: tuple) -> str:
 
 
 def _survey(calls: dict) -> tuple:
-    """`(alike, completed ranks)` of a collective `_settled` left open: alike when every rank
+    """`(alike, completed ranks)` of a collective `_unsettled` found: alike when every rank
     issued the same ops (names and shapes, in order: a coalesced batch as much as one op)."""
-    batches = iter(calls.values())
-    first = _kinds(next(batches))
-    alike = all(map(operator.eq, map(_kinds, batches), repeat(first)))
-    completed = tuple(sorted(rank for rank, batch in calls.items() if all(e.completed for e in batch)))
-    return alike, completed
+    batches = list(calls.values())
+    alike = all(map(operator.eq, map(_kinds, batches), repeat(_kinds(batches[0]))))
+    states = list(map(_STATE, chain.from_iterable(batches)))
+    if states.count("completed") == len(states):  # as a rule: an op still running is rare
+        return alike, tuple(sorted(calls))
+    return alike, tuple(sorted(rank for rank, batch in calls.items() if all(e.completed for e in batch)))
 
 
 def _kinds(batch: tuple) -> tuple:
@@ -348,6 +350,8 @@ def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = F
 
 def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     streams = view.streams
+    if not streams:
+        return []
     ranks = tuple(streams)  # sorted
     tables = [stream.collectives for stream in streams.values()]
     seqs = sorted(set().union(*tables))
@@ -356,12 +360,11 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
     # One column per rank (its batch at each sequence number, or _NO_BATCH), read as rows.
     columns = [list(map(table.get, seqs, repeat(_NO_BATCH))) for table in tables]
-    settled = _settled(columns) if columns else ()
+    unsettled = _unsettled(columns)
     matches = []
-    for seq, row, easy in zip(seqs, zip(*columns), settled):
-        if easy:  # every rank issued the same single op and completed it
-            match = CollectiveMatch(group_id, seq, dict(zip(ranks, row)), (), (), no_dump, _completed=ranks)
-            matches.append(match)
+    for position, (seq, row) in enumerate(zip(seqs, zip(*columns))):
+        if position not in unsettled:  # every rank issued the same single op and completed it
+            matches.append(CollectiveMatch(group_id, seq, dict(zip(ranks, row)), (), (), no_dump, None, ranks))
             continue
         calls = {rank: batch for rank, batch in zip(ranks, row) if batch is not _NO_BATCH}
         not_issued, out_of_window = (), ()
@@ -370,19 +373,18 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
             not_issued = tuple(r for r in absent if streams[r].covers(seq))
             out_of_window = tuple(r for r in absent if not streams[r].covers(seq))
         alike, completed = _survey(calls)
-        match = CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump, _completed=completed)
-        match.disagreement = find_disagreement(calls, signature_cache, alike)
-        matches.append(match)
+        disagreement = find_disagreement(calls, signature_cache, alike)
+        matches.append(CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump, disagreement, completed))
     return matches
 
 
-def _settled(columns: list) -> list:
-    """Per row of `columns` (one column of batches per rank, one row per sequence number):
-    whether every rank issued one entry, with the same op name and shapes as the others,
-    and says it completed. Most collectives of a job are settled so, and this finds them
-    a column at a time in C rather than rank by rank in Python; the rest are looked at
-    one by one. Equal values are shared objects (see the loader), so comparing them
-    mostly costs an identity check.
+def _unsettled(columns: list) -> set:
+    """Positions of the rows of `columns` (one column of batches per rank, one row per
+    sequence number) that are not settled: settled is when every rank issued one entry,
+    with the same op name and shapes as the others, and says it completed. Most
+    collectives of a job are settled so, and this finds them a column at a time in C
+    rather than rank by rank in Python. Equal values are shared objects (see the
+    loader), so comparing them mostly costs an identity check.
 
     A rank's column usually agrees with the first rank's throughout, which one list
     comparison shows; only a column that does not is searched for the rows it fails."""
@@ -396,7 +398,7 @@ def _settled(columns: list) -> list:
         found = list(map(_NAME_SHAPES_STATE, map(_FIRST, column)))
         if found != expected:
             unsettled.update(compress(rows, map(operator.ne, found, expected)))
-    return list(map(operator.not_, map(unsettled.__contains__, rows)))
+    return unsettled
 
 
 def _channel_ends(ranks: tuple, rank: int, name: OpName) -> Optional[tuple]:
