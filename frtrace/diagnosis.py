@@ -964,9 +964,41 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple) -> di
     unplaced = [r for r in absent if r not in placed]
     for rank in unplaced if len(unplaced) <= HISTORY_RANKS else ():
         past = order.past_says_skipped(rank, _channel(order, finding, rank), op_shape)
+        if past is None and finding.kind == "p2p_unmatched":
+            past = _alternation_says_skipped(order, finding, rank)
         if past is not None:
             found[rank] = past
     return found
+
+
+def _p2p_channel(entry: Entry) -> tuple:
+    return entry.op, entry.name.local_src, entry.name.local_dst
+
+
+def _alternation_says_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:
+    """A rank whose P2P ops in the group took turns between the finding's channel and one
+    other (a first pipeline stage's forward send and backward recv, one micro-batch per
+    step: c d c d) and then posted on the other one twice (c d c d d) went past its op on
+    the finding's channel: nothing in its past lets the second come first. The rank's own
+    past says so with a single earlier step, where `past_says_skipped` needs two."""
+    view = order.views.get(finding.group_id)
+    stream = view.streams.get(rank) if view else None
+    anchor = finding.anchor
+    if stream is None or len(stream.p2p) < 3:
+        return None
+    skipped = ("recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst)
+    newest = stream.p2p[-1]
+    other = _p2p_channel(newest)
+    if other == skipped:
+        return None
+    turns = [channel for channel in map(_p2p_channel, islice(reversed(stream.p2p), HISTORY_SPAN))
+             if channel in (skipped, other)]
+    # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
+    expected = [other] + [skipped if i % 2 else other for i in range(len(turns) - 1)]
+    if len(turns) < 3 or turns != expected:
+        return None
+    position = order.position(rank, newest)
+    return order._went_past(rank, position, 0, True) if position is not None else None
 
 
 def _shape(token: tuple) -> tuple:

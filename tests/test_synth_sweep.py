@@ -86,3 +86,17 @@ def test_healthy_jobs_with_two_member_groups_have_no_straggler(layout, timing):
     for buffer_size in (2000, 30):
         truth, diagnosis = _diagnose(*layout, steps=5, timing=timing, buffer_size=buffer_size, seed=7)
         assert diagnosis.status == truth["status"] == "healthy", diagnosis.verdict
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_a_first_stage_that_skips_its_send_after_one_step_is_blamed_not_its_peer(step):
+    # Stage 0 of an eight-stage pipeline never posts step `step`'s forward send and
+    # waits in the backward recv, while stage 1 waits for that send: a deadlock of
+    # two P2P findings. With one earlier step its channels took turns (send, recv),
+    # and the second recv in a row shows it went past the send; stage 1, which
+    # receives before it sends, only waits.
+    truth, diagnosis = _diagnose(8, 1, 8, steps=4, fault=Fault("p2p_unmatched", rank=0, group="pp", step=step))
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == ("faults", truth["suspect_ranks"]) == ("faults", [0])
+    (root,) = [f for f in diagnosis.findings if f.is_root and f.severity == "error"]
+    assert (root.kind, root.suspect_ranks) == ("p2p_unmatched", (0,))
+    assert root.evidence["went_past"]["0"]["skipped"]
