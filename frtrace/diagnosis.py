@@ -857,6 +857,40 @@ class ProgramOrder:
                 return self._went_past(rank, self._nth_following(rank, start, len(before)), 0, True)
         return None
 
+    def neighbours_say_skipped(self, rank: int, channel: list, op_shape: tuple) -> Optional[WentPast]:
+        """A rank's own past, op by op, where its steps differ too much for
+        `past_says_skipped` to find a whole stretch repeated: if an op of one shape B
+        always came right before the ops shaped like the missing one (`op_shape`; at
+        least two of them), and every B it issued until now was followed by one, a B
+        followed by an op that in its past came right after the missing op says it
+        skipped the op this time. Its last HISTORY_TRIES such ops are read."""
+        ops = [p for p in channel if _shape(self.token(rank, p) or ()) == op_shape][-HISTORY_TRIES:]
+        if len(ops) < 2:
+            return None
+        befores = {self._shape_at(rank, self.previous(rank, p)) for p in ops}
+        afters = {self._shape_at(rank, self.following(rank, p)) for p in ops} - {None}
+        if len(befores) != 1 or None in befores:
+            return None
+        (before,) = befores
+        position, read = self.previous(rank, ops[0]), 0
+        while position is not None and read < 2 * HISTORY_SPAN:
+            if self._shape_at(rank, position) == before:
+                then = self.following(rank, position)
+                if then is None:
+                    return None  # it stands right after a B: behind
+                shape = self._shape_at(rank, then)
+                if shape != op_shape:
+                    # The first B not followed by the op: a skip if it comes after the
+                    # last op and goes on as the op used to; otherwise B is no sign.
+                    skipped = position > ops[-1] and shape in afters
+                    return self._went_past(rank, then, 0, True) if skipped else None
+            position, read = self.following(rank, position), read + 1
+        return None
+
+    def _shape_at(self, rank: int, position: Optional[int]) -> Optional[tuple]:
+        token = self.token(rank, position) if position is not None else None
+        return _shape(token) if token is not None else None
+
     def _nth_following(self, rank: int, position: int, n: int) -> int:
         for _ in range(n):
             position = self.following(rank, position)
@@ -961,11 +995,22 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple) -> di
             found, placed = order.went_past(absent, op_token, places)
     # Every op on a P2P channel is like the one never posted; collectives vary.
     op_shape = None if finding.kind == "p2p_unmatched" else _shape(op_token)
+    # Ranks no like rank could judge are compared with their own past: a rank no like
+    # rank plays the part of, as a whole; one whose like ranks split (as many chose one
+    # way as the other), op by op only (`neighbours_say_skipped`, the stricter test).
     unplaced = [r for r in absent if r not in placed]
+    split = [r for r in absent if r in placed and r not in found]
     for rank in unplaced if len(unplaced) <= HISTORY_RANKS else ():
-        past = order.past_says_skipped(rank, _channel(order, finding, rank), op_shape)
+        channel = _channel(order, finding, rank)
+        past = order.past_says_skipped(rank, channel, op_shape)
         if past is None and finding.kind == "p2p_unmatched":
             past = _alternation_says_skipped(order, finding, rank)
+        elif past is None:
+            past = order.neighbours_say_skipped(rank, channel, op_shape)
+        if past is not None:
+            found[rank] = past
+    for rank in split if op_shape is not None and len(split) <= HISTORY_RANKS else ():
+        past = order.neighbours_say_skipped(rank, _channel(order, finding, rank), op_shape)
         if past is not None:
             found[rank] = past
     return found

@@ -100,3 +100,18 @@ def test_a_first_stage_that_skips_its_send_after_one_step_is_blamed_not_its_peer
     (root,) = [f for f in diagnosis.findings if f.is_root and f.severity == "error"]
     assert (root.kind, root.suspect_ranks) == ("p2p_unmatched", (0,))
     assert root.evidence["went_past"]["0"]["skipped"]
+
+
+def test_a_rank_whose_steps_differ_is_compared_with_its_past_op_by_op():
+    # Two four-stage pipelines: stage 0 of the first skips step 2's loss all_reduce in
+    # the default group and goes on to the next step's forward send, which stage 1
+    # (waiting in the all_reduce) never receives. Its one like rank is stuck in the
+    # all_reduce, so it cannot say what comes next, and the steps in between differ
+    # (an all_to_all, reduce-scatter or all-reduce), so no whole stretch repeats; but
+    # each earlier step issued the all_reduce right after the all_gather, and the send
+    # right after the all_reduce.
+    truth, diagnosis = _diagnose(8, 1, 4, steps=4, fault=Fault("skip_op", rank=0, group="default", step=2))
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == ("faults", truth["suspect_ranks"]) == ("faults", [0])
+    (root,) = [f for f in diagnosis.findings if f.is_root and f.severity == "error"]
+    assert (root.kind, root.suspect_ranks) == ("not_issued", (0,))
+    assert root.evidence["went_past"]["0"] == {**root.evidence["went_past"]["0"], "evidence": "own_past", "skipped": True}
