@@ -997,7 +997,7 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple) -> di
     op_shape = None if finding.kind == "p2p_unmatched" else _shape(op_token)
     # Ranks no like rank could judge are compared with their own past: a rank no like
     # rank plays the part of, as a whole; one whose like ranks split (as many chose one
-    # way as the other), op by op only (`neighbours_say_skipped`, the stricter test).
+    # way as the other), only by the stricter tests (op by op, or turns on P2P channels).
     unplaced = [r for r in absent if r not in placed]
     split = [r for r in absent if r in placed and r not in found]
     for rank in unplaced if len(unplaced) <= HISTORY_RANKS else ():
@@ -1009,8 +1009,11 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple) -> di
             past = order.neighbours_say_skipped(rank, channel, op_shape)
         if past is not None:
             found[rank] = past
-    for rank in split if op_shape is not None and len(split) <= HISTORY_RANKS else ():
-        past = order.neighbours_say_skipped(rank, _channel(order, finding, rank), op_shape)
+    for rank in split if len(split) <= HISTORY_RANKS else ():
+        if finding.kind == "p2p_unmatched":
+            past = _alternation_says_skipped(order, finding, rank)
+        else:
+            past = order.neighbours_say_skipped(rank, _channel(order, finding, rank), op_shape)
         if past is not None:
             found[rank] = past
     return found
