@@ -634,6 +634,7 @@ class ProgramOrder:
             self._p2p_of_group[pair.group_id].append(pair)
         self._partners: dict = {}  # group id -> {id(send or recv entry): the entry at the other end}
         self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
+        self._sibling_parts: dict = {}  # see sibling_part
 
     def partner(self, group_id: int, entry: Entry) -> Optional[Entry]:
         """The entry at the other end of a send or recv of the group. Indexed per group
@@ -646,6 +647,26 @@ class ProgramOrder:
                     partners[id(pair.send)] = pair.recv
                     partners[id(pair.recv)] = pair.send
         return partners.get(id(entry))
+
+    def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
+        """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
+        as partner of the op `held` names at `local_holder`; None when it did not. A job-wide
+        hang leaves one P2P finding per pipeline channel, and each consults the same first
+        siblings of its family: cached, that costs one lookup per sibling."""
+        key = (sibling, local_holder, local_absent, held)
+        if key not in self._sibling_parts:
+            self._sibling_parts[key] = self._sibling_part(sibling, local_holder, local_absent, held)
+        return self._sibling_parts[key]
+
+    def _sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
+        others = self.views[sibling].group.ranks
+        if max(local_holder, local_absent) >= len(others):
+            return None  # a sibling of another size plays no comparable part
+        their_holder, their_absent = others[local_holder], others[local_absent]
+        mine = self.find(their_holder, held)
+        partner = self.partner(sibling, self.entries[their_holder][mine]) if mine is not None else None
+        token = self.token_of(their_absent, partner) if partner is not None else None
+        return (their_absent, partner, token) if token is not None else None
 
     # ---- positions and tokens
 
@@ -936,14 +957,9 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
     # Bounded like the witnesses: one finding per pipeline channel must not visit every
     # sibling channel of a large job (that is quadratic in ranks).
     for sibling in islice(siblings, MAX_WITNESSES):
-        others = order.views[sibling].group.ranks
-        if max(local_holder, local_absent) >= len(others):
-            continue  # a sibling of another size plays no comparable part
-        their_holder, their_absent = others[local_holder], others[local_absent]
-        mine = order.find(their_holder, held)
-        partner = order.partner(sibling, order.entries[their_holder][mine]) if mine is not None else None
-        token = order.token_of(their_absent, partner) if partner is not None else None
-        if token is not None:
+        part = order.sibling_part(sibling, local_holder, local_absent, held)
+        if part is not None:
+            their_absent, partner, token = part
             witnesses.append((their_absent, partner))
             tokens[token] += 1
     if not tokens:
@@ -1039,11 +1055,15 @@ def _alternation_says_skipped(order: ProgramOrder, finding: Finding, rank: int) 
     other = _p2p_channel(newest)
     if other == skipped:
         return None
-    turns = [channel for channel in map(_p2p_channel, islice(reversed(stream.p2p), HISTORY_SPAN))
-             if channel in (skipped, other)]
     # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
-    expected = [other] + [skipped if i % 2 else other for i in range(len(turns) - 1)]
-    if len(turns) < 3 or turns != expected:
+    # Read op by op: most ranks asked about break the pattern within a few ops.
+    turns = 0
+    for channel in map(_p2p_channel, islice(reversed(stream.p2p), HISTORY_SPAN)):
+        if channel == skipped or channel == other:
+            if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
+                return None
+            turns += 1
+    if turns < 3:
         return None
     position = order.position(rank, newest)
     return order._went_past(rank, position, 0, True) if position is not None else None
