@@ -19,6 +19,8 @@ def estimate_clock_offsets(collectives: Iterable) -> dict:
     for match in collectives:
         if match.not_issued or len(match.calls) < 2:
             continue
+        if not next(iter(match.calls.values()))[-1].time_completed_ns:
+            continue  # timing off (as a rule for every op): nothing to learn here
         times = {rank: entries[-1].time_completed_ns for rank, entries in match.calls.items()}
         if not all(times.values()):
             continue

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import statistics
 from bisect import bisect_left
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from itertools import islice
+from itertools import chain, islice
 from typing import Callable, Container, Optional
 
 from .builder import Layout
@@ -501,9 +501,12 @@ def _arrival_lateness(match: CollectiveMatch, offsets: dict) -> dict:
     """rank -> ms after the on-time arrival at one collective. On time is the median
     arrival; with two members it is the earlier one, as a median of two would make
     both ranks half late and half early."""
-    created = {r: e[0].time_created_ns - offsets.get(r, 0) for r, e in match.calls.items()}
-    on_time = min(created.values()) if len(created) == 2 else statistics.median(created.values())
-    return {rank: (t - on_time) / 1e6 for rank, t in created.items()}
+    ranks = match.calls.keys()
+    created = [batch[0].time_created_ns for batch in match.calls.values()]
+    if offsets:
+        created = [t - offsets.get(rank, 0) for rank, t in zip(ranks, created)]
+    on_time = min(created) if len(created) == 2 else statistics.median(created)
+    return dict(zip(ranks, [(t - on_time) / 1e6 for t in created]))
 
 
 def _typical_lateness(clean: list, offsets: dict) -> tuple:
@@ -511,20 +514,22 @@ def _typical_lateness(clean: list, offsets: dict) -> tuple:
     rank is in, two-member groups included. A straggler is late to every collective; a
     rank that merely waited for it is late only where it then meets others, so the
     median over all of a rank's collectives keeps such victims out."""
-    per_group = defaultdict(lambda: defaultdict(list))
+    samples_of = defaultdict(list)  # rank -> its lateness at each sample, in ms
+    sampled_in = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group = set()
     for match in clean:
         if len(match.calls) < 2:
             continue
         for rank, ms in _arrival_lateness(match, offsets).items():
-            per_group[rank][match.group_id].append(ms)
+            samples_of[rank].append(ms)
+        sampled_in[match.group_id].update(match.calls)
         if len(match.calls) > 2:
             in_wide_group.update(match.calls)
+    groups_of = Counter(chain.from_iterable(sampled_in.values()))  # rank -> groups it was sampled in
     typical, samples = {}, {}
-    for rank, groups in per_group.items():
-        values = [ms for group in groups.values() for ms in group]
+    for rank, values in samples_of.items():
         # One two-member group alone cannot say which of its two ranks is late.
-        confirmed = len(groups) >= 2 or rank in in_wide_group
+        confirmed = groups_of[rank] >= 2 or rank in in_wide_group
         if len(values) >= STRAGGLER_MIN_SAMPLES and confirmed:
             typical[rank] = statistics.median(values)
             samples[rank] = values
