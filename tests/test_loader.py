@@ -6,7 +6,7 @@ import pytest
 from frtrace.loader import InputError, find_dump_files, load_dumps, parse_rank_from_name
 from frtrace.safe_decode import DecodeError, decode_dump_bytes
 
-from helpers import dump, entry, write_json, write_pickle
+from helpers import FIXTURES, dump, entry, write_json, write_pickle
 
 
 @pytest.mark.parametrize(
@@ -102,3 +102,35 @@ def test_a_pickle_with_a_reduce_call_is_refused_and_runs_nothing(tmp_path):
 def test_broken_files_name_the_problem(payload, problem):
     with pytest.raises(DecodeError, match=problem):
         decode_dump_bytes(payload, 10**6)
+
+
+def _advice_recorder(monkeypatch):
+    import os
+
+    advised = []
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this platform")
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: advised.append((os.readlink(f"/proc/self/fd/{fd}"), advice)))
+    return advised
+
+
+def test_dumps_large_next_to_memory_leave_the_page_cache_once_read(monkeypatch):
+    import os
+
+    from frtrace import loader
+
+    directory = FIXTURES / "hang_never_arrives"
+    normal = load_dumps([directory])
+    advised = _advice_recorder(monkeypatch)
+    monkeypatch.setattr(loader, "CACHE_SHARE", 0.0)  # as if these files filled the machine
+    dropped = load_dumps([directory])
+    files = sorted(str(p.resolve()) for p in directory.iterdir() if p.name.startswith("rank_"))
+    assert sorted(advised) == [(path, os.POSIX_FADV_DONTNEED) for path in files]
+    # Nothing read differs.
+    assert [(d.rank, d.entries, d.pg_config) for d in dropped.dumps] == [(d.rank, d.entries, d.pg_config) for d in normal.dumps]
+
+
+def test_small_dumps_stay_in_the_page_cache(monkeypatch):
+    advised = _advice_recorder(monkeypatch)
+    loaded = load_dumps([FIXTURES / "hang_never_arrives"])
+    assert len(loaded.dumps) == 4 and advised == []
