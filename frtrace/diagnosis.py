@@ -913,6 +913,32 @@ class ProgramOrder:
             position, read = self.following(rank, position), read + 1
         return None
 
+    def turns_say_skipped(self, rank: int, p2p: list, skipped: tuple) -> Optional[WentPast]:
+        """A rank whose P2P ops in a group (`p2p`, oldest first) took turns between the
+        `skipped` channel and one other (a first pipeline stage's forward send and
+        backward recv, one micro-batch per step: c d c d) and then posted on the other
+        one twice (c d c d d) went past its op on the skipped channel: nothing in its past
+        lets the second come first. Its own past says so with a single earlier step,
+        where `past_says_skipped` needs two."""
+        if len(p2p) < 3:
+            return None
+        newest = p2p[-1]
+        other = _p2p_channel(newest)
+        if other == skipped:
+            return None
+        # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
+        # Read op by op: most ranks asked about break the pattern within a few ops.
+        turns = 0
+        for channel in map(_p2p_channel, islice(reversed(p2p), HISTORY_SPAN)):
+            if channel == skipped or channel == other:
+                if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
+                    return None
+                turns += 1
+        if turns < 3:
+            return None
+        position = self.position(rank, newest)
+        return self._went_past(rank, position, 0, True) if position is not None else None
+
     def _shape_at(self, rank: int, position: Optional[int]) -> Optional[tuple]:
         token = self.token(rank, position) if position is not None else None
         return _shape(token) if token is not None else None
@@ -981,9 +1007,8 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
     if stream is None:
         return []
     if finding.kind == "p2p_unmatched":
-        anchor = finding.anchor
-        wanted = ("recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst)
-        newest_first = (e for e in reversed(stream.p2p) if (e.op, e.name.local_src, e.name.local_dst) == wanted)
+        wanted = _unposted_channel(finding)
+        newest_first = (e for e in reversed(stream.p2p) if _p2p_channel(e) == wanted)
         positions = (order.position(rank, e) for e in newest_first)
         # Every op on the channel is like the one never posted, so `past_says_skipped`
         # reads no further back than its last HISTORY_TRIES + 1: finding the rest would
@@ -1025,14 +1050,14 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple) -> di
         channel = _channel(order, finding, rank)
         past = order.past_says_skipped(rank, channel, op_shape)
         if past is None and finding.kind == "p2p_unmatched":
-            past = _alternation_says_skipped(order, finding, rank)
+            past = _turns_say_skipped(order, finding, rank)
         elif past is None:
             past = order.neighbours_say_skipped(rank, channel, op_shape)
         if past is not None:
             found[rank] = past
     for rank in split if len(split) <= HISTORY_RANKS else ():
         if finding.kind == "p2p_unmatched":
-            past = _alternation_says_skipped(order, finding, rank)
+            past = _turns_say_skipped(order, finding, rank)
         else:
             past = order.neighbours_say_skipped(rank, _channel(order, finding, rank), op_shape)
         if past is not None:
@@ -1044,34 +1069,17 @@ def _p2p_channel(entry: Entry) -> tuple:
     return entry.op, entry.name.local_src, entry.name.local_dst
 
 
-def _alternation_says_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:
-    """A rank whose P2P ops in the group took turns between the finding's channel and one
-    other (a first pipeline stage's forward send and backward recv, one micro-batch per
-    step: c d c d) and then posted on the other one twice (c d c d d) went past its op on
-    the finding's channel: nothing in its past lets the second come first. The rank's own
-    past says so with a single earlier step, where `past_says_skipped` needs two."""
+def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:
     view = order.views.get(finding.group_id)
     stream = view.streams.get(rank) if view else None
+    return order.turns_say_skipped(rank, stream.p2p, _unposted_channel(finding)) if stream else None
+
+
+def _unposted_channel(finding: Finding) -> tuple:
+    """The channel (op, group-local src, dst) of the send or recv a P2P finding says was
+    never posted: the other end of its anchor."""
     anchor = finding.anchor
-    if stream is None or len(stream.p2p) < 3:
-        return None
-    skipped = ("recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst)
-    newest = stream.p2p[-1]
-    other = _p2p_channel(newest)
-    if other == skipped:
-        return None
-    # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
-    # Read op by op: most ranks asked about break the pattern within a few ops.
-    turns = 0
-    for channel in map(_p2p_channel, islice(reversed(stream.p2p), HISTORY_SPAN)):
-        if channel == skipped or channel == other:
-            if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
-                return None
-            turns += 1
-    if turns < 3:
-        return None
-    position = order.position(rank, newest)
-    return order._went_past(rank, position, 0, True) if position is not None else None
+    return "recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst
 
 
 def _shape(token: tuple) -> tuple:

@@ -12,8 +12,8 @@ Takes the `RankDump`s and the `Layout`; returns a `MatchResult`:
 Never by `record_id` or file position. Each rank's entries are dealt into their groups
 once (`deal`, which the pipeline runs while other files still load), building hash
 indexes; every comparison afterwards is a lookup. Collectives every member issued alike
-and completed are settled a column at a time by identity of the values the loader
-shares across ranks; only the rest are compared rank by rank.
+and completed are settled a column at a time, comparing the values the loader shares
+across ranks (mostly an identity check); only the rest are compared rank by rank.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ _NAME = operator.attrgetter("name")
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 _STATE = operator.attrgetter("state")
-# Stands for "no entry" in a rank's column of batches: a batch whose one entry matches no
-# op and no shapes, so a row holding it is never settled at once.
+# Stands for "no entry" in a rank's column of batches: a batch whose one entry has no op,
+# no shapes and no state (so not "completed"), so a row holding it is never settled at once.
 _NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
                    None, None, None, None, ()),)
 _SEQ = operator.attrgetter("collective_seq_id")
