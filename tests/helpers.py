@@ -64,6 +64,17 @@ def write_job(directory: Path, dumps_by_rank: dict, prefix: str = "rank_") -> Pa
     return directory
 
 
+def write_synth_job(directory: Path, job) -> Path:
+    """A `frtrace.synth` job as NCCL files, pickled the way torch lays them out (shared frame
+    dicts), which the loader's fast paths rely on; `write_job` pickles plainly."""
+    from frtrace.synth import encode_dump
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for rank, data in job.dumps.items():
+        (directory / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(data, "pickle"))
+    return directory
+
+
 # --------------------------------------------------------------------------- timed NCCL jobs
 
 T0_NS = 1_700_000_000_000_000_000

@@ -23,7 +23,7 @@ from frtrace.model import Entry, Frame
 from frtrace.safe_decode import decode_dump_bytes
 from frtrace.synth import Fault, encode_dump, generate
 
-from helpers import FIXTURES
+from helpers import FIXTURES, write_synth_job
 from test_fuzz import _drop_missing, _entries, plausible, safe_scalars
 
 CI = settings(max_examples=150, deadline=None, derandomize=True, database=None,
@@ -155,8 +155,7 @@ def test_packed_fast_path_columns_come_back_as_the_same_entries():
 
 def test_workers_and_in_process_loading_agree(tmp_path):
     job = generate(16, 2, 2, steps=3, timing=True, fault=Fault("hang", rank=5, group="dp", step=2))
-    for rank in job.dumps:
-        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    write_synth_job(tmp_path, job)
     one = load_dumps([tmp_path], workers=1)
     two = load_dumps([tmp_path], workers=2)
     assert [d.entries for d in one.dumps] == [d.entries for d in two.dumps]
@@ -168,8 +167,7 @@ def test_repeating_ints_are_one_object_across_ranks(tmp_path, workers):
     # Ints above 256 are objects of their own in CPython; positions and record ids repeat on
     # every rank, and each copy would cost 28 bytes an entry.
     job = generate(16, 2, 2, steps=40)
-    for rank in job.dumps:
-        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    write_synth_job(tmp_path, job)
     loaded = load_dumps([tmp_path], workers=workers)
     at_300 = [d.entries[300] for d in loaded.dumps]
     assert len(at_300) == 16 and all(e.index == 300 for e in at_300)
@@ -200,8 +198,7 @@ def test_values_shared_across_ranks_give_the_same_matches_and_verdict(tmp_path, 
     from helpers import analyse_dicts
 
     job = generate(16, 2, 2, steps=4, timing=True, lookahead=1, fault=fault)
-    for rank in job.dumps:
-        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    write_synth_job(tmp_path, job)
     shared = analyze([tmp_path], workers=1)
     apart, apart_diagnosis = analyse_dicts({r: job.dumps[r] for r in job.dumps}, render=False)
     assert _collective_facts(shared) == _collective_facts(apart)
@@ -230,8 +227,7 @@ def test_a_stack_with_an_odd_frame_is_reported_in_every_file_that_holds_it(tmp_p
 def test_every_rank_list_is_kept_once(tmp_path, workers):
     # Each rank lists the whole world in its default group; one tuple must serve them all.
     job = generate(16, 2, 2, steps=2)
-    for rank in job.dumps:
-        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+    write_synth_job(tmp_path, job)
     loaded = load_dumps([tmp_path], workers=workers)
     world = [config.ranks for d in loaded.dumps for config in d.pg_config if config.desc == "default_pg"]
     assert len(world) == 16 and world[0] == tuple(range(16)) and all(ranks is world[0] for ranks in world)

@@ -13,12 +13,9 @@ from frtrace.builder import build_layout
 from frtrace.loader import load_dumps
 from frtrace.matcher import _rank_streams, deal, match
 from frtrace.pipeline import analyze
-from frtrace.synth import Fault, encode_dump, generate
+from frtrace.synth import Fault, generate
 
-
-def _write(job, directory):
-    for rank in job.dumps:
-        (directory / f"nccl_trace_rank_{rank}").write_bytes(encode_dump(job.dumps[rank], "pickle"))
+from helpers import write_synth_job
 
 
 def _facts(result) -> list:
@@ -29,7 +26,7 @@ def _facts(result) -> list:
 
 def test_dealing_while_loading_matches_like_dealing_afterwards(tmp_path):
     job = generate(16, 2, 2, steps=3, timing=True, fault=Fault("p2p_unmatched", rank=3, group="pp", step=2))
-    _write(job, tmp_path)
+    write_synth_job(tmp_path, job)
     during = analyze([tmp_path], workers=2)
     loaded = load_dumps([tmp_path], workers=1)
     layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
@@ -46,7 +43,7 @@ class _OneGroupTwoNames:
 
 def test_a_group_recorded_under_two_names_keeps_the_rank_order(tmp_path):
     job = generate(4, 2, 1, steps=2)
-    _write(job, tmp_path)
+    write_synth_job(tmp_path, job)
     dump = load_dumps([tmp_path], workers=1).dumps[0]
     # One group's entries, alternating between two names, as a rank could record them.
     busiest = Counter(e.pg_name for e in dump.entries).most_common(1)[0][0]
