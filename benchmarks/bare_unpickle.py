@@ -6,7 +6,7 @@ Prints one JSON object on stdout: files, bytes, entries, seconds. Each dump is d
 as its entries are counted, so memory stays at one dump.
 
 Plain `pickle.load` is fine here, and only here: the files are our own synthetic dumps written
-by `frtrace.synth` for this benchmark, never user input. (frtrace itself reads dumps with an
+by `frtrace.testing.synth` for this benchmark, never user input. (frtrace itself reads dumps with an
 unpickler that refuses every class lookup; see frtrace/safe_decode.py.)
 """
 

@@ -28,7 +28,7 @@ from frtrace.builder import build_layout  # noqa: E402
 from frtrace.diagnosis import diagnose  # noqa: E402
 from frtrace.loader import load_dumps  # noqa: E402
 from frtrace.matcher import deal, match  # noqa: E402
-from frtrace.pipeline import Analysis  # noqa: E402
+from frtrace.pipeline import finish_analysis  # noqa: E402
 from frtrace.report import render_json  # noqa: E402
 
 _imported = time.perf_counter()
@@ -77,8 +77,8 @@ def main(argv=None) -> int:
     layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
     lap("build")
     matches = match(loaded.dumps, layout, dealt)
+    analysis = finish_analysis(loaded, layout, matches)
     lap("match")
-    analysis = Analysis(loaded, layout, matches)
     diagnosis = diagnose(analysis)
     lap("diagnose")
     report = render_json(analysis, diagnosis)

@@ -6,7 +6,7 @@
     python benchmarks/run.py --ranks 64 128 --torchfrtrace-bin /tmp/torchvenv/bin/torchfrtrace
 
 For each job size, synthetic NCCL-shaped dumps (with stack frames) are generated once with
-`python -m frtrace.synth` into a cache directory (default /tmp/frtrace-bench, outside the repo:
+`python -m frtrace.testing.synth` into a cache directory (default /tmp/frtrace-bench, outside the repo:
 they are big) and reused while the generator and the parameters are unchanged. Then, each in a
 separate subprocess so that memory is per measurement:
 
@@ -179,7 +179,7 @@ def _sha(path: Path) -> str:
 
 
 def _steps_for(ranks: int, tp: int, pp: int, entries: int) -> int:
-    code = ("import sys; from frtrace.synth import steps_for_entries as s; "
+    code = ("import sys; from frtrace.testing.synth import steps_for_entries as s; "
             "print(s(*map(int, sys.argv[1:])))")
     out = subprocess.run([sys.executable, "-c", code, str(ranks), str(tp), str(pp), str(entries)],
                          cwd=REPO, check=True, capture_output=True, text=True)
@@ -194,7 +194,7 @@ def ensure_dumps(args, ranks: int) -> tuple:
         "fault": args.fault, "fault_rank": args.fault_rank, "fault_group": args.fault_group,
         "seed": args.seed, "prefix": PREFIX, "frames": True,
         # A changed generator makes different files: never reuse across versions of it.
-        "synth_sha256": _sha(REPO / "frtrace" / "synth.py"),
+        "synth_sha256": _sha(REPO / "frtrace" / "testing" / "synth.py"),
     }
     key = f"r{ranks}-e{args.entries}-tp{args.tp}-pp{args.pp}-{args.fault}-s{args.seed}-{params['synth_sha256'][:8]}"
     root = Path(args.cache) / key
@@ -209,7 +209,7 @@ def ensure_dumps(args, ranks: int) -> tuple:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "frtrace.synth", str(dumps), "--world-size", str(ranks), "--tp", str(args.tp),
+    cmd = [sys.executable, "-m", "frtrace.testing.synth", str(dumps), "--world-size", str(ranks), "--tp", str(args.tp),
            "--pp", str(args.pp), "--steps", str(steps), "--seed", str(args.seed), "--prefix", PREFIX,
            "--truth", str(truth_path), "--workers", str(args.gen_workers)]
     if args.fault != "healthy":

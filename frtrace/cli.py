@@ -215,7 +215,7 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         click.echo(render_markdown(analysis, diagnosis, mismatch_cap))
     else:
         styler = click.style if sys.stdout.isatty() else None
-        click.echo(render_text(analysis, diagnosis, mismatch_cap, styler), nl=False)
+        click.echo(render_text(analysis, diagnosis, mismatch_cap, styler, verbose), nl=False)
     code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diagnosis.status]
     return _finish(code, verbose, started, load_seconds)
 

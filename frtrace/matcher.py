@@ -135,9 +135,36 @@ class P2PMatch:
 @dataclass(slots=True)
 class MatchResult:
     layout: Layout
-    views: tuple  # GroupView per group id
-    collectives: list = field(default_factory=list)  # CollectiveMatch sorted by (group, seq)
-    p2p: list = field(default_factory=list)  # P2PMatch sorted by (group, src, dst, ordinal)
+    views: tuple[GroupView, ...]  # one per group, in group id order
+    collectives: list[CollectiveMatch] = field(default_factory=list)  # sorted by (group, seq)
+    p2p: list[P2PMatch] = field(default_factory=list)  # sorted by (group, src, dst, ordinal)
+    # Indexes over the lists above, built once on first use (see `index`).
+    _index: Optional["MatchIndex"] = None
+
+    @property
+    def index(self) -> "MatchIndex":
+        """The (group, seq) and per-group indexes every consumer reads through."""
+        if self._index is None:
+            self._index = MatchIndex.of(self)
+        return self._index
+
+
+@dataclass(frozen=True, slots=True)
+class MatchIndex:
+    at: dict[tuple[int, int], CollectiveMatch]  # (group id, seq) -> its match
+    collectives_of: dict[int, list[CollectiveMatch]]  # group id -> its matches, by seq
+    p2p_of: dict[int, list[P2PMatch]]  # group id -> its pairs, by channel and order
+
+    @classmethod
+    def of(cls, result: "MatchResult") -> "MatchIndex":
+        collectives_of: dict[int, list[CollectiveMatch]] = defaultdict(list)
+        for collective in result.collectives:
+            collectives_of[collective.group_id].append(collective)
+        p2p_of: dict[int, list[P2PMatch]] = defaultdict(list)
+        for pair in result.p2p:
+            p2p_of[pair.group_id].append(pair)
+        at = {(m.group_id, m.seq): m for m in result.collectives}
+        return cls(at, dict(collectives_of), dict(p2p_of))
 
 
 # --------------------------------------------------------------------------- streams
@@ -492,10 +519,13 @@ def _match_p2p(view: GroupView) -> list:
     return matches
 
 
-def match(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
+def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
     """Pair every rank's entries with its peers' (see module docstring). `dealt` maps
     id(dump) -> deal(dump) for dumps dealt while loading."""
-    views = build_views(dumps, layout, dealt)
+    return _match_views(layout, build_views(dumps, layout, dealt))
+
+
+def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
     result = MatchResult(layout, views)
     # Keyed by object ids, so it must not outlive the entries: one per call.
     signature_cache: dict = {}
@@ -503,3 +533,36 @@ def match(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> MatchRes
         result.collectives.extend(_match_collectives(view, signature_cache))
         result.p2p.extend(_match_p2p(view))
     return result
+
+
+def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> MatchResult:
+    """The match of `dumps`, which differ from the dumps `result` matched only in the
+    entries of the ranks in `changed`. A group's matches depend on its members' entries
+    alone, so only the groups those ranks have entries in are matched again; the others
+    are taken from `result` as they are."""
+    if not changed:
+        return result
+    fresh = build_views([d for d in dumps if d.rank in changed], result.layout)
+    touched = {view.group.id for view in fresh if any(rank in changed for rank in view.streams)}
+    touched |= {view.group.id for view in result.views if any(rank in changed for rank in view.streams)}
+    if not touched:
+        return result
+    views = tuple(_with_streams(view, fresh[view.group.id], changed) if view.group.id in touched else view
+                  for view in result.views)
+    partial = _match_views(result.layout, tuple(views[gid] for gid in sorted(touched)))
+    kept = [m for m in result.collectives if m.group_id not in touched]
+    kept_p2p = [p for p in result.p2p if p.group_id not in touched]
+    return MatchResult(result.layout, views,
+                       sorted(kept + partial.collectives, key=_GROUP_SEQ),
+                       sorted(kept_p2p + partial.p2p, key=_GROUP_CHANNEL))
+
+
+def _with_streams(view: GroupView, fresh: GroupView, changed: set[int]) -> GroupView:
+    """`view` with the streams of the `changed` ranks taken from `fresh`."""
+    streams = {rank: stream for rank, stream in view.streams.items() if rank not in changed}
+    streams.update((rank, stream) for rank, stream in fresh.streams.items() if rank in changed)
+    return GroupView(view.group, dict(sorted(streams.items())), view.no_dump)
+
+
+_GROUP_SEQ = operator.attrgetter("group_id", "seq")
+_GROUP_CHANNEL = operator.attrgetter("group_id", "src", "dst", "ordinal")

@@ -10,19 +10,33 @@ from typing import Callable, Optional, Sequence
 
 from .builder import Layout, build_layout
 from .loader import DEFAULT_MAX_FILE_BYTES, InputError, load_dumps
-from .matcher import MatchResult, deal, match
+from .matcher import MatchResult, deal, match, rematch
 from .model import LoadResult, PgConfig, RankDump
+from .standing import completion_is_reliable, without_queued_ops
 
 
 @dataclass(slots=True)
 class Analysis:
     load: LoadResult
     layout: Layout
-    matches: MatchResult
+    matches: MatchResult  # of everything dumped: what the report and the Database show
+    # Whether the dumps say when ops finish (gloo's do not): without it nothing tells a
+    # blocked op from a queued one, and the device view is the full one.
+    reliable: bool
+    # The dumps as each rank's device got them (no ops queued behind the blocked one),
+    # and their match: what the diagnosis reasons on. The same objects as `matches` and
+    # the usable dumps when no rank queued anything.
+    device_dumps: list[RankDump]
+    device: MatchResult
+
+    @property
+    def dumps(self) -> list[RankDump]:
+        """The dumps that take part (the builder sets aside files with an implausible rank)."""
+        return self.layout.usable(self.load.dumps)
 
 
 def analyze(
-    inputs: Sequence,
+    inputs: Sequence[object],
     *,
     prefix: Optional[str] = None,
     world_size: Optional[int] = None,
@@ -48,7 +62,20 @@ def analyze(
             raise InputError(f"no usable dump in {where}: " + "; ".join(str(e) for e in loaded.errors[:3]))
         raise InputError(f"no Flight Recorder dump files found in {where}")
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
-    return Analysis(loaded, layout, match(loaded.dumps, layout, dealt))
+    matches = match(loaded.dumps, layout, dealt)
+    return finish_analysis(loaded, layout, matches)
+
+
+def finish_analysis(loaded: LoadResult, layout: Layout, matches: MatchResult) -> Analysis:
+    """The `Analysis` of loaded dumps, their layout and their match: adds the device view
+    (re-matching only the groups of ranks that queued ops behind the one they block in)."""
+    dumps = layout.usable(loaded.dumps)
+    reliable = completion_is_reliable(dumps)
+    if not reliable:
+        return Analysis(loaded, layout, matches, reliable, dumps, matches)
+    trimmed = [without_queued_ops(d) for d in dumps]
+    changed = {t.rank for t, d in zip(trimmed, dumps) if t is not d}
+    return Analysis(loaded, layout, matches, reliable, trimmed, rematch(matches, trimmed, changed))
 
 
 def _globalise_ft_ranks(dump: RankDump, group_world_size: int) -> RankDump:

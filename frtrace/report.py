@@ -10,7 +10,7 @@ import json
 from collections import Counter, defaultdict
 from typing import Optional
 
-from .diagnosis import NEXT_STEP, Diagnosis, Finding
+from .diagnosis import Diagnosis, Finding, kind
 from .pipeline import Analysis
 from .util import fold_ranks, plural
 
@@ -53,6 +53,7 @@ def _unusable_files(analysis: Analysis) -> list:
 def _finding_dict(finding: Finding) -> dict:
     return {
         "kind": finding.kind,
+        "rule": finding.rule,
         "severity": finding.severity,
         "root_cause": finding.is_root,
         "pg_name": finding.pg_name,
@@ -69,7 +70,7 @@ def _finding_dict(finding: Finding) -> dict:
 
 
 def _next_step(finding: Finding) -> Optional[str]:
-    template = NEXT_STEP.get(finding.kind)
+    template = kind(finding.kind).next_step
     if not template or not finding.is_root or finding.severity == "info":
         return None
     return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks))
@@ -114,7 +115,7 @@ def render_json(analysis: Analysis, diagnosis: Diagnosis) -> str:
 # --------------------------------------------------------------------------- text
 
 
-def _finding_lines(finding: Finding, bullet: str = "  - ") -> list:
+def _finding_lines(finding: Finding, bullet: str = "  - ", verbose: bool = False) -> list[str]:
     label = finding.kind if finding.is_root else f"{finding.kind}, consequence"
     lines = [f"{bullet}[{finding.severity}: {label}] {finding.message}"]
     pad = " " * len(bullet)
@@ -131,6 +132,8 @@ def _finding_lines(finding: Finding, bullet: str = "  - ") -> list:
     step = _next_step(finding)
     if step:
         lines.append(f"{pad}  next step: {step}")
+    if verbose:
+        lines.append(f"{pad}  rule: {finding.rule}")
     return lines
 
 
@@ -140,8 +143,10 @@ def _group_heading(finding: Finding) -> str:
     return f"Group {finding.pg_name} ({finding.pg_desc})" if finding.pg_desc else f"Group {finding.pg_name}"
 
 
-def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None, style=None) -> str:
-    """Verdict first, then findings grouped by group, then what was read."""
+def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None, style=None,
+                verbose: bool = False) -> str:
+    """Verdict first, then findings grouped by group, then what was read. `verbose`
+    names the rule behind each finding."""
     style = style or (lambda text, **_: text)
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
     lines = [style(diagnosis.verdict, fg=colour, bold=True)]
@@ -155,7 +160,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
         lines.append(style(heading, bold=True))
         shown = findings if mismatch_cap is None else findings[:mismatch_cap]
         for finding in shown:
-            lines.extend(_finding_lines(finding))
+            lines.extend(_finding_lines(finding, verbose=verbose))
         if len(shown) < len(findings):
             lines.append(f"  ... {len(findings) - len(shown)} more (raise --mismatch-cap to see them)")
         lines.append("")

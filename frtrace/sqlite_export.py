@@ -123,6 +123,7 @@ CREATE TABLE ncclcalls (
 CREATE TABLE findings (
     id INTEGER PRIMARY KEY,
     kind TEXT NOT NULL,
+    rule TEXT NOT NULL,
     severity TEXT NOT NULL,
     root_cause INTEGER NOT NULL,
     pg_name TEXT,
@@ -288,7 +289,7 @@ def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
         if f.group_id is not None and f.collective_seq_id is not None:
             collective_id = collective_ids.get((f.group_id, f.collective_seq_id))
         yield (
-            index, f.kind, f.severity, int(f.is_root), f.pg_name, f.pg_desc, f.group_id, collective_id,
+            index, f.kind, f.rule, f.severity, int(f.is_root), f.pg_name, f.pg_desc, f.group_id, collective_id,
             f.op, f.collective_seq_id, f.p2p_seq_id,
             _dumps(list(f.ranks)), _dumps(list(f.suspect_ranks)), _dumps(list(f.waiting_ranks)),
             f.message, _dumps(f.evidence),
@@ -341,7 +342,7 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
         _insert(conn, "frames", 5, lambda: _frame_rows(db.tracebacks))
         _insert(conn, "collectives", 18, lambda: _collective_rows(db.collectives, as_json))
         _insert(conn, "ncclcalls", len(NCCLCall._fields), lambda: _call_rows(db.ncclcalls))
-        _insert(conn, "findings", 16, lambda: _finding_rows(diagnosis.findings, db.collectives))
+        _insert(conn, "findings", 17, lambda: _finding_rows(diagnosis.findings, db.collectives))
         for statement in _statements(INDEXES):
             conn.execute(statement)
         conn.execute("COMMIT")

@@ -421,7 +421,7 @@ def _finding_events(plan: _Plan, w: _Writer, ranks_filtered: bool) -> Iterator[d
             "ph": "i", "ts": w.us(plan.end if at is None else at), "pid": pid, "s": "g",
             "name": f"{finding.kind}{where}{suspects}", "cat": "finding",
             "args": {
-                "kind": finding.kind, "severity": finding.severity, "root_cause": finding.is_root,
+                "kind": finding.kind, "rule": finding.rule, "severity": finding.severity, "root_cause": finding.is_root,
                 "message": finding.message, "pg_name": finding.pg_name, "pg_desc": finding.pg_desc,
                 "op": finding.op, "collective_seq_id": finding.collective_seq_id, "p2p_seq_id": finding.p2p_seq_id,
                 "ranks": list(finding.ranks), "suspect_ranks": list(finding.suspect_ranks),

@@ -65,9 +65,9 @@ def write_job(directory: Path, dumps_by_rank: dict, prefix: str = "rank_") -> Pa
 
 
 def write_synth_job(directory: Path, job) -> Path:
-    """A `frtrace.synth` job as NCCL files, pickled the way torch lays them out (shared frame
+    """A `frtrace.testing.synth` job as NCCL files, pickled the way torch lays them out (shared frame
     dicts), which the loader's fast paths rely on; `write_job` pickles plainly."""
-    from frtrace.synth import encode_dump
+    from frtrace.testing.synth import encode_dump
 
     directory.mkdir(parents=True, exist_ok=True)
     for rank, data in job.dumps.items():
@@ -254,7 +254,7 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
     from frtrace.loader import normalise_dump
     from frtrace.matcher import match
     from frtrace.model import LoadIssue, LoadResult
-    from frtrace.pipeline import Analysis
+    from frtrace.pipeline import finish_analysis
     from frtrace.safe_decode import DecodeError
 
     dumps, errors, failed = [], [], []
@@ -267,8 +267,8 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
     if not dumps:
         return None
     layout = build_layout(dumps, failed, None)
-    analysis = Analysis(LoadResult(dumps=dumps, errors=errors, prefix="rank_", failed_ranks=tuple(failed)),
-                        layout, match(dumps, layout))
+    analysis = finish_analysis(LoadResult(dumps=dumps, errors=errors, prefix="rank_", failed_ranks=tuple(failed)),
+                               layout, match(dumps, layout))
     diagnosis = diagnose(analysis)
     if render:
         render_report_outputs(analysis, diagnosis)

@@ -924,7 +924,7 @@ SYNTH_HEALTHY = {
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 @pytest.mark.parametrize("name", sorted(SYNTH_HEALTHY))
 def test_synthetic_healthy_jobs_stay_healthy(name, fmt, tmp_path):
-    from frtrace.synth import generate, write_job as synth_write_job
+    from frtrace.testing.synth import generate, write_job as synth_write_job
 
     job = generate(seed=3, **SYNTH_HEALTHY[name])
     assert job.truth["status"] == "healthy"
@@ -1006,7 +1006,7 @@ def test_a_rank_dumped_without_collectives_while_its_peers_wait_is_weighed_like_
 
 @pytest.mark.parametrize("lookahead", [0, 1, 2])
 def test_lookahead_does_not_change_the_culprit_of_a_hang(lookahead, tmp_path):
-    from frtrace.synth import Fault, generate, write_job as synth_write_job
+    from frtrace.testing.synth import Fault, generate, write_job as synth_write_job
 
     job = generate(8, 2, 2, steps=3, timing=True, lookahead=lookahead, fault=Fault("hang", rank=5, group="tp", step=2))
     assert job.truth["suspect_ranks"] == [5]

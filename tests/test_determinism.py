@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.synth import Fault, generate, write_job as synth_write_job
+from frtrace.testing.synth import Fault, generate, write_job as synth_write_job
 
 from helpers import FIXTURES, run_cli
 

@@ -1,5 +1,5 @@
 """The verdict on real gloo dumps (tests/fixtures/gloo, made by tools/make_gloo_fixtures.py)
-and on synthetic NCCL-shaped jobs (frtrace.synth), checked against their ground truth."""
+and on synthetic NCCL-shaped jobs (frtrace.testing.synth), checked against their ground truth."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from frtrace.cli import frtrace
 from frtrace.diagnosis import diagnose
 from frtrace.pipeline import analyze
-from frtrace.synth import Fault, generate, write_job
+from frtrace.testing.synth import Fault, generate, write_job
 
 GLOO = Path(__file__).parent / "fixtures" / "gloo"
 TRUTHS = sorted((GLOO / "truth").glob("*.json"))

@@ -21,7 +21,7 @@ from frtrace.entry_columns import Coded, columns_from_entries, columns_from_raw,
 from frtrace.loader import _entries_one_by_one, _Normaliser, load_dumps, load_one
 from frtrace.model import Entry, Frame
 from frtrace.safe_decode import decode_dump_bytes
-from frtrace.synth import Fault, encode_dump, generate
+from frtrace.testing.synth import Fault, encode_dump, generate
 
 from helpers import FIXTURES, write_synth_job
 from test_fuzz import _drop_missing, _entries, plausible, safe_scalars

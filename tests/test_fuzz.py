@@ -34,7 +34,7 @@ from frtrace.model import LoadIssue, RankDump
 from frtrace.pipeline import analyze
 from frtrace.report import render_json, render_text
 from frtrace.safe_decode import DecodeError
-from frtrace.synth import Fault, encode_dump, generate
+from frtrace.testing.synth import Fault, encode_dump, generate
 
 from helpers import FIXTURES, analyse_dicts, render_report_outputs
 

@@ -13,7 +13,7 @@ from frtrace.builder import build_layout
 from frtrace.loader import load_dumps
 from frtrace.matcher import _rank_streams, deal, match
 from frtrace.pipeline import analyze
-from frtrace.synth import Fault, generate
+from frtrace.testing.synth import Fault, generate
 
 from helpers import write_synth_job
 

@@ -1,4 +1,4 @@
-"""The synthetic dump generator keeps its own promises (frtrace/synth.py)."""
+"""The synthetic dump generator keeps its own promises (frtrace/testing/synth.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from frtrace import synth
-from frtrace.synth import FAULT_KINDS, Fault, SynthJob, generate, write_job
+from frtrace.testing import synth
+from frtrace.testing.synth import FAULT_KINDS, Fault, SynthJob, generate, write_job
 
 P2P_NAME_PARTS = ("send ", "recv ")
 

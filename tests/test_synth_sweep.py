@@ -5,7 +5,7 @@ through two-member groups. Each case checks the verdict against the truth file."
 
 import pytest
 
-from frtrace.synth import Fault, generate
+from frtrace.testing.synth import Fault, generate
 from helpers import analyse_dicts
 
 # (world, tp, pp), fault kind, group, culprit, step, lookahead, timing

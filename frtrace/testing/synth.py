@@ -99,7 +99,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .util import cyclic_gc_paused
+from ..util import cyclic_gc_paused
 
 # `slots=True` needs Python 3.10; the package still supports 3.9.
 _SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}

@@ -1,0 +1,65 @@
+"""Turn matched operations into findings and one verdict.
+
+Takes an `Analysis` (loaded dumps, layout, the full and device-view matches); returns a
+`Diagnosis`: findings in the DESIGN.md §3 vocabulary, each naming the rule that made
+it and marked as a root cause or as a consequence of another, the primary suspect
+ranks, and a status (healthy | faults | inconclusive).
+
+The rules, one module per question, run in this order:
+
+    divergence.divergences        per group: the first op members disagree on or never issued
+    frontier.frontiers            per group without one: stuck ops, members without a dump
+    p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
+    linking.link_consequences     across groups: roots, and the findings that follow from them
+    stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
+    missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
+
+Each fault kind is one row of `kinds.KINDS`.
+"""
+
+from __future__ import annotations
+
+from .divergence import divergences
+from .facts import Facts
+from .finding import Diagnosis, Finding, P2PEnds, WentPast
+from .frontier import frontiers
+from .kinds import KINDS, Kind, UnknownKind, kind
+from .linking import WentPastJudge, link_consequences
+from .missing import empty_dumps, unaccounted_missing_ranks
+from .p2p import unmatched_p2p
+from .program_order import ProgramOrder, went_past_finding
+from .stragglers import late_arrivals
+from .verdict import conclude
+
+__all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "WentPast", "diagnose", "kind"]
+
+
+def diagnose(analysis: "Analysis") -> Diagnosis:
+    facts = Facts.of(analysis)
+    findings = divergences(facts) + frontiers(facts) + unmatched_p2p(facts)
+    # Linking breaks ties by the order it is given: per group, collectives before P2P.
+    findings.sort(key=_group_then_p2p)
+    link_consequences(findings, _went_past_judge(facts))
+    findings += late_arrivals(facts)
+    findings += unaccounted_missing_ranks(facts, findings)
+    findings += empty_dumps(facts)
+    return conclude(facts, findings)
+
+
+def _group_then_p2p(finding: Finding) -> tuple[int, bool]:
+    return finding.group_id if finding.group_id is not None else -1, finding.p2p_ends is not None
+
+
+def _went_past_judge(facts: Facts) -> WentPastJudge:
+    """went_past_finding over a ProgramOrder built on first use: most jobs never ask."""
+    order: list[ProgramOrder] = []
+
+    def judge(finding: Finding, ranks: tuple[int, ...]) -> dict[int, WentPast]:
+        if not order:
+            order.append(ProgramOrder(facts.seen, facts.analysis.layout, facts.device))
+        return went_past_finding(order[0], finding, ranks)
+
+    return judge
+
+
+from ..pipeline import Analysis  # noqa: E402  (for the annotation only)

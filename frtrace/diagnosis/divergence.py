@@ -1,0 +1,304 @@
+"""Divergence and mismatches: the first collective of a group its members disagree on
+or that some of them never issued.
+
+Takes `Facts`; returns findings (`op_mismatch`, `size_mismatch`, `dtype_mismatch`, and
+the `not_issued` / `extra_op` that a divergence turns out to be). Per group, by
+consensus: the odd ranks out are the suspects, and a rank that skipped or added one op
+is told apart from one that issued something else by aligning its ops with the
+majority's, the way `diff` aligns lines.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Container, Optional
+
+from ..matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
+from ..wording import call_site, group_text, ranks_text, shape_text
+from .facts import Facts, Siblings, last_entry, new_finding, oldest_created
+from .finding import Finding
+
+ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
+
+
+def first_divergence(facts: Facts, view: GroupView) -> Optional[int]:
+    """Index in the group's matches of the first disagreement or op some members never
+    issued; None when the members agree on everything their dumps hold."""
+    for index, match in enumerate(facts.collectives_of(view)):
+        if match.disagreement is not None:
+            return index
+        if match.not_issued and not took_part_unrecorded(match, facts.reliable):
+            return index
+    return None
+
+
+def took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
+    """Every member that issued the op completed it, which a collective cannot do
+    without the rest of its members: the ones with no entry for it took part, their
+    dump just does not show it (dumped without collectives, or only active ops)."""
+    return reliable and bool(match.calls) and len(match.completed_ranks) == len(match.calls)
+
+
+def divergences(facts: Facts) -> list[Finding]:
+    """The rule: each group's first divergence, as a mismatch or as ranks that never issued an op."""
+    findings: list[Finding] = []
+    for view in facts.device.views:
+        index = first_divergence(facts, view)
+        if index is None:
+            continue
+        matches = facts.collectives_of(view)
+        siblings = facts.siblings_of(view)
+        if matches[index].disagreement is not None:
+            findings.extend(mismatch(view, matches, index, siblings))
+        else:
+            findings.extend(gap(view, matches, index) or [absence(facts, view, matches, index, siblings)])
+    return findings
+
+
+# --------------------------------------------------------------------------- alignment
+
+
+def _consensus_after(matches: list[CollectiveMatch], start: int) -> list[tuple]:
+    """Majority signature of each op from index `start` on, until the majority stops."""
+    consensus = []
+    for match in matches[start:]:
+        covering = len(match.calls) + len(match.not_issued)
+        if 2 * len(match.calls) < covering or not match.calls:
+            break
+        counts: dict[tuple, int] = defaultdict(int)
+        for entries in match.calls.values():
+            signature = batch_signature(entries)
+            if signature is not None:  # unreadable: no vote
+                counts[signature] += 1
+        if not counts:
+            break
+        consensus.append(max(counts.items(), key=lambda kv: kv[1])[0])
+    return consensus
+
+
+def _rank_signatures_after(view: GroupView, rank: int, seq: int) -> list[Optional[tuple]]:
+    stream = view.streams[rank]
+    return [batch_signature(stream.collectives[s]) for s in sorted(stream.collectives) if s >= seq]
+
+
+def _alignment(view: GroupView, matches: list[CollectiveMatch], index: int, rank: int) -> Optional[str]:
+    """'skipped' when the rank's ops from here on are the majority's minus one op,
+    'extra' when they are the majority's plus one, None when neither fits."""
+    mine = _rank_signatures_after(view, rank, matches[index].seq)
+    theirs = _consensus_after(matches, index)
+    if mine and len(mine) < len(theirs) and mine == theirs[1 : 1 + len(mine)]:
+        return "skipped"
+    if len(mine) > len(theirs) and mine[1 : 1 + len(theirs)] == theirs:
+        return "extra"
+    return None
+
+
+def _break_tie(match: CollectiveMatch, siblings: list[CollectiveMatch]) -> Optional[Disagreement]:
+    """Two equal camps have no majority; sibling groups (same description, e.g. the
+    other pipeline pairs) running the same program at the same sequence number show
+    which camp did what everyone else did."""
+    dis = match.disagreement
+    assert dis is not None
+    votes: dict[Optional[tuple], int] = defaultdict(int)
+    for sibling in siblings:
+        if sibling.disagreement is None and sibling.calls:
+            votes[batch_signature(next(iter(sibling.calls.values())))] += 1
+    if not votes:
+        return None
+    reference, count = max(votes.items(), key=lambda kv: kv[1])
+    if 2 * count <= sum(votes.values()):
+        return None
+    agreeing = [ranks for ranks, sig in dis.classes if sig == reference]
+    if len(agreeing) != 1:
+        return None
+    majority = agreeing[0]
+    odd = tuple(sorted(r for ranks, _ in dis.classes if ranks != majority for r in ranks))
+    return Disagreement(dis.kind, majority, odd, dis.classes, False)
+
+
+def _call_sites(suspect_entry: Any, peer_entry: Any) -> dict[str, str]:
+    sites = {}
+    suspect, peer = call_site(suspect_entry), call_site(peer_entry)
+    if suspect:
+        sites["suspect_call_site"] = suspect
+    if peer:
+        sites["peer_call_site"] = peer
+    return sites
+
+
+# --------------------------------------------------------------------------- mismatches
+
+
+def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings) -> list[Finding]:
+    """Members issued different ops, sizes or dtypes at one sequence number. A minority
+    whose later ops line up with the majority's after one op more or less skipped or
+    added that op: it is told so, not called a mismatch."""
+    match = matches[index]
+    dis = match.disagreement
+    assert dis is not None
+    tie_broken_by = 0
+    if dis.tie:
+        sibling_matches = siblings.matches_at(match.seq)
+        resolved = _break_tie(match, sibling_matches)
+        if resolved is not None:
+            dis, tie_broken_by = resolved, len(sibling_matches)
+    odd_by_kind: dict[str, list[int]] = defaultdict(list)
+    for rank in dis.odd_ranks:
+        aligned = None if dis.tie else _alignment(view, matches, index, rank)
+        odd_by_kind[ALIGNED_KIND.get(aligned or "", dis.kind)].append(rank)
+    majority_entry = match.calls[dis.majority_ranks[0]][0] if dis.majority_ranks else None
+    findings = []
+    for kind, odd in sorted(odd_by_kind.items()):
+        ranks = tuple(odd)
+        odd_entry = match.calls[ranks[0]][0]
+        evidence: dict[str, Any] = {
+            "classes": [
+                {"ranks": list(r), "entry": shape_text(match.calls[r[0]][0]), "profiling_name": match.calls[r[0]][0].name.profiling_name}
+                for r, _sig in dis.classes
+            ],
+            "tie": dis.tie,
+        }
+        if tie_broken_by:
+            evidence["tie_broken_by_sibling_groups"] = tie_broken_by
+        evidence.update(_call_sites(odd_entry, majority_entry))
+        findings.append(new_finding(
+            kind, _mismatch_rule(dis.tie, kind), view, op=(majority_entry or odd_entry).op,
+            collective_seq_id=match.seq, p2p_seq_id=None, ranks=tuple(sorted(match.calls)), suspect_ranks=ranks,
+            message=_mismatch_message(view, match, dis, kind, ranks), evidence=evidence,
+            waiting_ranks=dis.majority_ranks, age_ns=oldest_created(match),
+        ))
+    return findings
+
+
+def _mismatch_rule(tie: bool, kind: str) -> str:
+    if tie:
+        return "divergence.mismatch_tie"
+    return {"not_issued": "divergence.skipped_one_op", "extra_op": "divergence.added_one_op"}.get(kind, "divergence.mismatch")
+
+
+def _mismatch_message(view: GroupView, match: CollectiveMatch, dis: Disagreement, kind: str, ranks: tuple[int, ...]) -> str:
+    odd_entry = match.calls[ranks[0]][0]
+    majority_entry = match.calls[dis.majority_ranks[0]][0] if dis.majority_ranks else odd_entry
+    group = group_text(view.group.name, view.group.desc)
+    if dis.tie:
+        return (f"tie at {group} #{match.seq}: no majority — "
+                + " vs ".join(f"{ranks_text(r)} {shape_text(match.calls[r[0]][0])}" for r, _ in dis.classes))
+    if kind == "not_issued":
+        return (f"{ranks_text(ranks)} skipped {majority_entry.op} #{match.seq} in {group}: "
+                f"its next op lines up with the majority's #{match.seq + 1}")
+    if kind == "extra_op":
+        return (f"{ranks_text(ranks)} issued an extra {odd_entry.op} at #{match.seq} in {group} "
+                f"that {ranks_text(dis.majority_ranks)} never issued")
+    what = kind.replace("_mismatch", "")
+    return (f"{what} mismatch at {group} #{match.seq}: {ranks_text(ranks)} issued {shape_text(odd_entry)}, "
+            f"{ranks_text(dis.majority_ranks)} issued {shape_text(majority_entry)}")
+
+
+# --------------------------------------------------------------------------- presence
+
+
+def gap(view: GroupView, matches: list[CollectiveMatch], index: int) -> list[Finding]:
+    """A member missing from #seq but present later skipped it: report it as such."""
+    match = matches[index]
+    skipped = [r for r in match.not_issued if (view.streams[r].last_seq or 0) > match.seq]
+    if not skipped or 2 * len(match.calls) < len(match.calls) + len(match.not_issued):
+        return []
+    entry = match.calls[match.issued[0]][0]
+    return [new_finding(
+        "not_issued", "divergence.gap", view, op=entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
+        ranks=tuple(sorted(match.issued + tuple(skipped))), suspect_ranks=tuple(skipped),
+        message=(f"{ranks_text(skipped)} never issued {entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)} "
+                 f"but went on to later ops (a gap in its sequence numbers)"),
+        evidence={"issued_ranks": list(match.issued), "not_issued_ranks": list(skipped)},
+        waiting_ranks=match.issued, age_ns=oldest_created(match), absent_ranks=tuple(skipped),
+    )]
+
+
+def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings) -> Finding:
+    """Some members issued op #seq and others never did: the majority waits for the rest
+    (`not_issued`), or a minority went ahead (`extra_op`). On an even split, an op every
+    sibling group issued belongs to the program, so whoever lacks it is behind; else
+    ranks that did not arrive because they wait in another op are not behind, the
+    others went ahead."""
+    match = matches[index]
+    issued, missing = match.issued, match.not_issued
+    have = any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq))
+    elsewhere = _BlockedElsewhere(facts.blocked_in, (view.group.name, False))
+    tie = len(issued) == len(missing)
+    ahead = tie and not have and all(rank in elsewhere for rank in missing)
+    if 2 * len(issued) < len(issued) + len(missing) or ahead:
+        return went_ahead(view, match, tie)
+    return never_issued(facts, view, match, tie, have)
+
+
+def _presence_evidence(view: GroupView, match: CollectiveMatch) -> dict[str, Any]:
+    evidence: dict[str, Any] = {
+        "issued_ranks": list(match.issued),
+        "not_issued_ranks": list(match.not_issued),
+        "completed_ranks": list(match.completed_ranks),
+    }
+    if match.no_dump:
+        evidence["no_dump_ranks"] = list(match.no_dump)
+    for rank in match.not_issued:
+        last = last_entry(view, rank)
+        if last is not None:
+            evidence.setdefault("last_seq_of_suspects", {})[str(rank)] = last.collective_seq_id
+    return evidence
+
+
+def went_ahead(view: GroupView, match: CollectiveMatch, tie: bool) -> Finding:
+    """A minority issued an op its peers never issued: it is ahead, a desync."""
+    issued, missing = match.issued, match.not_issued
+    peer_entry = match.calls[issued[0]][0]
+    evidence = _presence_evidence(view, match)
+    if tie:
+        evidence["tie_broken_by"] = "the other ranks are waiting in another op"
+    evidence.update(_call_sites(peer_entry, last_entry(view, missing[0])))
+    message = (
+        f"{ranks_text(issued)} issued an extra {peer_entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)} "
+        f"that {ranks_text(missing)} never issued (they stop at #{match.seq - 1}); "
+        f"{'it is' if len(issued) == 1 else 'they are'} ahead: a desync"
+    )
+    return new_finding(
+        "extra_op", "divergence.went_ahead", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
+        ranks=tuple(sorted(issued + missing)), suspect_ranks=issued, message=message,
+        evidence=evidence, waiting_ranks=issued, age_ns=oldest_created(match), absent_ranks=missing,
+    )
+
+
+def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: bool, siblings_have_it: bool) -> Finding:
+    """The majority issued an op and waits in it; the rest never issued it."""
+    issued, missing = match.issued, match.not_issued
+    peer_entry = match.calls[issued[0]][0]
+    evidence = _presence_evidence(view, match)
+    evidence.update(_call_sites(last_entry(view, missing[0]), peer_entry))
+    waiting = tuple(r for r in issued if not (facts.reliable and r in match.completed_ranks)) or issued
+    if siblings_have_it:
+        evidence["siblings_issued_it"] = True
+    message = (
+        f"{ranks_text(missing)} never issued {peer_entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)}; "
+        f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
+    )
+    if tie:
+        evidence["tie"] = True
+    return new_finding(
+        "not_issued", "divergence.never_issued", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
+        ranks=tuple(sorted(issued + missing)), suspect_ranks=missing, message=message,
+        evidence=evidence, waiting_ranks=waiting, age_ns=oldest_created(match), absent_ranks=missing,
+        tie=tie, siblings_issued_it=siblings_have_it,
+    )
+
+
+class _BlockedElsewhere(Container[int]):
+    """The ranks blocked in an op other than `place`: a view of `blocked_in`, since a set
+    per group would cost ranks x groups."""
+
+    __slots__ = ("blocked_in", "place")
+
+    def __init__(self, blocked_in: dict[int, tuple[str, bool]], place: tuple[str, bool]):
+        self.blocked_in = blocked_in
+        self.place = place
+
+    def __contains__(self, rank: object) -> bool:
+        where = self.blocked_in.get(rank)  # type: ignore[call-overload]
+        return where is not None and where != self.place

@@ -1,0 +1,98 @@
+"""What every rule reads: the pipeline's `Analysis`, seen as the diagnosis needs it.
+
+Takes an `Analysis`; returns `Facts` (the device view's matches per group, the sibling
+groups of each group, where each rank is blocked) and a `new_finding` helper that fills
+in a finding's group. Nothing here matches again: the pipeline matched once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
+from ..model import Entry, RankDump
+from ..pipeline import Analysis
+from ..standing import blocked_in
+from .finding import Finding
+from .kinds import kind as kind_row
+
+
+@dataclass(slots=True)
+class Siblings:
+    """The other groups with the same description and size (the other TP groups of
+    a TP group, and so on): in an SPMD program they run the same ops."""
+
+    family: list[GroupView]  # every group of the family, this one included
+    group_id: int  # this one
+    index: MatchIndex
+
+    @property
+    def views(self) -> list[GroupView]:
+        return [v for v in self.family if v.group.id != self.group_id]
+
+    def matches_at(self, seq: int) -> list[CollectiveMatch]:
+        found = (self.index.at.get((v.group.id, seq)) for v in self.family if v.group.id != self.group_id)
+        return [m for m in found if m is not None]
+
+
+@dataclass(slots=True)
+class Facts:
+    analysis: Analysis
+    reliable: bool  # the dumps say when ops finish (gloo's do not)
+    device: MatchResult  # every rank's entries up to where it is blocked, matched
+    seen: list[RankDump]  # the dumps behind `device`
+    # rank -> (group name, is_p2p) of the op it is blocked in; empty without completion states
+    blocked_in: dict[int, tuple[str, bool]]
+    _families: dict[tuple[str, int], list[GroupView]]
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> "Facts":
+        families: dict[tuple[str, int], list[GroupView]] = defaultdict(list)
+        for view in analysis.device.views:
+            if view.group.desc:
+                families[(view.group.desc, view.group.size)].append(view)
+        blocked = blocked_in(analysis.dumps) if analysis.reliable else {}
+        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, dict(families))
+
+    @property
+    def index(self) -> MatchIndex:
+        return self.device.index
+
+    def collectives_of(self, view: GroupView) -> list[CollectiveMatch]:
+        return self.index.collectives_of.get(view.group.id, [])
+
+    def p2p_of(self, view: GroupView) -> list[P2PMatch]:
+        return self.index.p2p_of.get(view.group.id, [])
+
+    def siblings_of(self, view: GroupView) -> Siblings:
+        # The family is read only when asked (a group with something to weigh): listing
+        # it for every group would cost groups x family size.
+        return Siblings(self._families.get((view.group.desc, view.group.size), []), view.group.id, self.index)
+
+
+def new_finding(kind: str, rule: str, view: Optional[GroupView], *, suspect_ranks: tuple[int, ...],
+                message: str, evidence: Optional[dict[str, Any]] = None, severity: Optional[str] = None,
+                **fields: Any) -> Finding:
+    """A finding about `view`'s group (None: about the job), with its kind's severity
+    unless the rule says otherwise."""
+    group = view.group if view else None
+    return Finding(
+        kind=kind, rule=rule, own_severity=severity or kind_row(kind).severity,
+        group_id=group.id if group else None, pg_name=group.name if group else "",
+        pg_desc=group.desc if group else "", own_suspects=tuple(suspect_ranks), statement=message,
+        facts=evidence if evidence is not None else {}, **fields,
+    )
+
+
+def last_entry(view: GroupView, rank: int) -> Optional[Entry]:
+    """The rank's newest collective entry in the group."""
+    stream = view.streams.get(rank)
+    if stream is None or not stream.collectives or stream.last_seq is None:
+        return None
+    return stream.collectives[stream.last_seq][-1]
+
+
+def oldest_created(match: CollectiveMatch) -> int:
+    return min(e[0].time_created_ns for e in match.calls.values())

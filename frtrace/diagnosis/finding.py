@@ -1,0 +1,161 @@
+"""What a rule finds, and what the diagnosis as a whole concludes.
+
+A `Finding` holds what its rule saw (`statement`, `facts`) and, once the findings are
+linked, how it relates to others (`went_past`, `caused_by`, `link`). The message,
+evidence, severity and suspects the reports show are derived from both, so linking
+never edits text. Findings compare and hash by identity.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional
+
+from ..model import Entry
+from ..wording import call_site, op_text, ranks_text
+from .kinds import kind as kind_row
+
+# Said of a not_issued finding on an even split until something better explains it.
+TIE_NOTE = " (even split: the ranks that did not arrive are blamed, as they are behind)"
+
+
+class P2PEnds(NamedTuple):
+    """The channel of an unmatched send or recv, in global ranks (-1 for `?`)."""
+
+    src: int
+    dst: int
+    posted_by: int  # the rank holding the op
+    missing_on: int  # the rank that never posted its partner
+
+
+@dataclass(slots=True)
+class WentPast:
+    """Evidence that a rank went past an op its like ranks issued next."""
+
+    instead: Entry  # what the rank issued where its like ranks issued the op
+    instead_group: Optional[int]  # its group id
+    like_ranks: int  # like ranks that issued the op right there (0: its own past says so)
+    # Like ranks (or the rank itself, earlier) issued `instead` after the op: the rank
+    # skipped it. Without that it may as well have inserted `instead` (an extra op).
+    confirmed: bool
+
+
+@dataclass(eq=False, slots=True)
+class Finding:
+    kind: str
+    rule: str  # the function that produced it
+    own_severity: str  # before linking: a consequence of another finding is a warning
+    group_id: Optional[int]
+    pg_name: str
+    pg_desc: str
+    op: Optional[str]
+    collective_seq_id: Optional[int]
+    p2p_seq_id: Optional[int]
+    ranks: tuple[int, ...]  # every rank the finding is about
+    own_suspects: tuple[int, ...]  # before linking: a blocked consequence blames nobody
+    statement: str  # what the rule saw, in words
+    facts: dict[str, Any] = field(default_factory=dict)  # what the rule saw, as evidence
+    waiting_ranks: tuple[int, ...] = ()  # ranks that issued the op and wait for the suspects
+    # Ranks whose absence the finding is about (who never issued the op); when they are
+    # all waiting somewhere else, this finding is a consequence of that other one.
+    absent_ranks: tuple[int, ...] = ()
+    # The entry the finding is about (for P2P, the posted send or recv): it locates the
+    # same op in sibling groups when deciding whether an absent rank went past it.
+    anchor: Optional[Entry] = None
+    age_ns: int = 0  # creation time of the oldest entry involved: older roots come first
+    p2p_ends: Optional[P2PEnds] = None
+    tie: bool = False  # an even split blamed on the ranks that did not arrive
+    siblings_issued_it: bool = False  # every sibling group issued the op
+    # Set by linking:
+    went_past: dict[int, WentPast] = field(default_factory=dict)  # absent ranks that skipped the op
+    caused_by: Optional["Finding"] = None  # the root cause this finding follows from
+    link: Optional[str] = None  # "blocked" (its ranks wait in the root) | "same_suspects"
+
+    def __post_init__(self) -> None:
+        kind_row(self.kind)  # an unregistered kind fails here, where the rule made it
+
+    @property
+    def is_root(self) -> bool:
+        return self.caused_by is None
+
+    @property
+    def severity(self) -> str:
+        return self.own_severity if self.caused_by is None else "warning"
+
+    @property
+    def suspect_ranks(self) -> tuple[int, ...]:
+        return () if self.link == "blocked" else self.own_suspects
+
+    @property
+    def message(self) -> str:
+        text = self.statement
+        if self.tie and not self.went_past and self.caused_by is None:
+            text += TIE_NOTE
+        if self.went_past:
+            text += "; " + "; ".join(_went_past_texts(self.went_past))
+        if self.caused_by is not None:
+            where = _root_place(self.caused_by)
+            text += (f" — a consequence: they are stuck in {where}" if self.link == "blocked"
+                     else f" — the same rank(s) as the root cause in {where}")
+        return text
+
+    @property
+    def evidence(self) -> dict[str, Any]:
+        evidence = dict(self.facts)
+        if self.went_past:
+            evidence.pop("tie_broken_by", None)
+            evidence["went_past"] = {str(rank): _went_past_evidence(past) for rank, past in sorted(self.went_past.items())}
+        root = self.caused_by
+        if root is not None:
+            evidence["link"] = self.link
+            evidence["consequence_of"] = {"kind": root.kind, "pg_name": root.pg_name,
+                                          "collective_seq_id": root.collective_seq_id}
+            if self.link == "blocked":
+                evidence["blocked_ranks"] = list(self.absent_ranks)
+        return evidence
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    status: str  # healthy | faults | inconclusive
+    suspect_ranks: tuple[int, ...]
+    verdict: str
+    findings: list[Finding]  # roots first, then consequences, then notes
+
+
+def _root_place(root: Finding) -> str:
+    return f"{root.op} #{root.collective_seq_id or root.p2p_seq_id} of group {root.pg_name}"
+
+
+def _went_past_texts(gone: dict[int, WentPast]) -> list[str]:
+    """One clause per story: ranks that went on to the same op the same way share it."""
+    stories: dict[tuple[str, bool, bool], list[int]] = defaultdict(list)
+    for rank in sorted(gone):
+        past = gone[rank]
+        stories[(op_text(past.instead), not past.like_ranks, past.confirmed)].append(rank)
+    return [_went_past_text(ranks, gone[ranks[0]]) for ranks in stories.values()]
+
+
+def _went_past_text(ranks: list[int], past: WentPast) -> str:
+    one = len(ranks) == 1
+    they, their = ("it", "its") if one else ("they", "their")
+    text = f"{ranks_text(ranks)} went on to {op_text(past.instead)} instead"
+    if not past.like_ranks:
+        return text + f" ({their} earlier steps issue that after this op: {they} skipped it)"
+    if past.confirmed:
+        return text + f" (ranks like {they if one else 'them'} issue that after this op: {they} skipped it)"
+    return text + f" (ranks like {they if one else 'them'} issued this op there)"
+
+
+def _went_past_evidence(past: WentPast) -> dict[str, Any]:
+    evidence: dict[str, Any] = {
+        "instead": op_text(past.instead),
+        "evidence": "own_past" if not past.like_ranks else "like_ranks",
+        "like_ranks": past.like_ranks,
+        "skipped": past.confirmed,
+    }
+    site = call_site(past.instead)
+    if site:
+        evidence["call_site"] = site  # where its code went on: the skipped call comes before it
+    return evidence

@@ -1,0 +1,111 @@
+"""Where a group stands when its members agree on everything they hold: the oldest op
+they have not all finished, and who is in it.
+
+Takes `Facts`; returns `stuck` findings (every member issued the op, none finished)
+and `missing_dump` findings (members without a dump that the others wait for, or that
+took part in everything, which clears them).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..matcher import CollectiveMatch, GroupView
+from ..wording import call_site, group_text, ranks_text
+from .divergence import first_divergence
+from .facts import Facts, new_finding, oldest_created
+from .finding import Finding
+
+
+def frontiers(facts: Facts) -> list[Finding]:
+    """The rule: per group without a divergence, its frontier op."""
+    findings: list[Finding] = []
+    for view in facts.device.views:
+        if first_divergence(facts, view) is not None:
+            continue
+        frontier = _frontier(facts.collectives_of(view), facts.reliable)
+        if frontier is None:
+            continue
+        if frontier.no_dump:
+            findings.append(_missing_at_frontier(view, frontier, facts.reliable))
+        else:
+            findings.extend(stuck(view, frontier, facts.reliable))
+    return findings
+
+
+def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[CollectiveMatch]:
+    """The op where the group stands: its newest; with completion states, the oldest
+    unfinished one, as ranks may have enqueued more behind the one they wait in."""
+    if not matches:
+        return None
+    if reliable:
+        return next((m for m in matches if len(m.completed_ranks) < len(m.calls)), matches[-1])
+    return matches[-1]
+
+
+def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> Finding:
+    waiting = tuple(r for r in frontier.issued if r not in frontier.completed_ranks)
+    if reliable and not waiting:
+        return took_part_without_dump(view, frontier)
+    return waited_on_without_dump(view, frontier, reliable)
+
+
+def took_part_without_dump(view: GroupView, frontier: CollectiveMatch) -> Finding:
+    """Every op of the group completed: members without a dump took part in them."""
+    no_dump = frontier.no_dump
+    entry = frontier.calls[frontier.issued[0]][0]
+    return new_finding(
+        "missing_dump", "frontier.took_part_without_dump", view, severity="warning", op=entry.op,
+        collective_seq_id=frontier.seq, p2p_seq_id=None, ranks=no_dump, suspect_ranks=(),
+        message=(f"{ranks_text(no_dump)} of {group_text(view.group.name, view.group.desc)} left no usable dump, but every op of the "
+                 f"group up to #{frontier.seq} completed, so they took part; nothing here points at them"),
+        evidence={"no_dump_ranks": list(no_dump), "last_completed_seq": frontier.seq}, age_ns=oldest_created(frontier),
+    )
+
+
+def waited_on_without_dump(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> Finding:
+    """Members without a dump, and the others in the group's newest op waiting for them."""
+    issued, no_dump, completed = frontier.issued, frontier.no_dump, frontier.completed_ranks
+    entry = frontier.calls[issued[0]][0]
+    waiting = tuple(r for r in issued if r not in completed)
+    them = "it" if len(no_dump) == 1 else "them"
+    group = group_text(view.group.name, view.group.desc)
+    if reliable:
+        message = (f"{ranks_text(no_dump)} left no usable dump, and {ranks_text(issued)} "
+                   f"{'is' if len(issued) == 1 else 'are'} in {entry.op} #{frontier.seq} of {group} waiting for {them}")
+    else:
+        message = (f"{ranks_text(no_dump)} left no usable dump; {ranks_text(issued)} last issued "
+                   f"{entry.op} #{frontier.seq} of {group}, which cannot finish without {them}")
+    evidence = {"no_dump_ranks": list(no_dump), "issued_ranks": list(issued), "completed_ranks": list(completed)}
+    site = call_site(entry)
+    if site:
+        evidence["peer_call_site"] = site
+    return new_finding(
+        "missing_dump", "frontier.waited_on_without_dump", view, op=entry.op, collective_seq_id=frontier.seq,
+        p2p_seq_id=None, ranks=tuple(sorted(issued + no_dump)), suspect_ranks=no_dump, message=message,
+        evidence=evidence, waiting_ranks=waiting or issued, age_ns=oldest_created(frontier), absent_ranks=no_dump,
+    )
+
+
+def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Finding]:
+    """Every member issued the op and none completed it. Without completion states that
+    may just be the moment of the dump: a note, not a fault."""
+    issued, completed = frontier.issued, frontier.completed_ranks
+    if completed or not issued:
+        return []
+    entry = frontier.calls[issued[0]][0]
+    group = group_text(view.group.name, view.group.desc)
+    if reliable:
+        severity = "error"
+        message = (f"every member of {group} issued {entry.op} #{frontier.seq} and none completed it: "
+                   "the network, a GPU or the communication library itself is stuck")
+    else:
+        severity = "info"
+        message = (f"no member of {group} has retired {entry.op} #{frontier.seq} yet; "
+                   f"{entry.name.backend or 'this backend'} gives no other progress signal, so this may just be the moment of the dump")
+    return [new_finding(
+        "stuck", "frontier.stuck", view, severity=severity, op=entry.op, collective_seq_id=frontier.seq, p2p_seq_id=None,
+        ranks=issued, suspect_ranks=issued if severity == "error" else (), message=message,
+        evidence={"issued_ranks": list(issued), "states": sorted({e[0].state for e in frontier.calls.values()})},
+        waiting_ranks=issued, age_ns=oldest_created(frontier),
+    )]

@@ -1,0 +1,157 @@
+"""Across groups: which findings are root causes and which follow from them.
+
+Takes the findings of the per-group rules and a judge of whether absent ranks went
+past an op; sets each finding's `went_past`, `caused_by` and `link`. A rank that never
+issued an op because it is waiting in another group's unfinished op is a victim (a TP
+hang stalls DP, which stalls the pipeline's P2P), unless it went past the op (ranks
+like it issued the op where it issued something else); a rank that is waiting nowhere,
+or went past, is where the trouble starts, and every finding it is absent from is one
+story. Findings that wait on each other in a circle (a desync deadlock) get their most
+fundamental, oldest member as the root.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Optional
+
+from .finding import Finding, WentPast
+from .kinds import kind as kind_row
+
+# (finding, absent ranks to judge) -> {rank: WentPast} for those that went past its op
+WentPastJudge = Callable[[Finding, tuple[int, ...]], dict[int, WentPast]]
+Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
+
+
+def _root_priority(finding: Finding) -> int:
+    priority = kind_row(finding.kind).root_priority
+    assert priority is not None
+    return priority
+
+
+def _circle_priority(finding: Finding) -> int:
+    priority = kind_row(finding.kind).circle_priority
+    assert priority is not None
+    return priority
+
+
+def _same_place(a: Finding, b: Finding) -> bool:
+    """Findings about one collective stream, or one P2P channel, cannot explain each other."""
+    if a.group_id != b.group_id or (a.p2p_ends is None) != (b.p2p_ends is None):
+        return False
+    if a.p2p_ends is not None and b.p2p_ends is not None:
+        return a.p2p_ends[:2] == b.p2p_ends[:2]
+    return True
+
+
+def _source_circle(members: list[Finding], parents: dict[Finding, set[Finding]], resolved: set[Finding]) -> list[Finding]:
+    """Unresolved findings that nothing outside their own circle holds."""
+    open_members = [f for f in members if f not in resolved]
+    inside = set(open_members)
+
+    def ancestors(finding: Finding) -> set[Finding]:
+        seen: set[Finding] = set()
+        todo = [finding]
+        while todo:
+            for parent in parents.get(todo.pop(), ()):
+                if parent in inside and parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
+    lineage = {f: ancestors(f) for f in open_members}
+    sources = [f for f in open_members if all(f in lineage[a] for a in lineage[f])]
+    return sources or open_members
+
+
+def _holders(blocking: list[Finding], candidates: list[Finding], gone_past: dict[Finding, dict[int, WentPast]]) -> dict[Finding, Held]:
+    """finding -> [(other finding, its absent ranks that wait in the other)]. A rank
+    that went past the op is not held anywhere: it skipped it."""
+    # Indexed by waiting rank: comparing every finding with every other is quadratic, and a
+    # hang across thousands of ranks leaves thousands of findings.
+    waiting_in: dict[int, list[tuple[int, Finding]]] = defaultdict(list)
+    for position, candidate in enumerate(candidates):
+        for rank in candidate.waiting_ranks:
+            waiting_in[rank].append((position, candidate))
+    holders = {}
+    for finding in blocking:
+        absent = set(finding.absent_ranks) - gone_past.get(finding, {}).keys()
+        held: dict[int, tuple[Finding, set[int]]] = {}  # candidate position -> (candidate, ranks waiting in it)
+        for rank in absent:
+            for position, candidate in waiting_in.get(rank, ()):
+                if candidate is not finding and not _same_place(candidate, finding):
+                    held.setdefault(position, (candidate, set()))[1].add(rank)
+        holders[finding] = [held[position] for position in sorted(held)]
+    return holders
+
+
+def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders: dict[Finding, Held],
+                     went_past: WentPastJudge) -> dict[Finding, dict[int, WentPast]]:
+    """finding -> {rank: WentPast} for absent ranks that wait elsewhere only because
+    they went past this finding's op."""
+    extra_ops = {(f.group_id, f.collective_seq_id): set(f.suspect_ranks) for f in candidates if f.kind == "extra_op"}
+    gone = {}
+    for finding in blocking:
+        held = set().union(*(ranks for _, ranks in holders[finding]))
+        if not held:
+            continue
+        found = went_past(finding, tuple(sorted(held)))
+        # Issuing an op where like ranks issued this one, with nothing to show it comes
+        # after this one in the program, may as well be an extra op inserted before it:
+        # when an extra_op finding names the rank for that op, that story is the one to
+        # tell. (An unmatched P2P finding would blame the other end, so not for P2P.)
+        found = {rank: past for rank, past in found.items()
+                 if past.confirmed or past.instead.is_p2p
+                 or rank not in extra_ops.get((past.instead_group, past.instead.collective_seq_id), ())}
+        if found:
+            gone[finding] = found
+    return gone
+
+
+def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge] = None) -> None:
+    """Mark which findings are roots and which follow from them (see module docstring)."""
+    candidates = [f for f in findings if kind_row(f.kind).root_priority is not None]
+    blocking = [f for f in candidates if kind_row(f.kind).blocks_peers and f.absent_ranks]
+    holders = _holders(blocking, candidates, {})
+    gone_past = _ranks_gone_past(blocking, candidates, holders, went_past) if went_past else {}
+    if gone_past:
+        holders = _holders(blocking, candidates, gone_past)
+        for finding, gone in gone_past.items():
+            finding.went_past = gone
+    for finding, (root, link) in _causes(candidates, blocking, holders).items():
+        finding.caused_by, finding.link = root, link
+
+
+def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held]) -> dict[Finding, tuple[Finding, str]]:
+    """finding -> (its root cause, how: "same_suspects" or "blocked")."""
+    waited = {f: set().union(set(), *(held for _, held in holders[f])) for f in blocking}
+    roots = [f for f in candidates if f not in holders]
+    cause: dict[Finding, tuple[Finding, str]] = {}
+    # Findings with ranks that wait nowhere: the purest first (fewest victims in them).
+    partial = [f for f in blocking if set(f.absent_ranks) - waited[f]]
+    for finding in sorted(partial, key=lambda f: (len(waited[f]), _root_priority(f), f.age_ns)):
+        free = set(finding.absent_ranks) - waited[finding]
+        same = [r for r in roots if free <= set(r.suspect_ranks) and not _same_place(r, finding)]
+        if same:
+            cause[finding] = (min(same, key=lambda r: (_root_priority(r), r.age_ns)), "same_suspects")
+        else:
+            roots.append(finding)
+    resolved = set(roots) | set(cause)
+    parents = {f: {g for g, _ in pairs} for f, pairs in holders.items()}
+    pending = [f for f in blocking if f not in resolved]
+    while pending:
+        ready = [f for f in pending if any(g in resolved for g, _ in holders[f])]
+        if not ready:
+            # The narrowest story wins: one rank to blame beats a whole half of the job.
+            # An op that the sibling groups all issued is surely part of the program.
+            best = min(_source_circle(pending, parents, resolved),
+                       key=lambda f: (len(f.suspect_ranks), _circle_priority(f), not f.siblings_issued_it, f.age_ns))
+            roots.append(best)
+            ready = [best]
+        for finding in ready:
+            if finding not in roots:
+                settled = [(g, held) for g, held in holders[finding] if g in resolved]
+                cause[finding] = (max(settled, key=lambda p: (len(p[1]), -p[0].age_ns))[0], "blocked")
+            resolved.add(finding)
+        pending = [f for f in pending if f not in resolved]
+    return cause

@@ -1,0 +1,537 @@
+"""Program order: whether a rank absent from an op went past it or has not got there.
+
+Takes the device view's dumps, layout and matches (through `ProgramOrder`) and a
+finding; returns, per absent rank, `WentPast` evidence when the rank skipped the op.
+
+A rank that is absent from an op because it waits in another group's op is either a
+victim (in its program that other op comes first) or went past the op (it skipped it,
+and blocks further on: a deadlock it caused). Sequence numbers cannot tell these apart
+across groups; the order in which ranks that play the same part issued their ops can.
+Ranks play the same part when their last few ops, named by group family (description
+and size), sequence number, op, group-local P2P ends and signature, are the same.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import islice
+from typing import Optional
+
+from ..builder import Layout
+from ..matcher import GroupView, MatchResult, batch_signature
+from ..model import Entry, Group, RankDump
+from ..standing import batch_key
+from .finding import Finding, WentPast
+
+LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
+MAX_WITNESSES = 64  # ranks that issued an op, consulted on where it comes in the program
+MAX_PROFILES = 4  # distinct places in the program the witnesses may come from
+# With no like rank to compare with, a rank's own past (its earlier steps) is compared:
+HISTORY_RANKS = 8  # absent ranks per finding checked that way, at most
+HISTORY_SPAN = 256  # ops since its last op on the channel, at most
+HISTORY_TRIES = 4  # earlier occurrences of the op to compare with
+
+
+@dataclass(slots=True)
+class _Place:
+    """Where one witness issued the op: its own op just before, and its ops leading there."""
+
+    rank: int
+    position: int  # of the op in the witness's entries
+    before: tuple  # token of the op just before it
+    window: tuple  # tokens of the LIKENESS_WINDOW ops ending with `before`
+
+
+def _entry_index(entry: Entry) -> int:
+    return entry.index
+
+
+def _p2p_seq(entry: Entry) -> int:
+    return entry.p2p_seq_id
+
+
+class ProgramOrder:
+    """Each rank's own order of ops (the entries the diagnosis reasons on), and lookups
+    of the op that plays the same part on another rank. Ops are found through the
+    matcher's per-group indexes, so comparing ranks costs a few lookups per witness,
+    and comparing a rank with its own past reads at most a few hundred of its ops."""
+
+    def __init__(self, dumps: list[RankDump], layout: Layout, matches: MatchResult):
+        views = matches.views
+        self.entries = {d.rank: d.entries for d in dumps}
+        self.layout = layout
+        self.views = {v.group.id: v for v in views}
+        self.family = {v.group.id: _family(v.group) for v in views}
+        self.members = defaultdict(list)  # family -> group ids
+        self.group_in_family: dict = {}  # (rank, family) -> group id; None when ambiguous
+        for view in views:
+            family = self.family[view.group.id]
+            self.members[family].append(view.group.id)
+            for rank in view.group.ranks:
+                key = (rank, family)
+                self.group_in_family[key] = None if key in self.group_in_family else view.group.id
+        self._tokens: dict = {}  # (rank, position) -> token
+        self._signatures: dict = {}  # shared by batch_signature, as in the matcher
+        self.collectives = matches.index.at
+        self._p2p_of_group = matches.index.p2p_of
+        self._partners: dict = {}  # group id -> {id(send or recv entry): the entry at the other end}
+        self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
+        self._sibling_parts: dict = {}  # see sibling_part
+
+    def partner(self, group_id: int, entry: Entry) -> Optional[Entry]:
+        """The entry at the other end of a send or recv of the group. Indexed per group
+        on first use: a diagnosis asks about the few groups its findings are in."""
+        partners = self._partners.get(group_id)
+        if partners is None:
+            partners = self._partners[group_id] = {}
+            for pair in self._p2p_of_group.get(group_id, ()):
+                if pair.send is not None and pair.recv is not None:
+                    partners[id(pair.send)] = pair.recv
+                    partners[id(pair.recv)] = pair.send
+        return partners.get(id(entry))
+
+    def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
+        """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
+        as partner of the op `held` names at `local_holder`; None when it did not. A job-wide
+        hang leaves one P2P finding per pipeline channel, and each consults the same first
+        siblings of its family: cached, that costs one lookup per sibling."""
+        key = (sibling, local_holder, local_absent, held)
+        if key not in self._sibling_parts:
+            self._sibling_parts[key] = self._sibling_part(sibling, local_holder, local_absent, held)
+        return self._sibling_parts[key]
+
+    def _sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
+        others = self.views[sibling].group.ranks
+        if max(local_holder, local_absent) >= len(others):
+            return None  # a sibling of another size plays no comparable part
+        their_holder, their_absent = others[local_holder], others[local_absent]
+        mine = self.find(their_holder, held)
+        partner = self.partner(sibling, self.entries[their_holder][mine]) if mine is not None else None
+        token = self.token_of(their_absent, partner) if partner is not None else None
+        return (their_absent, partner, token) if token is not None else None
+
+    # ---- positions and tokens
+
+    def position(self, rank: int, entry: Entry) -> Optional[int]:
+        entries = self.entries.get(rank, ())
+        i = entry.index
+        if i >= len(entries) or entries[i] is not entry:
+            i = bisect_left(entries, entry.index, key=_entry_index)
+        return i if i < len(entries) and entries[i] is entry else None
+
+    def _batch_bounds(self, rank: int, position: int) -> tuple:
+        entries = self.entries[rank]
+        key = batch_key(entries[position])
+        start = end = position
+        while start > 0 and batch_key(entries[start - 1]) == key:
+            start -= 1
+        while end + 1 < len(entries) and batch_key(entries[end + 1]) == key:
+            end += 1
+        return start, end
+
+    def previous(self, rank: int, position: int) -> Optional[int]:
+        start, _ = self._batch_bounds(rank, position)
+        return self._batch_bounds(rank, start - 1)[0] if start > 0 else None
+
+    def following(self, rank: int, position: int) -> Optional[int]:
+        _, end = self._batch_bounds(rank, position)
+        return end + 1 if end + 1 < len(self.entries[rank]) else None
+
+    def token(self, rank: int, position: int) -> Optional[tuple]:
+        """What names the op at `position` the same on every rank that plays its part."""
+        key = (rank, position)
+        if key not in self._tokens:
+            self._tokens[key] = self._token(rank, position)
+        return self._tokens[key]
+
+    def _token(self, rank: int, position: int) -> Optional[tuple]:
+        start, end = self._batch_bounds(rank, position)
+        entries = self.entries[rank]
+        entry = entries[start]
+        gid = self.layout.group_of(entry.pg_name, rank)
+        if gid is None or gid not in self.family:
+            return None
+        name = entry.name
+        seq = entry.p2p_seq_id if name.is_p2p else entry.collective_seq_id
+        return (self.family[gid], name.is_p2p, seq, name.op, name.local_src, name.local_dst,
+                batch_signature(entries[start:end + 1], self._signatures))
+
+    def token_of(self, rank: int, entry: Entry) -> Optional[tuple]:
+        position = self.position(rank, entry)
+        return self.token(rank, position) if position is not None else None
+
+    def window(self, rank: int, position: int) -> tuple:
+        tokens = []
+        while position is not None and len(tokens) < LIKENESS_WINDOW:
+            tokens.append(self.token(rank, position))
+            position = self.previous(rank, position)
+        return tuple(tokens)
+
+    def find(self, rank: int, token: tuple) -> Optional[int]:
+        """Position of the rank's op with this token, if it issued it."""
+        family, is_p2p, seq, op, src, dst, signature = token
+        gid = self.group_in_family.get((rank, family))
+        stream = self.views[gid].streams.get(rank) if gid is not None else None
+        if stream is None:
+            return None
+        if is_p2p:
+            seqs = self._p2p_seqs.get((gid, rank))
+            if seqs is None:
+                seqs = self._p2p_seqs[(gid, rank)] = list(map(_p2p_seq, stream.p2p))
+            i = bisect_left(seqs, seq)
+            while i < len(stream.p2p) and stream.p2p[i].p2p_seq_id == seq:
+                entry = stream.p2p[i]
+                if (entry.op, entry.name.local_src, entry.name.local_dst) == (op, src, dst):
+                    return self.position(rank, entry)
+                i += 1
+            return None
+        batch = stream.collectives.get(seq)
+        if batch is None or batch[0].op != op:
+            return None
+        return self.position(rank, batch[0])
+
+    # ---- where an op stands in the program
+
+    def places(self, witnesses: list, absent: tuple) -> list:
+        """The distinct places (op before, ops leading there) where witnesses issued the
+        op, among those some absent rank has reached (the others cannot judge it)."""
+        places: dict = {}
+        reached: dict = {}  # token of the op before -> whether an absent rank issued it
+        for rank, entry in witnesses[:MAX_WITNESSES]:
+            position = self.position(rank, entry)
+            before = self.previous(rank, position) if position is not None else None
+            if before is None:
+                continue  # the first op kept in its buffer: nothing tells where it stands
+            token = self.token(rank, before)
+            if token not in reached:
+                reached[token] = token is not None and any(self.find(r, token) is not None for r in absent)
+            if not reached[token]:
+                continue
+            window = self.window(rank, before)
+            if None in window:
+                continue
+            key = (window[0], window)
+            if key not in places and len(places) == MAX_PROFILES:
+                continue
+            places.setdefault(key, []).append(_Place(rank, position, window[0], window))
+        return list(places.values())
+
+    def _choices(self, rank: int, places: list) -> list:
+        """[(place, position of what the rank issued there, or None when nothing)] for
+        every place the rank shares with the witnesses."""
+        choices = []
+        for place in places:
+            first = place[0]
+            mine = self.find(rank, first.before)
+            if mine is not None and self.window(rank, mine) == first.window:
+                choices.append((place, self.following(rank, mine)))
+        return choices
+
+    def went_past(self, absent: tuple, op_token: tuple, places: list) -> tuple:
+        """({rank: WentPast} for the absent ranks that reached the place where their
+        like ranks issued the op and issued something else there instead, the ranks
+        whose like ranks were found at all)."""
+        choices, placed = {}, set()
+        for rank in absent:
+            mine = self._choices(rank, places)
+            if mine:
+                placed.add(rank)
+            # A few ops in common may not single out one part of the program: a rank
+            # that fits one place where it stands before the op has skipped nothing.
+            tokens = [self.token(rank, position) if position is not None else None for _, position in mine]
+            if mine and all(token is not None and token != op_token for token in tokens):
+                choices[rank] = [(place, position, token) for (place, position), token in zip(mine, tokens)]
+        # How many absent ranks made each choice at each place: a choice most like
+        # ranks made is the program, not a deviation.
+        same_choice = defaultdict(int)
+        for options in choices.values():
+            for place, _, token in options:
+                same_choice[(id(place), token)] += 1
+        found = {}
+        for rank, options in choices.items():
+            verdicts = [self._verdict(place, token, same_choice[(id(place), token)]) for place, _, token in options]
+            if all(verdict is not None for verdict in verdicts):
+                place, position, _ = options[0]
+                found[rank] = self._went_past(rank, position, len(place), any(verdicts))
+        return found, placed
+
+    def _verdict(self, place: list, token: tuple, same_choice: int) -> Optional[bool]:
+        """Whether issuing `token` where the witnesses at `place` issued the op went
+        past it: True when they issue `token` after the op (it skipped the op), False
+        when most like ranks issued the op there but nothing shows `token` comes after
+        it, None when the witnesses issue `token` before the op or as many like ranks
+        chose it (then it is the program, and the rank has not got to the op yet)."""
+        after = before = 0
+        for witness in place:
+            theirs = self.find(witness.rank, token)
+            if theirs is not None:
+                after += theirs > witness.position
+                before += theirs < witness.position
+        if after > before:
+            return True
+        if before or len(place) <= same_choice:
+            return None
+        return False
+
+    def _went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:
+        instead = self.entries[rank][position]
+        return WentPast(instead, self.layout.group_of(instead.pg_name, rank), like_ranks, confirmed)
+
+    # ---- the rank's own past
+
+    def _shapes(self, rank: int, start: Optional[int], stop: int, limit: int) -> tuple:
+        """(shapes of the rank's ops from `start` up to `stop`, at most `limit` of them;
+        whether that reached `stop`)."""
+        shapes = []
+        while start is not None and start < stop and len(shapes) < limit:
+            token = self.token(rank, start)
+            if token is None:
+                return shapes, False
+            shapes.append(_shape(token))
+            start = self.following(rank, start)
+        return shapes, start is None or start >= stop
+
+    def past_says_skipped(self, rank: int, channel: list, op_shape: Optional[tuple]) -> Optional[WentPast]:
+        """With nobody like it to compare with, a rank's own past: if what it did since
+        its last op on the channel (`channel`: positions, oldest first) repeats a stretch
+        of its past that led up to an op shaped like the missing one (`op_shape`; None
+        when every op on the channel is) and then goes on as its past went on after
+        that op, it skipped the op this time."""
+        if len(channel) < 2:
+            return None
+        start = self.following(rank, channel[-1])
+        if start is None:
+            return None  # it stands right after its last op there: behind
+        now, whole = self._shapes(rank, start, len(self.entries[rank]), HISTORY_SPAN)
+        tries = 0
+        for j in range(len(channel) - 1, 0, -1):
+            if tries == HISTORY_TRIES:
+                break
+            if op_shape is not None and _shape(self.token(rank, channel[j]) or ()) != op_shape:
+                continue
+            tries += 1
+            before, complete = self._shapes(rank, self.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
+            if not (whole and complete) or now[:len(before)] != before[:len(now)]:
+                continue
+            if len(now) <= len(before):
+                return None  # still on the stretch that leads up to the op: behind
+            after, _ = self._shapes(rank, self.following(rank, channel[j]), len(self.entries[rank]), len(now) - len(before))
+            if now[len(before):] == after:
+                return self._went_past(rank, self._nth_following(rank, start, len(before)), 0, True)
+        return None
+
+    def neighbours_say_skipped(self, rank: int, channel: list, op_shape: tuple) -> Optional[WentPast]:
+        """A rank's own past, op by op, where its steps differ too much for
+        `past_says_skipped` to find a whole stretch repeated: if an op of one shape B
+        always came right before the ops shaped like the missing one (`op_shape`; at
+        least two of them), and every B it issued until now was followed by one, a B
+        followed by an op that in its past came right after the missing op says it
+        skipped the op this time. Its last HISTORY_TRIES such ops are read."""
+        ops = [p for p in channel if _shape(self.token(rank, p) or ()) == op_shape][-HISTORY_TRIES:]
+        if len(ops) < 2:
+            return None
+        befores = {self._shape_at(rank, self.previous(rank, p)) for p in ops}
+        afters = {self._shape_at(rank, self.following(rank, p)) for p in ops} - {None}
+        if len(befores) != 1 or None in befores:
+            return None
+        (before,) = befores
+        position, read = self.previous(rank, ops[0]), 0
+        while position is not None and read < 2 * HISTORY_SPAN:
+            if self._shape_at(rank, position) == before:
+                then = self.following(rank, position)
+                if then is None:
+                    return None  # it stands right after a B: behind
+                shape = self._shape_at(rank, then)
+                if shape != op_shape:
+                    # The first B not followed by the op: a skip if it comes after the
+                    # last op and goes on as the op used to; otherwise B is no sign.
+                    skipped = position > ops[-1] and shape in afters
+                    return self._went_past(rank, then, 0, True) if skipped else None
+            position, read = self.following(rank, position), read + 1
+        return None
+
+    def turns_say_skipped(self, rank: int, p2p: list, skipped: tuple) -> Optional[WentPast]:
+        """A rank whose P2P ops in a group (`p2p`, oldest first) took turns between the
+        `skipped` channel and one other (a first pipeline stage's forward send and
+        backward recv, one micro-batch per step: c d c d) and then posted on the other
+        one twice (c d c d d) went past its op on the skipped channel: nothing in its past
+        lets the second come first. Its own past says so with a single earlier step,
+        where `past_says_skipped` needs two."""
+        if len(p2p) < 3:
+            return None
+        newest = p2p[-1]
+        other = _p2p_channel(newest)
+        if other == skipped:
+            return None
+        # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
+        # Read op by op: most ranks asked about break the pattern within a few ops.
+        turns = 0
+        for channel in map(_p2p_channel, islice(reversed(p2p), HISTORY_SPAN)):
+            if channel == skipped or channel == other:
+                if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
+                    return None
+                turns += 1
+        if turns < 3:
+            return None
+        position = self.position(rank, newest)
+        return self._went_past(rank, position, 0, True) if position is not None else None
+
+    def _shape_at(self, rank: int, position: Optional[int]) -> Optional[tuple]:
+        token = self.token(rank, position) if position is not None else None
+        return _shape(token) if token is not None else None
+
+    def _nth_following(self, rank: int, position: int, n: int) -> int:
+        for _ in range(n):
+            position = self.following(rank, position)
+        return position
+
+
+def _collective_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
+    """(token, [(rank, entry)]) of the op a collective finding is about, as issued by
+    the ranks waiting in it and by the members of its sibling groups."""
+    gid, seq = finding.group_id, finding.collective_seq_id
+    match = order.collectives.get((gid, seq))
+    issuer = next((r for r in finding.waiting_ranks if match and r in match.calls), None)
+    if issuer is None:
+        return None, []
+    op_token = order.token_of(issuer, match.calls[issuer][0])
+    if op_token is None:
+        return None, []
+    near = finding.absent_ranks[0]
+    witnesses = sorted(((r, e[0]) for r, e in match.calls.items()), key=lambda c: (abs(c[0] - near), c[0]))
+    for sibling in order.members[order.family[gid]]:
+        if len(witnesses) >= MAX_WITNESSES:
+            break
+        other = order.collectives.get((sibling, seq)) if sibling != gid else None
+        if other is not None:
+            witnesses.extend((r, e[0]) for r, e in sorted(other.calls.items()))
+    return op_token, witnesses[:MAX_WITNESSES]
+
+
+def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
+    """(token, [(rank, entry)]) of the send or recv a P2P finding says was never posted,
+    as posted by the ranks that play the absent rank's part in sibling groups."""
+    ends = finding.p2p_ends
+    view = order.views.get(finding.group_id) if finding.group_id is not None else None
+    if ends is None or finding.anchor is None or view is None or not {ends.posted_by, ends.missing_on} <= set(view.group.ranks):
+        return None, []  # an end outside the group (a stray rank, `recv ?`): no part to compare
+    held = order.token_of(ends.posted_by, finding.anchor)
+    if held is None:
+        return None, []
+    ranks = view.group.ranks
+    local_holder, local_absent = ranks.index(ends.posted_by), ranks.index(ends.missing_on)
+    witnesses, tokens = [], defaultdict(int)
+    siblings = (g for g in order.members[order.family[finding.group_id]] if g != finding.group_id)
+    # Bounded like the witnesses: one finding per pipeline channel must not visit every
+    # sibling channel of a large job (that is quadratic in ranks).
+    for sibling in islice(siblings, MAX_WITNESSES):
+        part = order.sibling_part(sibling, local_holder, local_absent, held)
+        if part is not None:
+            their_absent, partner, token = part
+            witnesses.append((their_absent, partner))
+            tokens[token] += 1
+    if not tokens:
+        return None, []
+    op_token = max(tokens.items(), key=lambda kv: kv[1])[0]
+    return op_token, witnesses
+
+
+def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
+    """Positions of the rank's earlier ops on the finding's channel, oldest first: its
+    collectives of the group before the op, or its P2P ops like the one never posted."""
+    view = order.views.get(finding.group_id)
+    stream = view.streams.get(rank) if view else None
+    if stream is None:
+        return []
+    if finding.kind == "p2p_unmatched":
+        wanted = _unposted_channel(finding)
+        newest_first = (e for e in reversed(stream.p2p) if _p2p_channel(e) == wanted)
+        positions = (order.position(rank, e) for e in newest_first)
+        # Every op on the channel is like the one never posted, so `past_says_skipped`
+        # reads no further back than its last HISTORY_TRIES + 1: finding the rest would
+        # scan a long pipeline run's every send and recv, once per finding.
+        return list(islice((p for p in positions if p is not None), HISTORY_TRIES + 1))[::-1]
+    entries = [stream.collectives[s][0] for s in sorted(stream.collectives) if s < finding.collective_seq_id]
+    positions = (order.position(rank, e) for e in entries)
+    return [p for p in positions if p is not None]
+
+
+def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, ...]) -> dict[int, WentPast]:
+    """rank -> WentPast for those of `ranks` (absent from the finding, waiting
+    elsewhere) that went past its op."""
+    if finding.kind == "p2p_unmatched":
+        if finding.anchor is None:
+            return {}
+        op_token, witnesses = _p2p_witnesses(order, finding)
+    elif finding.collective_seq_id is not None and finding.group_id is not None:
+        op_token, witnesses = _collective_witnesses(order, finding)
+        if op_token is None:
+            return {}
+    else:
+        return {}
+    absent = tuple(r for r in ranks if r in order.entries)
+    found, placed = {}, set()
+    if op_token is not None:
+        witnesses = [(r, e) for r, e in witnesses if order.token_of(r, e) == op_token]
+        places = order.places(witnesses, absent)
+        if places and absent:
+            found, placed = order.went_past(absent, op_token, places)
+    # Every op on a P2P channel is like the one never posted; collectives vary.
+    op_shape = None if finding.kind == "p2p_unmatched" else _shape(op_token)
+    # Ranks no like rank could judge are compared with their own past: a rank no like
+    # rank plays the part of, as a whole; one whose like ranks split (as many chose one
+    # way as the other), only by the stricter tests (op by op, or turns on P2P channels).
+    unplaced = [r for r in absent if r not in placed]
+    split = [r for r in absent if r in placed and r not in found]
+    for rank in unplaced if len(unplaced) <= HISTORY_RANKS else ():
+        channel = _channel(order, finding, rank)
+        past = order.past_says_skipped(rank, channel, op_shape)
+        if past is None and finding.kind == "p2p_unmatched":
+            past = _turns_say_skipped(order, finding, rank)
+        elif past is None:
+            past = order.neighbours_say_skipped(rank, channel, op_shape)
+        if past is not None:
+            found[rank] = past
+    for rank in split if len(split) <= HISTORY_RANKS else ():
+        if finding.kind == "p2p_unmatched":
+            past = _turns_say_skipped(order, finding, rank)
+        else:
+            past = order.neighbours_say_skipped(rank, _channel(order, finding, rank), op_shape)
+        if past is not None:
+            found[rank] = past
+    return found
+
+
+def _p2p_channel(entry: Entry) -> tuple:
+    return entry.op, entry.name.local_src, entry.name.local_dst
+
+
+def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:
+    view = order.views.get(finding.group_id)
+    stream = view.streams.get(rank) if view else None
+    return order.turns_say_skipped(rank, stream.p2p, _unposted_channel(finding)) if stream else None
+
+
+def _unposted_channel(finding: Finding) -> tuple:
+    """The channel (op, group-local src, dst) of the send or recv a P2P finding says was
+    never posted: the other end of its anchor."""
+    anchor = finding.anchor
+    return "recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst
+
+
+def _shape(token: tuple) -> tuple:
+    """A token without its sequence number: what the op is, wherever it comes."""
+    return token[:2] + token[3:]
+
+
+def _family(group: Group) -> tuple:
+    """Groups of one family run the same program (the TP groups, the DP groups ...)."""
+    return (group.desc, group.size) if group.desc else ("", group.name, group.size)
+
+
+# --------------------------------------------------------------------------- roots
+
+
+# When findings explain each other in a circle, the most fundamental kind is the root.

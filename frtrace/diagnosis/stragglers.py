@@ -1,0 +1,110 @@
+"""Stragglers: ranks that consistently issue collectives late.
+
+Takes `Facts`; returns at most one `straggler` finding (a warning) naming the late
+ranks and their typical lateness, from `time_created_ns` of collectives every member
+issued alike and finished.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections import defaultdict
+from itertools import chain
+
+from ..clocks import estimate_clock_offsets
+from ..matcher import CollectiveMatch
+from ..wording import ranks_text
+from .divergence import took_part_unrecorded
+from .facts import Facts, new_finding
+from .finding import Finding
+
+STRAGGLER_MIN_MS = 10.0
+STRAGGLER_MIN_SAMPLES = 3
+STRAGGLER_SAMPLE_PER_GROUP = 64
+
+
+def late_arrivals(facts: Facts) -> list[Finding]:
+    """The rule: ranks late to most of the collectives they were sampled in."""
+    clean = [m for view in facts.device.views for m in _recent_clean(facts.collectives_of(view), facts.reliable)]
+    offsets = estimate_clock_offsets(clean) or None
+    typical, lateness = _typical_lateness(clean, offsets or {})
+    if len(typical) < 3:
+        return []
+    spread = statistics.median(abs(v) for v in typical.values())
+    threshold = max(STRAGGLER_MIN_MS, 5 * spread)
+    # "Consistently": late on at least two thirds of the collectives, not on one bad step.
+    late = sorted(
+        r for r, ms in typical.items()
+        if ms >= threshold and 3 * sum(x >= threshold / 2 for x in lateness[r]) >= 2 * len(lateness[r])
+    )
+    if not late:
+        return []
+    worst = max(typical[r] for r in late)
+    return [new_finding(
+        "straggler", "stragglers.late_arrivals", None, op=None, collective_seq_id=None, p2p_seq_id=None,
+        ranks=tuple(late), suspect_ranks=tuple(late),
+        message=(f"{ranks_text(late)} consistently {'issues' if len(late) == 1 else 'issue'} collectives late: typically "
+                 + ", ".join(f"rank {r} +{typical[r]:.1f} ms" for r in late) + " behind the ranks on time"),
+        evidence={
+            "lateness_ms": {str(r): round(typical[r], 3) for r in late},
+            "clock_offsets_estimated": offsets is not None,
+            "samples": {str(r): len(lateness[r]) for r in late},
+            "worst_ms": round(worst, 3),
+        },
+    )]
+
+
+def _recent_clean(matches: list[CollectiveMatch], reliable: bool) -> list[CollectiveMatch]:
+    """The group's newest collectives that every member issued alike and finished, at
+    most STRAGGLER_SAMPLE_PER_GROUP: timing statistics need a sample, not every op, and
+    the newest ops tell how ranks behave now."""
+    clean = []
+    for match in reversed(matches):
+        if (match.disagreement is None and not match.no_dump
+                and (not match.not_issued or took_part_unrecorded(match, reliable))
+                and (not reliable or len(match.completed_ranks) == len(match.calls))):
+            clean.append(match)
+            if len(clean) == STRAGGLER_SAMPLE_PER_GROUP:
+                break
+    clean.reverse()
+    return clean
+
+
+def _arrival_lateness(match: CollectiveMatch, offsets: dict[int, float]) -> dict[int, float]:
+    """rank -> ms after the on-time arrival at one collective. On time is the median
+    arrival; with two members it is the earlier one, as a median of two would make
+    both ranks half late and half early."""
+    ranks = match.calls.keys()
+    created: list[float] = [batch[0].time_created_ns for batch in match.calls.values()]
+    if offsets:
+        created = [t - offsets.get(rank, 0) for rank, t in zip(ranks, created)]
+    on_time = min(created) if len(created) == 2 else statistics.median(created)
+    return dict(zip(ranks, [(t - on_time) / 1e6 for t in created]))
+
+
+def _typical_lateness(clean: list[CollectiveMatch], offsets: dict[int, float]) -> tuple[dict[int, float], dict[int, list[float]]]:
+    """(rank -> typical lateness in ms, rank -> all its samples), over every group the
+    rank is in, two-member groups included. A straggler is late to every collective; a
+    rank that merely waited for it is late only where it then meets others, so the
+    median over all of a rank's collectives keeps such victims out."""
+    samples_of: dict[int, list[float]] = defaultdict(list)  # rank -> its lateness at each sample, in ms
+    sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
+    in_wide_group: set[int] = set()
+    for match in clean:
+        if len(match.calls) < 2:
+            continue
+        for rank, ms in _arrival_lateness(match, offsets).items():
+            samples_of[rank].append(ms)
+        sampled_in[match.group_id].update(match.calls)
+        if len(match.calls) > 2:
+            in_wide_group.update(match.calls)
+    groups_of = Counter(chain.from_iterable(sampled_in.values()))  # rank -> groups it was sampled in
+    typical, samples = {}, {}
+    for rank, values in samples_of.items():
+        # One two-member group alone cannot say which of its two ranks is late.
+        confirmed = groups_of[rank] >= 2 or rank in in_wide_group
+        if len(values) >= STRAGGLER_MIN_SAMPLES and confirmed:
+            typical[rank] = statistics.median(values)
+            samples[rank] = values
+    return typical, samples

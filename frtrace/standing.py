@@ -1,0 +1,68 @@
+"""Where each rank stands: whether its dumps say when ops finish, the op it is blocked
+in, and the ops its host only queued behind that one.
+
+Takes `RankDump`s; returns facts about them (a flag, indexes, trimmed dumps). The
+pipeline uses them to hand the diagnosis the entries as each rank's device got them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .model import Entry, RankDump
+
+
+def completion_is_reliable(dumps: list[RankDump]) -> bool:
+    """gloo never moves entries past `scheduled` and retires even timed-out ops, so
+    only producers that report started/completed states tell waiting from finished."""
+    for dump in dumps:
+        for entry in dump.entries:
+            if entry.state in ("started", "completed") or entry.time_completed_ns:
+                return True
+    return False
+
+
+def blocked_at(entries: tuple[Entry, ...]) -> int:
+    """Index of the entry the rank is blocked in (len(entries) when it is in none): the
+    oldest unfinished entry after the newest completed one. A rank's ops finish in the
+    order it enqueued them, so an older unfinished entry followed by completed ones is
+    stale, not where it waits."""
+    start = len(entries)
+    while start > 0 and not entries[start - 1].completed:
+        start -= 1
+    return start
+
+
+def batch_key(entry: Entry) -> tuple[str, bool, int]:
+    """What the entries of one coalesced batch share."""
+    return entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
+
+
+def without_queued_ops(dump: RankDump) -> RankDump:
+    """The dump as the rank's GPU got it: without the ops the host only queued behind
+    the one the rank is blocked in. The host enqueues ahead, so a stuck rank may list
+    its next ops as `scheduled`; they have not reached the network, and counting them
+    as issued makes peers look waiting in an op nobody entered (a false `stuck`) or a
+    merely queued send look posted. An op that has started (timing on) is running and
+    stays, and so does the rest of the blocked op's own batch. Returns `dump` itself
+    when nothing is queued."""
+    entries = dump.entries
+    blocked = blocked_at(entries)
+    if blocked >= len(entries) - 1:
+        return dump
+    batch = batch_key(entries[blocked])
+    behind = tuple(e for e in entries[blocked + 1:] if e.started or batch_key(e) == batch)
+    if len(behind) == len(entries) - blocked - 1:
+        return dump
+    return replace(dump, entries=entries[: blocked + 1] + behind)
+
+
+def blocked_in(dumps: list[RankDump]) -> dict[int, tuple[str, bool]]:
+    """rank -> (group name, is_p2p) of the op the rank is blocked in: where it waits now."""
+    blocked = {}
+    for dump in dumps:
+        index = blocked_at(dump.entries)
+        if index < len(dump.entries):
+            entry = dump.entries[index]
+            blocked[dump.rank] = (entry.pg_name, entry.is_p2p)
+    return blocked

@@ -1,0 +1,67 @@
+"""How a group, a rank list, an op and a call site are written, in every output.
+
+Takes model records (groups, entries, frames) or their parts; returns short strings.
+Text, markdown, JSON messages, SQLite and the timeline all spell these the same way
+because they all call here.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from .model import Entry, Frame
+from .util import fold_ranks
+
+
+def group_label(name: str, desc: str) -> str:
+    """`NAME (desc)`, or `NAME` when the group has no description."""
+    return f"{name} ({desc})" if desc else name
+
+
+def group_text(name: str, desc: str) -> str:
+    """`group NAME (desc)`: a group inside a sentence."""
+    return f"group {group_label(name, desc)}"
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    """`rank 3`, or `ranks 0-11,13-15`."""
+    ordered = tuple(ranks)
+    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {fold_ranks(ordered)}"
+
+
+def seq_text(entry: Entry) -> str:
+    """`#4` for a collective, `p2p #7` for a send or recv."""
+    return f"p2p #{entry.p2p_seq_id}" if entry.is_p2p else f"#{entry.collective_seq_id}"
+
+
+def op_text(entry: Entry) -> str:
+    """`all_reduce #4 in group 0 (default_pg)`."""
+    return f"{entry.op} {seq_text(entry)} in {group_text(entry.pg_name, entry.pg_desc)}"
+
+
+def shape_text(entry: Entry) -> str:
+    """`all_reduce [[16]] Float`: the op with its input sizes and dtypes."""
+    sizes = [list(s) for s in entry.shapes.input_sizes]
+    dtypes = sorted(set(entry.shapes.input_dtypes) | set(entry.shapes.output_dtypes))
+    return f"{entry.op} {sizes} {'/'.join(dtypes)}".rstrip()
+
+
+def user_frame(entry: Optional[Entry]) -> Optional[Frame]:
+    """The innermost frame outside torch itself (and outside `<frozen ...>` pseudo-files):
+    where the user's code made the call. With none, the outermost frame."""
+    if entry is None or not entry.frames:
+        return None
+    for frame in entry.frames:
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" not in path and not path.startswith("<"):
+            return frame
+    return entry.frames[-1]
+
+
+def frame_text(frame: Optional[Frame]) -> Optional[str]:
+    return f"{frame.filename}:{frame.line} in {frame.name}" if frame else None
+
+
+def call_site(entry: Optional[Entry]) -> Optional[str]:
+    """`train.py:278 in step`: where the user's code issued the entry's op, if the dump says."""
+    return frame_text(user_frame(entry))
