@@ -12,7 +12,8 @@ from typing import Iterable, Optional
 from tabulate import tabulate
 
 from .matcher import MatchResult
-from .model import Entry
+from .model import Entry, Group
+from .wording import group_label
 
 
 def _shape_text(sizes: tuple) -> str:
@@ -34,8 +35,8 @@ def _cell(entry: Entry, traceback_ids: Optional[dict]) -> str:
     return text
 
 
-def _group_label(group) -> str:
-    return f"{group.name} ({group.desc})" if group.desc else group.name
+def _group_label(group: Group) -> str:
+    return group_label(group.name, group.desc)
 
 
 def _wanted_groups(result: MatchResult, pg_filters: Iterable[str]) -> set:

@@ -13,6 +13,7 @@ from typing import Optional
 from .diagnosis import Diagnosis, Finding, kind
 from .pipeline import Analysis
 from .util import fold_ranks, plural
+from .wording import group_label, ranks_text
 
 SCHEMA = "frtrace.report/1"
 STATUS_WORD = {"healthy": "HEALTHY", "faults": "FAULT", "inconclusive": "INCONCLUSIVE"}
@@ -121,7 +122,7 @@ def _finding_lines(finding: Finding, bullet: str = "  - ", verbose: bool = False
     pad = " " * len(bullet)
     evidence = finding.evidence
     for cls in evidence.get("classes", []):
-        lines.append(f"{pad}  {_ranks(cls['ranks'])}: {cls['entry']}")
+        lines.append(f"{pad}  {ranks_text(cls['ranks'])}: {cls['entry']}")
     if "suspect_call_site" in evidence:
         lines.append(f"{pad}  suspect call site: {evidence['suspect_call_site']}")
     if "peer_call_site" in evidence:
@@ -140,7 +141,7 @@ def _finding_lines(finding: Finding, bullet: str = "  - ", verbose: bool = False
 def _group_heading(finding: Finding) -> str:
     if finding.group_id is None:
         return "Job-wide"
-    return f"Group {finding.pg_name} ({finding.pg_desc})" if finding.pg_desc else f"Group {finding.pg_name}"
+    return f"Group {group_label(finding.pg_name, finding.pg_desc)}"
 
 
 def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None, style=None,
@@ -181,10 +182,10 @@ def _loaded_line(analysis: Analysis) -> str:
         f"{plural(counts['p2p_pairs'], 'P2P pair')}."
     ]
     if layout.ranks_missing:
-        parts.append(f"No usable dump for {_ranks(layout.ranks_missing)}.")
+        parts.append(f"No usable dump for {ranks_text(layout.ranks_missing)}.")
     wrapped = [d.rank for d in dumps if d.wrapped]
     if wrapped:
-        parts.append(f"Ring buffer wrapped on {_ranks(wrapped)}: only the overlap of windows was compared.")
+        parts.append(f"Ring buffer wrapped on {ranks_text(wrapped)}: only the overlap of windows was compared.")
     unusable = _unusable_files(analysis)
     if unusable:
         parts.append(f"Skipped {plural(len(unusable), 'unusable file')}: " + "; ".join(str(e) for e in unusable[:5]))
@@ -192,10 +193,6 @@ def _loaded_line(analysis: Analysis) -> str:
         parts.append(f"Ignored {plural(len(load.skipped), 'unrelated file')}.")
     return "\n".join(parts)
 
-
-def _ranks(ranks) -> str:
-    ranks = tuple(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fold_ranks(ranks)}"
 
 
 # --------------------------------------------------------------------------- markdown
@@ -212,7 +209,7 @@ def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Opti
             per_group[finding.group_id] += 1
             if mismatch_cap is not None and per_group[finding.group_id] > mismatch_cap:
                 continue
-            group = f"{finding.pg_name} ({finding.pg_desc})" if finding.pg_desc else finding.pg_name or "-"
+            group = group_label(finding.pg_name, finding.pg_desc) or "-"
             seq = finding.collective_seq_id if finding.collective_seq_id is not None else finding.p2p_seq_id
             message = finding.message.replace("|", "\\|")
             lines.append(

@@ -36,6 +36,8 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
 from .clocks import estimate_clock_offsets
+from .model import Group
+from .wording import call_site, group_label
 
 SCHEMA_VERSION = "frtrace.timeline/1"
 # Perfetto turns the microsecond floats into integer nanoseconds by truncating
@@ -147,8 +149,8 @@ def _assign_lanes(slices: list) -> list:
 # --------------------------------------------------------------------------- events
 
 
-def _group_label(group) -> str:
-    return f"pg {group.name} ({group.desc})" if group.desc else f"pg {group.name}"
+def _group_label(group: Group) -> str:
+    return f"pg {group_label(group.name, group.desc)}"
 
 
 def _op_label(entry) -> str:
@@ -158,13 +160,6 @@ def _op_label(entry) -> str:
         return f"{label} p2p#{entry.p2p_seq_id}"
     return f"{entry.op} #{entry.collective_seq_id}"
 
-
-def _call_site(entry) -> Optional[str]:
-    # The innermost frame outside torch: where the user's code made the call.
-    for frame in entry.frames:
-        if "/torch/" not in frame.filename.replace("\\", "/"):
-            return f"{frame.filename}:{frame.line} in {frame.name}"
-    return None
 
 
 class _Writer:
@@ -218,7 +213,7 @@ def _slice_event(w: _Writer, pid: int, tid: int, s: _Slice) -> dict:
         "time_completed_ns": e.time_completed_ns, "duration_ms": e.duration_ms, "timeout_ms": e.timeout_ms,
         "end": s.end_source,
     }
-    site = _call_site(e)
+    site = call_site(e)
     if site:
         args["call_site"] = site
     return {
