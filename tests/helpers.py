@@ -286,3 +286,13 @@ def render_report_outputs(analysis, diagnosis) -> None:
     render_markdown(analysis, diagnosis)
     render_raw_entries(analysis.matches, None, [], True)
     build_database(analysis.matches)
+
+
+def assert_fault_kind_named(truth: dict, diagnosis) -> None:
+    """A faulty job's injected kind is among the root findings that blame someone; a
+    straggler's is a warning naming the slow rank, on a job that is otherwise healthy."""
+    if truth["status"] == "faults":
+        assert truth["fault_kind"] in {f.kind for f in diagnosis.findings if f.is_root and f.suspect_ranks}
+    for rank in truth.get("warned_ranks", []):
+        assert any(f.kind == truth["fault_kind"] and f.severity == "warning" and rank in f.ranks
+                   for f in diagnosis.findings)

@@ -11,6 +11,7 @@ from frtrace.cli import frtrace
 from frtrace.diagnosis import diagnose
 from frtrace.pipeline import analyze
 from frtrace.testing.synth import Fault, generate, write_job
+from helpers import assert_fault_kind_named
 
 GLOO = Path(__file__).parent / "fixtures" / "gloo"
 TRUTHS = sorted((GLOO / "truth").glob("*.json"))
@@ -98,9 +99,7 @@ def test_synthetic_nccl_jobs_match_their_truth(tmp_path, kind, group, rank, timi
     truth = job.truth
     assert diagnosis.status == truth["status"]
     assert list(diagnosis.suspect_ranks) == truth["suspect_ranks"]
-    if truth["status"] == "faults":
-        kinds = {f.kind for f in diagnosis.findings if f.is_root and f.suspect_ranks}
-        assert truth["fault_kind"] in kinds
+    assert_fault_kind_named(truth, diagnosis)
 
 
 @pytest.mark.parametrize("world, tp, pp", [(8, 2, 2), (32, 4, 2), (64, 8, 2)])

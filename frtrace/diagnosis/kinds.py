@@ -26,6 +26,9 @@ class Kind(NamedTuple):
     # The same, among findings that wait on each other in a circle (a deadlock), where an
     # unmatched P2P is the most specific evidence of who broke the symmetry.
     circle_priority: Optional[int]
+    # A root finding of this kind with suspects makes the job FAULT (exit 1). A straggler
+    # does not: a slow rank is worth a warning, never a failed CI run on its own.
+    decides_fault: bool = True
 
 
 _ROWS = (
@@ -52,7 +55,7 @@ _ROWS = (
          "check the pipeline schedule: the matching send/recv was never posted by rank(s) {suspects}",
          True, 5, 2),
     Kind("straggler", "warning", "profile rank(s) {suspects}: data loading, host contention or a slow GPU",
-         False, None, None),
+         False, None, None, decides_fault=False),
     Kind("no_entries", "info", None, False, None, None),
 )
 

@@ -1,8 +1,11 @@
 """Stragglers: ranks that consistently issue collectives late.
 
-Takes `Facts`; returns at most one `straggler` finding (a warning) naming the late
-ranks and their typical lateness, from `time_created_ns` of collectives every member
-issued alike and finished.
+Takes `Facts`; returns at most one `straggler` finding (a warning, never what makes a
+job FAULT) naming the late ranks and their typical lateness, from `time_created_ns` of
+collectives every member issued alike and finished. Creation times are host wall clocks
+(one clock per host, NTP apart between hosts); no per-rank offset is fitted, since the
+only other times a dump holds, `time_discovered_*`, are watchdog ticks (about 100 ms,
+each rank with its own phase) and would invent lateness rather than remove it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from collections import Counter
 from collections import defaultdict
 from itertools import chain
 
-from ..clocks import estimate_clock_offsets
 from ..matcher import CollectiveMatch
 from ..wording import ranks_text
 from .divergence import took_part_unrecorded
@@ -27,8 +29,7 @@ STRAGGLER_SAMPLE_PER_GROUP = 64
 def late_arrivals(facts: Facts) -> list[Finding]:
     """The rule: ranks late to most of the collectives they were sampled in."""
     clean = [m for view in facts.device.views for m in _recent_clean(facts.collectives_of(view), facts.reliable)]
-    offsets = estimate_clock_offsets(clean) or None
-    typical, lateness = _typical_lateness(clean, offsets or {})
+    typical, lateness = _typical_lateness(clean)
     if len(typical) < 3:
         return []
     spread = statistics.median(abs(v) for v in typical.values())
@@ -48,7 +49,6 @@ def late_arrivals(facts: Facts) -> list[Finding]:
                  + ", ".join(f"rank {r} +{typical[r]:.1f} ms" for r in late) + " behind the ranks on time"),
         evidence={
             "lateness_ms": {str(r): round(typical[r], 3) for r in late},
-            "clock_offsets_estimated": offsets is not None,
             "samples": {str(r): len(lateness[r]) for r in late},
             "worst_ms": round(worst, 3),
         },
@@ -71,19 +71,17 @@ def _recent_clean(matches: list[CollectiveMatch], reliable: bool) -> list[Collec
     return clean
 
 
-def _arrival_lateness(match: CollectiveMatch, offsets: dict[int, float]) -> dict[int, float]:
+def _arrival_lateness(match: CollectiveMatch) -> dict[int, float]:
     """rank -> ms after the on-time arrival at one collective. On time is the median
     arrival; with two members it is the earlier one, as a median of two would make
     both ranks half late and half early."""
     ranks = match.calls.keys()
-    created: list[float] = [batch[0].time_created_ns for batch in match.calls.values()]
-    if offsets:
-        created = [t - offsets.get(rank, 0) for rank, t in zip(ranks, created)]
+    created = [batch[0].time_created_ns for batch in match.calls.values()]
     on_time = min(created) if len(created) == 2 else statistics.median(created)
     return dict(zip(ranks, [(t - on_time) / 1e6 for t in created]))
 
 
-def _typical_lateness(clean: list[CollectiveMatch], offsets: dict[int, float]) -> tuple[dict[int, float], dict[int, list[float]]]:
+def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], dict[int, list[float]]]:
     """(rank -> typical lateness in ms, rank -> all its samples), over every group the
     rank is in, two-member groups included. A straggler is late to every collective; a
     rank that merely waited for it is late only where it then meets others, so the
@@ -94,7 +92,7 @@ def _typical_lateness(clean: list[CollectiveMatch], offsets: dict[int, float]) -
     for match in clean:
         if len(match.calls) < 2:
             continue
-        for rank, ms in _arrival_lateness(match, offsets).items():
+        for rank, ms in _arrival_lateness(match).items():
             samples_of[rank].append(ms)
         sampled_in[match.group_id].update(match.calls)
         if len(match.calls) > 2:

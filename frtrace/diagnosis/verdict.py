@@ -9,13 +9,15 @@ from __future__ import annotations
 from ..util import plural
 from .facts import Facts
 from .finding import Diagnosis, Finding
+from .kinds import kind
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def conclude(facts: Facts, findings: list[Finding]) -> Diagnosis:
     ordered = sorted(findings, key=_report_order)
-    roots = [f for f in ordered if f.is_root and f.severity in ("error", "warning") and f.suspect_ranks]
+    roots = [f for f in ordered if f.is_root and f.severity in ("error", "warning") and f.suspect_ranks
+             and kind(f.kind).decides_fault]
     errors = [f for f in roots if f.severity == "error"]
     primary = errors or roots
     status = "faults" if primary else ("inconclusive" if _evidence_is_lacking(facts, ordered) else "healthy")
@@ -30,15 +32,17 @@ def _report_order(f: Finding) -> tuple[bool, int, int, int, str]:
 def _evidence_is_lacking(facts: Facts, findings: list[Finding]) -> bool:
     analysis = facts.analysis
     return bool(analysis.layout.ranks_missing or analysis.load.errors or analysis.layout.ignored_files
-                or any(f.severity == "warning" for f in findings))
+                or any(f.severity == "warning" and kind(f.kind).decides_fault for f in findings))
 
 
 def _verdict_line(status: str, roots: list[Finding], facts: Facts, findings: list[Finding]) -> str:
     layout = facts.analysis.layout
     if status == "healthy":
         ops = len(facts.analysis.matches.collectives)
+        notes = [f.message for f in findings if f.severity == "warning"]
         return (f"HEALTHY: {plural(len(layout.ranks_found), 'rank')}, {plural(len(layout.groups), 'group')}, "
-                f"{plural(ops, 'collective')} matched; no divergence, nothing stuck")
+                f"{plural(ops, 'collective')} matched; no divergence, nothing stuck"
+                + (f"; warning: {notes[0]}" if notes else ""))
     if status == "inconclusive":
         notes = [f.message for f in findings if f.severity in ("warning", "info")]
         return "INCONCLUSIVE: " + (notes[0] if notes else "not enough evidence in the dumps")

@@ -884,7 +884,8 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
         truth.update(status="inconclusive", suspect_ranks=[],
                      description=f"rank {rank}'s dump is missing; the job was otherwise healthy")
     elif kind == "straggler":
-        truth.update(lateness_ms=fault.straggler_ms,
+        # A slow rank is a warning on a healthy job, never a FAULT on its own.
+        truth.update(status="healthy", suspect_ranks=[], warned_ranks=[rank], lateness_ms=fault.straggler_ms,
                      description=f"healthy job, but rank {rank} issues every operation "
                                  f"{fault.straggler_ms:g} ms late")
     elif kind in ("hang", "missing_dump_hang"):
