@@ -21,7 +21,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from .entry_columns import SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
+from .batches import settle_batches
+from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .safe_decode import DecodeError, decode_dump_bytes
 from .util import cyclic_gc_paused
@@ -583,8 +584,13 @@ def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
     """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
     the data is not shaped like a dump at all."""
     dump, columns = _normalised(raw, rank, path, encoding)
-    dump.entries = entries_from_columns(columns)
+    dump.entries = _entries(columns)
     return dump
+
+
+def _entries(columns: Columns, shared: Optional[SharedValues] = None) -> tuple[Entry, ...]:
+    """The entries of `columns`, each coalesced batch settled as one unit (see `batches`)."""
+    return settle_batches(entries_from_columns(columns, shared))
 
 
 def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None) -> tuple:
@@ -691,7 +697,7 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop
             del data
             dump, columns = _normalised(raw, rank, path, encoding, memo)
             del raw
-            dump.entries = pack(columns) if packed else entries_from_columns(columns, shared)
+            dump.entries = pack(columns) if packed else _entries(columns, shared)
             return dump
     except DecodeError as exc:
         return LoadIssue(path, str(exc))
@@ -724,7 +730,7 @@ def _as_array(ranks: tuple, arrays: dict) -> array:
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        result.entries = entries_from_columns(unpack(result.entries), shared)
+        result.entries = _entries(unpack(result.entries), shared)
         _share_rank_lists(result, shared)
     return result
 

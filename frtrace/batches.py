@@ -1,0 +1,80 @@
+"""Coalesced batches as the units they are.
+
+Takes a rank's entries (oldest first); returns them with every batch settled. Inside a
+coalesced batch (`batch_isend_irecv`, or collectives issued under one coalescing
+manager) torch records each op with no events of its own, so its entry stays
+`scheduled` forever; the end marker (`nccl:coalesced`, `ALLGATHER_coalesced`, ...) is
+the batch's real work and the only entry whose state advances. Each op of a batch
+takes the marker's state here, and the marker of a P2P batch (`is_p2p` False, carrying
+the group's current `collective_seq_id`, which belongs to an earlier collective) is
+filed with its batch's P2P ops: it is not a collective.
+"""
+
+from __future__ import annotations
+
+import operator
+from itertools import compress
+from typing import Optional
+
+from .model import Entry, OpName
+
+_IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
+
+
+def settle_batches(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    markers = list(compress(range(len(entries)), map(_IS_MARKER, entries)))
+    if not markers:
+        return entries
+    settled = list(entries)
+    p2p_names: dict[OpName, OpName] = {}  # one shared renamed marker name per distinct name
+    for position in markers:
+        _settle(settled, position, p2p_names)
+    return tuple(settled)
+
+
+def _settle(entries: list[Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
+    marker = entries[position]
+    start = _batch_start(entries, position)
+    if start == position:
+        return  # a marker with no ops before it (they fell off the ring buffer): leave it be
+    if entries[start].is_p2p:
+        name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
+        entries[position] = marker = marker._replace(name=name)
+    for i in range(start, position):
+        if not _has_own_state(entries[i]):
+            entries[i] = entries[i]._replace(
+                state=marker.state, retired=marker.retired, time_started_ns=marker.time_started_ns,
+                time_completed_ns=marker.time_completed_ns, duration_ms=marker.duration_ms)
+
+
+def _batch_start(entries: list[Entry], position: int) -> int:
+    """Where the batch the marker at `position` closes begins: the run of entries just
+    before it in the marker's group that share one P2P sequence number (a P2P batch) or
+    the marker's collective sequence number (a collective batch)."""
+    marker = entries[position]
+    start = position
+    previous: Optional[Entry] = entries[position - 1] if position else None
+    if previous is None or previous.pg_name != marker.pg_name or previous.name.is_coalesced_marker:
+        return position
+    if previous.is_p2p:
+        key = previous.p2p_seq_id
+        while start > 0 and _in_p2p_batch(entries[start - 1], marker.pg_name, key):
+            start -= 1
+    else:
+        while start > 0 and _in_collective_batch(entries[start - 1], marker.pg_name, marker.collective_seq_id):
+            start -= 1
+    return start
+
+
+def _in_p2p_batch(entry: Entry, pg_name: str, p2p_seq: int) -> bool:
+    return entry.pg_name == pg_name and entry.is_p2p and entry.p2p_seq_id == p2p_seq
+
+
+def _in_collective_batch(entry: Entry, pg_name: str, seq: int) -> bool:
+    return (entry.pg_name == pg_name and not entry.is_p2p and not entry.name.is_coalesced_marker
+            and entry.collective_seq_id == seq)
+
+
+def _has_own_state(entry: Entry) -> bool:
+    """The op's entry says more than `scheduled` (producers that record each op's events)."""
+    return entry.state != "scheduled" or bool(entry.retired) or bool(entry.time_completed_ns) or bool(entry.time_started_ns)
