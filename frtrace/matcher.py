@@ -67,6 +67,9 @@ class RankStream:
     clipped: bool
     # Some of the rank's entries could not be read, so a gap may be one of them.
     uncertain: bool = False
+    # p2p_seq_ids of the rank's P2P batches: a batched op and a plain one never pair, as
+    # torch runs plain sends and receives on a communicator of their own.
+    batched: frozenset[int] = frozenset()
 
     def covers(self, seq: int) -> bool:
         """Whether a missing entry for `seq` would mean the rank never issued it."""
@@ -181,6 +184,7 @@ class DealtEntries(NamedTuple):
     collectives: list
     by_sequence: dict  # collective_seq_id -> tuple of entries (several for a coalesced batch)
     p2p: list  # without the markers that close a batch
+    batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
 
 
 def deal(dump: RankDump) -> dict:
@@ -201,8 +205,10 @@ def deal(dump: RankDump) -> dict:
     dealt = {}
     for k, name in enumerate(names):
         collectives, p2p = buckets[2 * k], buckets[2 * k + 1]
-        p2p = list(compress(p2p, map(operator.not_, map(_IS_MARKER, p2p))))
-        dealt[name] = DealtEntries(collectives, _by_sequence(collectives), p2p)
+        markers = list(map(_IS_MARKER, p2p))
+        batched = frozenset(map(_P2P_SEQ, compress(p2p, markers))) if any(markers) else frozenset()
+        p2p = list(compress(p2p, map(operator.not_, markers)))
+        dealt[name] = DealtEntries(collectives, _by_sequence(collectives), p2p, batched)
     return dealt
 
 
@@ -220,11 +226,12 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None) 
     for gid, names in names_of.items():
         if len(names) == 1:
             part = dealt[names[0]]
-            collectives, p2p = part.by_sequence, part.p2p
+            collectives, p2p, batched = part.by_sequence, part.p2p, part.batched
         else:  # one group under several names: its entries, back in the rank's order
             collectives = _by_sequence(sorted((e for n in names for e in dealt[n].collectives), key=_INDEX))
             p2p = sorted((e for n in names for e in dealt[n].p2p), key=_INDEX)
-        stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, dump.wrapped, uncertain)
+            batched = frozenset().union(*(dealt[n].batched for n in names))
+        stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, dump.wrapped, uncertain, batched)
         if collectives:
             stream.first_seq = min(collectives)
             stream.last_seq = max(collectives)
@@ -444,14 +451,36 @@ def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
     return ranks[local] if local < len(ranks) else None
 
 
-def _trim_to_overlap(sends: list, recvs: list, send_clipped: bool, recv_clipped: bool) -> tuple:
-    """When a buffer wrapped, ops older than that end's oldest kept op have no partner
-    left to compare with: drop them rather than misaligning the whole channel."""
-    starts = [ops[0].time_created_ns for ops, clipped in ((sends, send_clipped), (recvs, recv_clipped)) if clipped and ops]
-    if not starts:
-        return sends, recvs
-    start = max(starts)
-    return [s for s in sends if s.time_created_ns >= start], [r for r in recvs if r.time_created_ns >= start]
+def _pair_channel(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional[Entry], Optional[Entry]]]:
+    """(send, recv) pairs of one channel, aligned by the ops themselves: clocks of two
+    ranks are never compared (a receiver posts its recv before the send is posted). A
+    completed op had its partner, so completed ops pair from the newest back (the older
+    end of either window may have fallen off its ring buffer); ops still pending pair
+    from the oldest on, and what is left on one side was never matched by the other."""
+    done_sends, pending_sends = _split_done(sends)
+    done_recvs, pending_recvs = _split_done(recvs)
+    older = len(done_sends) - len(done_recvs)
+    pairs: list[tuple[Optional[Entry], Optional[Entry]]] = []
+    pairs += [(s, None) for s in done_sends[:max(older, 0)]] + [(None, r) for r in done_recvs[:max(-older, 0)]]
+    pairs += zip(done_sends[max(older, 0):], done_recvs[max(-older, 0):])
+    pairs += zip(pending_sends, pending_recvs)
+    pairs += [(s, None) for s in pending_sends[len(pending_recvs):]] + [(None, r) for r in pending_recvs[len(pending_sends):]]
+    return pairs
+
+
+def _split_done(ops: list[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(completed ops, the rest), each in channel order."""
+    done = [op for op in ops if op.completed]
+    if len(done) == len(ops):
+        return done, []
+    return done, [op for op in ops if not op.completed]
+
+
+def _by_batching(ops: list[Entry], batched: frozenset[int]) -> tuple[list[Entry], list[Entry]]:
+    """(plain ops, batched ops) of a channel end."""
+    if not batched:
+        return ops, []
+    return [op for op in ops if op.p2p_seq_id not in batched], [op for op in ops if op.p2p_seq_id in batched]
 
 
 def _p2p_order(entry: Entry) -> tuple:
@@ -498,21 +527,19 @@ def _match_p2p(view: GroupView) -> list:
     sends, recvs, any_source = _deal_p2p(view)
     group_id = view.group.id
     matches = []
+    no_batches: frozenset[int] = frozenset()
     for src, dst in sorted(set(sends) | set(recvs)):
-        channel_sends = _in_channel_order(sends.get((src, dst), []))
-        channel_recvs = _in_channel_order(recvs.get((src, dst), []))
-        send_clipped = view.streams[src].clipped if src in view.streams else False
-        recv_clipped = view.streams[dst].clipped if dst in view.streams else False
-        channel_sends, channel_recvs = _trim_to_overlap(channel_sends, channel_recvs, send_clipped, recv_clipped)
-        count = max(len(channel_sends), len(channel_recvs))
+        plain_sends, batched_sends = _by_batching(
+            _in_channel_order(sends.get((src, dst), [])), view.streams[src].batched if src in view.streams else no_batches)
+        plain_recvs, batched_recvs = _by_batching(
+            _in_channel_order(recvs.get((src, dst), [])), view.streams[dst].batched if dst in view.streams else no_batches)
         spare = any_source.get(dst)
-        if spare and len(channel_recvs) < count:  # a `recv 1<-?` takes whichever send is left
-            taken = min(len(spare), count - len(channel_recvs))
-            channel_recvs = channel_recvs + spare[:taken]
+        if spare and len(plain_recvs) < len(plain_sends):  # a `recv 1<-?` takes whichever send is left
+            taken = min(len(spare), len(plain_sends) - len(plain_recvs))
+            plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
-        channel_sends = channel_sends + [None] * (count - len(channel_sends))
-        channel_recvs = channel_recvs + [None] * (count - len(channel_recvs))
-        matches.extend(map(P2PMatch, repeat(group_id), repeat(src), repeat(dst), range(count), channel_sends, channel_recvs))
+        pairs = _pair_channel(plain_sends, plain_recvs) + _pair_channel(batched_sends, batched_recvs)
+        matches.extend(P2PMatch(group_id, src, dst, ordinal, send, recv) for ordinal, (send, recv) in enumerate(pairs))
     for dst, leftovers in sorted(any_source.items()):
         for ordinal, recv in enumerate(leftovers):
             matches.append(P2PMatch(group_id, -1, dst, ordinal, None, recv))
