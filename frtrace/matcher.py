@@ -70,6 +70,20 @@ class RankStream:
     # p2p_seq_ids of the rank's P2P batches: a batched op and a plain one never pair, as
     # torch runs plain sends and receives on a communicator of their own.
     batched: frozenset[int] = frozenset()
+    # From the rank's pg_status, in collective numbers (None when it does not say, or
+    # says it in P2P numbers): the newest collective it enqueued and finished. They tell
+    # where it stands even when its buffer no longer holds any entry of the group.
+    enqueued: Optional[int] = None
+    finished: Optional[int] = None
+
+    def absence(self, seq: int) -> str:
+        """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
+        (done and gone: its buffer wrapped or keeps only active entries) or "unknown"."""
+        if self.enqueued is not None and seq > self.enqueued:
+            return "not_issued"
+        if self.finished is not None and seq <= self.finished:
+            return "finished"
+        return "not_issued" if self.covers(seq) else "unknown"
 
     def covers(self, seq: int) -> bool:
         """Whether a missing entry for `seq` would mean the rank never issued it."""
@@ -106,6 +120,8 @@ class CollectiveMatch:
     no_dump: tuple
     disagreement: Optional[Disagreement] = None
     _completed: Optional[tuple] = None
+    # Members with no entry for it whose pg_status says they finished it.
+    finished_unseen: tuple = ()
 
     @property
     def issued(self) -> tuple:
@@ -272,8 +288,50 @@ def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> tu
                 dump = dumps_by_rank[rank]
                 streams[rank] = RankStream(rank, {}, [], None, None, dump.wrapped, _gaps_are_unknown(dump))
         no_dump = tuple(r for r in group.ranks if r not in dumped)
+        _read_pg_status(streams, group.ranks, dumps_by_rank)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
     return tuple(views)
+
+
+def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], dumps: dict[int, RankDump]) -> None:
+    """Set each member's `enqueued` and `finished` from its pg_status. pg_status is keyed
+    by the rank's own pg_id, read off its entries of the group (or, with none, the id
+    its peers use). It holds the sequence number of the group's last work, which is a
+    P2P number when that work was a send or recv: so it is read only for groups with no
+    P2P op, or for ranks whose newest entry of the group is a collective."""
+    ids: Counter = Counter()
+    has_p2p = False
+    for stream in streams.values():
+        has_p2p = has_p2p or bool(stream.p2p)
+        first = _first_entry(stream)
+        if first is not None:
+            ids[first.pg_id] += 1
+    if not ids:
+        return
+    common = ids.most_common(1)[0][0]
+    for rank in members:
+        stream, dump = streams.get(rank), dumps.get(rank)
+        if stream is None or dump is None or not dump.pg_status:
+            continue
+        first = _first_entry(stream)
+        status = dump.pg_status.get(first.pg_id if first is not None else common)
+        if status is None or (has_p2p and not _newest_is_collective(stream)):
+            continue
+        stream.enqueued = status.last_enqueued  # -1: it enqueued none
+        stream.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
+
+
+def _first_entry(stream: RankStream) -> Optional[Entry]:
+    if stream.collectives:
+        return next(iter(stream.collectives.values()))[0]
+    return stream.p2p[0] if stream.p2p else None
+
+
+def _newest_is_collective(stream: RankStream) -> bool:
+    if not stream.collectives or stream.last_seq is None:
+        return False
+    newest = stream.collectives[stream.last_seq][-1]
+    return not stream.p2p or newest.index > stream.p2p[-1].index
 
 
 # --------------------------------------------------------------------------- signatures
@@ -401,14 +459,15 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
             matches.append(CollectiveMatch(group_id, seq, dict(zip(ranks, row)), (), (), no_dump, None, ranks))
             continue
         calls = {rank: batch for rank, batch in zip(ranks, row) if batch is not _NO_BATCH}
-        not_issued, out_of_window = (), ()
+        absence: dict[str, tuple[int, ...]] = {}
         if strays or len(calls) < len(members):
             absent = [rank for rank in members if rank not in calls]
-            not_issued = tuple(r for r in absent if streams[r].covers(seq))
-            out_of_window = tuple(r for r in absent if not streams[r].covers(seq))
+            why = [streams[r].absence(seq) for r in absent]
+            absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
         alike, completed = _survey(calls)
         disagreement = find_disagreement(calls, signature_cache, alike)
-        matches.append(CollectiveMatch(group_id, seq, calls, not_issued, out_of_window, no_dump, disagreement, completed))
+        matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
+                                       no_dump, disagreement, completed, absence.get("finished", ())))
     return matches
 
 

@@ -44,21 +44,39 @@ def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[Collec
 
 
 def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> Finding:
-    waiting = tuple(r for r in frontier.issued if r not in frontier.completed_ranks)
-    if reliable and not waiting:
-        return took_part_without_dump(view, frontier)
+    if _all_issuers_finished(view, frontier, reliable):
+        return took_part_without_dump(view, frontier, reliable)
     return waited_on_without_dump(view, frontier, reliable)
 
 
-def took_part_without_dump(view: GroupView, frontier: CollectiveMatch) -> Finding:
-    """Every op of the group completed: members without a dump took part in them."""
+def _all_issuers_finished(view: GroupView, match: CollectiveMatch, reliable: bool) -> bool:
+    """Every rank that issued the op finished it: by its entry's state where the dumps
+    report states, or by its pg_status (which gloo keeps too, though its entries never
+    leave `scheduled`). A collective cannot finish without all its members."""
+    finished = set(match.completed_ranks) if reliable else set()
+    finished.update(r for r in match.issued
+                    if r in view.streams and (view.streams[r].finished or -1) >= match.seq)
+    return bool(match.issued) and finished >= set(match.issued)
+
+
+def took_part_without_dump(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> Finding:
+    """Every op of the group completed: members without a dump took part in them. Where
+    completion is only a retirement (gloo), a timed-out op is retired as well, so that
+    cannot be told from a hang: said so, and nobody is blamed either way."""
     no_dump = frontier.no_dump
     entry = frontier.calls[frontier.issued[0]][0]
+    group = group_text(view.group.name, view.group.desc)
+    if reliable:
+        message = (f"{ranks_text(no_dump)} of {group} left no usable dump, but every op of the "
+                   f"group up to #{frontier.seq} completed, so they took part; nothing here points at them")
+    else:
+        message = (f"{ranks_text(no_dump)} of {group} left no usable dump; every other member retired "
+                   f"{entry.op} #{frontier.seq}, which {entry.name.backend or 'this backend'} also does when an op times out, "
+                   f"so the dumps cannot tell whether {'it' if len(no_dump) == 1 else 'they'} took part or hung")
     return new_finding(
         "missing_dump", "frontier.took_part_without_dump", view, severity="warning", op=entry.op,
         collective_seq_id=frontier.seq, p2p_seq_id=None, ranks=no_dump, suspect_ranks=(),
-        message=(f"{ranks_text(no_dump)} of {group_text(view.group.name, view.group.desc)} left no usable dump, but every op of the "
-                 f"group up to #{frontier.seq} completed, so they took part; nothing here points at them"),
+        message=message,
         evidence={"no_dump_ranks": list(no_dump), "last_completed_seq": frontier.seq}, age_ns=oldest_created(frontier),
     )
 
@@ -95,6 +113,8 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Fi
         return []
     entry = frontier.calls[issued[0]][0]
     group = group_text(view.group.name, view.group.desc)
+    if frontier.out_of_window:
+        return [unknown_members(view, frontier)]
     if reliable:
         severity = "error"
         message = (f"every member of {group} issued {entry.op} #{frontier.seq} and none completed it: "
@@ -109,3 +129,20 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Fi
         evidence={"issued_ranks": list(issued), "states": sorted({e[0].state for e in frontier.calls.values()})},
         waiting_ranks=issued, age_ns=oldest_created(frontier),
     )]
+
+
+def unknown_members(view: GroupView, frontier: CollectiveMatch) -> Finding:
+    """No member that holds the op finished it, but some members' dumps no longer reach
+    back to it and their pg_status does not say: nothing shows every member issued it,
+    so nobody is blamed for it being stuck."""
+    issued, unknown = frontier.issued, frontier.out_of_window
+    entry = frontier.calls[issued[0]][0]
+    return new_finding(
+        "stuck", "frontier.unknown_members", view, severity="warning", op=entry.op, collective_seq_id=frontier.seq,
+        p2p_seq_id=None, ranks=tuple(sorted(issued + unknown)), suspect_ranks=(),
+        message=(f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} in {entry.op} #{frontier.seq} of "
+                 f"{group_text(view.group.name, view.group.desc)}, unfinished; the dumps of {ranks_text(unknown)} "
+                 "no longer reach back that far, so whether they issued it is unknown"),
+        evidence={"issued_ranks": list(issued), "unknown_ranks": list(unknown)},
+        waiting_ranks=issued, age_ns=oldest_created(frontier),
+    )
