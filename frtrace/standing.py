@@ -14,12 +14,23 @@ from .model import Entry, RankDump
 
 def completion_is_reliable(dumps: list[RankDump]) -> bool:
     """gloo never moves entries past `scheduled` and retires even timed-out ops, so
-    only producers that report started/completed states tell waiting from finished."""
+    only producers that report started/completed states tell waiting from finished;
+    and so do dumps that keep only active entries, as every entry they hold is unfinished."""
     for dump in dumps:
         for entry in dump.entries:
             if entry.state in ("started", "completed") or entry.time_completed_ns:
                 return True
-    return False
+    return any(keeps_only_active(d) for d in dumps)
+
+
+def keeps_only_active(dump: RankDump) -> bool:
+    """The dump was taken with only active entries (`onlyActive`, as NVRx and Megatron
+    set it): finished entries were left out, which shows as gaps in its record ids (a
+    ring buffer drops only its oldest). gloo's states say nothing, so never gloo's."""
+    entries = dump.entries
+    if not entries or dump.unreadable_entries or dump.backend == "gloo":
+        return False
+    return entries[-1].record_id - entries[0].record_id + 1 > len(entries)
 
 
 def blocked_at(entries: tuple[Entry, ...]) -> int:

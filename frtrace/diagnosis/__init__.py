@@ -8,7 +8,8 @@ ranks, and a status (healthy | faults | inconclusive).
 The rules, one module per question, run in this order:
 
     divergence.divergences        per group: the first op members disagree on or never issued
-    frontier.frontiers            per group without one: stuck ops, members without a dump
+    frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
+    frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
@@ -22,7 +23,7 @@ from __future__ import annotations
 from .divergence import divergences
 from .facts import Facts
 from .finding import Diagnosis, Finding, P2PEnds, WentPast
-from .frontier import frontiers
+from .frontier import frontiers, stuck_on_device
 from .kinds import KINDS, Kind, UnknownKind, kind
 from .linking import WentPastJudge, link_consequences
 from .missing import empty_dumps, unaccounted_missing_ranks
@@ -36,7 +37,7 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 def diagnose(analysis: "Analysis") -> Diagnosis:
     facts = Facts.of(analysis)
-    findings = divergences(facts) + frontiers(facts) + unmatched_p2p(facts)
+    findings = divergences(facts) + stuck_on_device(facts) + frontiers(facts) + unmatched_p2p(facts)
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))

@@ -109,8 +109,8 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Fi
     """Every member issued the op and none completed it. Without completion states that
     may just be the moment of the dump: a note, not a fault."""
     issued, completed = frontier.issued, frontier.completed_ranks
-    if completed or not issued:
-        return []
+    if completed or frontier.finished_unseen or not issued:
+        return []  # some member finished it: not the network's fault (see stuck_on_device)
     entry = frontier.calls[issued[0]][0]
     group = group_text(view.group.name, view.group.desc)
     if frontier.out_of_window:
@@ -145,4 +145,48 @@ def unknown_members(view: GroupView, frontier: CollectiveMatch) -> Finding:
                  "no longer reach back that far, so whether they issued it is unknown"),
         evidence={"issued_ranks": list(issued), "unknown_ranks": list(unknown)},
         waiting_ranks=issued, age_ns=oldest_created(frontier),
+    )
+
+
+def stuck_on_device(facts: Facts) -> list[Finding]:
+    """The rule: per group, the oldest collective some members still hold unfinished
+    while others finished it and went on to finish later ones. The holders issued it,
+    and their peers could not have gone on without them on the network: their GPU work
+    stopped completing (the peers' progress is read off their entries or, where dumps
+    keep only active entries, their pg_status)."""
+    if not facts.reliable:
+        return []
+    findings: list[Finding] = []
+    for view in facts.device.views:
+        matches = facts.collectives_of(view)
+        finished = _newest_finished(view, matches)
+        for match in matches:
+            done = set(match.completed_ranks) | set(match.finished_unseen)
+            holders = tuple(r for r in match.issued if r not in done)
+            if holders and any(finished.get(r, -1) > match.seq for r in done):
+                findings.append(_stuck_on_device(view, match, holders, tuple(sorted(done))))
+                break
+    return findings
+
+
+def _newest_finished(view: GroupView, matches: list[CollectiveMatch]) -> dict[int, int]:
+    """rank -> the newest collective of the group it is known to have finished."""
+    newest = {rank: stream.finished for rank, stream in view.streams.items() if stream.finished is not None}
+    for match in matches:
+        for rank in match.completed_ranks:
+            newest[rank] = max(newest.get(rank, -1), match.seq)
+    return newest
+
+
+def _stuck_on_device(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...]) -> Finding:
+    entry = match.calls[holders[0]][0]
+    return new_finding(
+        "stuck", "frontier.stuck_on_device", view, op=entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
+        ranks=tuple(sorted(holders + done)), suspect_ranks=holders,
+        message=(f"{ranks_text(holders)} still {'holds' if len(holders) == 1 else 'hold'} {entry.op} #{match.seq} of "
+                 f"{group_text(view.group.name, view.group.desc)} unfinished, while {ranks_text(done)} finished it and "
+                 "went on: their GPU work stopped completing (a device-side stall)"),
+        evidence={"holding_ranks": list(holders), "finished_ranks": list(done),
+                  "states": sorted({match.calls[r][0].state for r in holders})},
+        waiting_ranks=holders, age_ns=oldest_created(match),
     )

@@ -49,7 +49,7 @@ _ROWS = (
          "look at what rank(s) {suspects} were doing instead (the suspect call site above, their last entries with -j, or py-spy dump on the live process)",
          True, 3, 4),
     Kind("stuck", "error",
-         "every member issued it and none finished: check the network and GPUs of ranks {suspects} (NCCL_DEBUG=INFO, link health)",
+         "check the GPUs and network of rank(s) {suspects}: GPU errors (Xid in dmesg), NCCL_DEBUG=INFO, link health",
          False, 4, 4),
     Kind("p2p_unmatched", "error",
          "check the pipeline schedule: the matching send/recv was never posted by rank(s) {suspects}",
