@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+from collections import defaultdict
 from pathlib import Path
 
 FRAMES = [
@@ -296,3 +298,92 @@ def assert_fault_kind_named(truth: dict, diagnosis) -> None:
     for rank in truth.get("warned_ranks", []):
         assert any(f.kind == truth["fault_kind"] and f.severity == "warning" and rank in f.ranks
                    for f in diagnosis.findings)
+
+# --------------------------------------------------------------------------- small jobs for rule tests
+
+
+def job(steps: dict, *, groups: dict = None, world: int = None, backend: str = "nccl", late_ms: dict = None) -> dict:
+    """rank -> dump dict of a small job, written the way NCCL (timing on) or gloo writes it.
+
+    `steps` maps each rank with a dump to the ops it issued, oldest first: `"all_reduce"`,
+    `"all_gather@tp0"` (op in group `tp0`), `"send 0->1"` (group-local ranks, as torch
+    names them), or `(that, {"sizes": ..., "dtype": ..., "state": ..., "seq": ...})` to
+    override a field. `groups` maps a group name to `(desc, ranks)`; by default one group
+    "0" (default_pg) spans `world` ranks (default: one more than the largest rank in `steps`).
+    Sequence numbers count per rank and group. States follow from the job unless given: a
+    collective completes when every member issued it alike, a send or recv when its partner
+    was posted; otherwise it is `started`. A collective completes on every rank at one
+    moment, after its last arrival; rank r issues its i-th op at i x 10 ms + `late_ms[r]`.
+    gloo: every state is `scheduled`, `retired` tells completion, and nothing is timed.
+    """
+    world = world if world is not None else max(steps) + 1
+    groups = groups if groups is not None else {"0": ("default_pg", tuple(range(world)))}
+    pg_ids = {name: pg_id for pg_id, name in enumerate(groups)}
+    late_ms = late_ms or {}
+    issued = {}  # rank -> [(record, its collective or P2P channel key, the state asked for)]
+    for rank, ops in steps.items():
+        seq, p2p, op_id, records = defaultdict(int), defaultdict(int), defaultdict(int), []
+        for index, step in enumerate(ops):
+            name, fields = step if isinstance(step, tuple) else (step, {})
+            op, _, group = name.partition("@")
+            group = group or "0"
+            op_id[group] += 1
+            is_p2p = op.startswith(("send", "recv"))
+            if is_p2p:
+                p2p[group] += 1
+            else:
+                seq[group] = fields.get("seq", seq[group] + 1)
+            record = entry(seq[group], op, record_id=index, pg=(group, groups[group][0]), pg_id=pg_ids[group],
+                           sizes=fields.get("sizes", ((16,),)), dtype=fields.get("dtype", "Float"), backend=backend,
+                           p2p_seq=p2p[group], time_ns=T0_NS + index * 10 * MS_NS + int(late_ms.get(rank, 0) * MS_NS),
+                           op_id=op_id[group])
+            if is_p2p:  # keyed by channel (group, global src, global dst)
+                here, there = (sorted(groups[group][1])[int(r)] for r in re.findall(r"\d+", op))
+                key = ("p2p", group) + ((here, there) if op.startswith("send") else (there, here))
+            else:
+                key = ("coll", group, seq[group])
+            records.append((record, key, fields.get("state")))
+        issued[rank] = records
+    _settle(issued, groups, backend)
+    return {rank: _job_dump(rank, [r for r, _, _ in issued[rank]], groups, pg_ids) for rank in steps}
+
+
+def _settle(issued: dict, groups: dict, backend: str) -> None:
+    """Give every record of `job` its state and completion time."""
+    calls = defaultdict(list)  # collective (group, seq), or P2P channel (group, src, dst) -> records
+    for rank, records in issued.items():
+        for record, key, _ in records:
+            calls[key].append((rank, record))
+    for rank, records in issued.items():
+        for record, key, state in records:
+            peers = calls[key]
+            if key[0] == "coll":
+                alike = {(r["profiling_name"], str(r["input_sizes"]), r["input_dtypes"][0]) for _, r in peers}
+                done = len(alike) == 1 and {p for p, _ in peers} >= set(groups[key[1]][1])
+            else:
+                sends = [r for r in peers if "send" in r[1]["profiling_name"]]
+                recvs = [r for r in peers if "recv" in r[1]["profiling_name"]]
+                mine = sends if "send" in record["profiling_name"] else recvs
+                position = next(i for i, (_, r) in enumerate(mine) if r is record)
+                done = position < min(len(sends), len(recvs))
+            state = state or ("completed" if done else "started")
+            if backend == "gloo":
+                record.update(state="scheduled", retired=state == "completed")
+            else:
+                _timed(record, (record["time_created_ns"] - T0_NS) / MS_NS,
+                       max(r["time_created_ns"] - T0_NS for _, r in peers) / MS_NS + 1 if state == "completed" else None)
+                record["state"] = state
+                if state == "scheduled":  # enqueued behind the op the rank waits in: not started
+                    record["time_discovered_started_ns"] = None
+
+
+def _job_dump(rank: int, records: list, groups: dict, pg_ids: dict) -> dict:
+    config = {name: {"name": name, "desc": desc, "ranks": str(sorted(ranks))}
+              for name, (desc, ranks) in groups.items() if rank in ranks}
+    status = {}
+    for name in config:
+        mine = [r for r in records if r["process_group"][0] == name and not r["is_p2p"]]
+        done = [r["collective_seq_id"] for r in mine if r["state"] == "completed" or r["retired"]]
+        status[str(pg_ids[name])] = {"last_enqueued_collective": max((r["collective_seq_id"] for r in mine), default=-1),
+                                     "last_started_collective": -1, "last_completed_collective": max(done, default=-1)}
+    return {"version": "2.10", "pg_config": config, "pg_status": status, "comm_lib_version": "2.27.5", "entries": records}

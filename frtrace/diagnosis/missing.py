@@ -15,7 +15,9 @@ from .finding import Finding
 def unaccounted_missing_ranks(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """The rule: ranks without a dump that no finding already blames or mentions."""
     analysis = facts.analysis
+    # Blamed by a finding, or already weighed as a missing dump by one (which may clear them).
     mentioned = {r for f in findings for r in f.suspect_ranks}
+    mentioned.update(r for f in findings if f.kind == "missing_dump" for r in f.ranks)
     missing = [r for r in analysis.layout.ranks_missing if r not in mentioned]
     if not missing:
         return []

@@ -1,0 +1,200 @@
+"""One small in-memory job per diagnosis rule (frtrace/diagnosis/*), run through the whole
+pipeline: each asserts the finding's kind, the rule that made it, its suspects and the
+diagnosis status. Jobs are built with `helpers.job`."""
+
+import sqlite3
+
+import pytest
+
+import frtrace.matcher
+import frtrace.pipeline
+from frtrace.diagnosis import Finding, UnknownKind, diagnose, kind
+from frtrace.pipeline import analyze
+from frtrace.report import report_dict
+from frtrace.sqlite_export import write_sqlite
+from helpers import analyse_dicts, job, write_job
+
+AR = ["all_reduce"]
+DONE = ("all_reduce", {"state": "completed"})  # completed, though a member's dump does not show it
+BIG = ("all_reduce", {"sizes": ((32,),)})
+PROGRAM = ["all_reduce", "broadcast", "all_gather"]
+TP_DP = {"tp01": ("tp", (0, 1)), "tp23": ("tp", (2, 3)), "tp45": ("tp", (4, 5)),
+         "dp0": ("dp", (0, 2, 4)), "dp1": ("dp", (1, 3, 5))}
+
+
+def _tp_dp_steps(rank: int, steps: int) -> list:
+    """One training step of rank `rank` in TP_DP: its TP all_gather, then its DP all_reduce."""
+    tp = f"tp{rank // 2 * 2}{rank // 2 * 2 + 1}"
+    return [f"all_gather@{tp}", f"all_reduce@dp{rank % 2}"] * steps
+
+
+def _tp_hang(queued: bool = False) -> dict:
+    """Rank 1 stops after two steps; rank 0 waits in TP all_gather #3 for it, so it never
+    reaches DP all_reduce #3 (with `queued`, its host enqueued that one behind: `scheduled`)."""
+    steps = {r: _tp_dp_steps(r, 3) for r in range(2, 6)}
+    steps[1] = _tp_dp_steps(1, 2)
+    steps[0] = _tp_dp_steps(0, 2) + ["all_gather@tp01"]
+    if queued:
+        steps[0].append(("all_reduce@dp0", {"state": "scheduled"}))
+    return job(steps, groups=TP_DP)
+
+
+def _without_pg_status(dumps: dict, rank: int) -> dict:
+    dumps[rank].pop("pg_status", None)
+    return dumps
+
+
+def _late_rank_2() -> dict:
+    groups = {"0": ("default_pg", range(4)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3))}
+    return job({r: ["all_reduce", f"all_gather@{1 + r // 2}"] * 5 for r in range(4)}, groups=groups, late_ms={2: 50})
+
+
+CASES = {
+    "size_mismatch": lambda: job({0: AR * 2, 1: AR * 2, 2: AR + [BIG], 3: AR * 2}),
+    "dtype_mismatch": lambda: job({0: AR * 2, 1: AR * 2, 2: AR + [("all_reduce", {"dtype": "BFloat16"})], 3: AR * 2}),
+    "skipped_one_op": lambda: job({0: PROGRAM, 1: PROGRAM, 2: PROGRAM, 3: ["all_reduce", "all_gather"]}),
+    "added_one_op": lambda: job({0: ["all_reduce", "all_gather"], 1: PROGRAM, 2: ["all_reduce", "all_gather"],
+                                 3: ["all_reduce", "all_gather"]}),
+    "mismatch_tie": lambda: job({0: AR, 1: AR, 2: [BIG], 3: [BIG]}),
+    # A rank's own counter has no gaps: one shows only where entries were lost, and then
+    # its pg_status (which would say it finished #2) is no help either.
+    "gap": lambda: _without_pg_status(job({0: AR * 3, 1: AR * 3, 2: AR + [("all_reduce", {"seq": 3})], 3: AR * 3}), 2),
+    "never_issued": lambda: job({0: AR * 4, 1: AR * 4, 2: AR * 3, 3: AR * 4}),
+    "went_ahead": lambda: job({0: AR * 3, 1: AR * 4, 2: AR * 3, 3: AR * 3}),
+    "stuck": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}),
+    "stuck_gloo": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}, backend="gloo"),
+    "waited_on_without_dump": lambda: job({r: [DONE] * 2 + AR for r in range(3)}, world=4),
+    "took_part_without_dump": lambda: job({r: [DONE] * 3 for r in range(3)}, world=4),
+    "unmatched_send": lambda: job({0: AR + ["send 0->1"], 1: AR}),
+    "late_arrivals": _late_rank_2,
+    # Rank 3 is named only by a group nobody issued anything in.
+    "unaccounted_missing": lambda: job({r: AR * 2 for r in range(3)},
+                                       groups={"0": ("default_pg", (0, 1, 2)), "1": ("pair", (2, 3))}),
+    "empty_dump": lambda: job({0: [DONE] * 2, 1: [DONE] * 2, 2: [DONE] * 2, 3: []}),
+    "tp_hang_stalls_dp": _tp_hang,
+}
+
+
+def run(case: str):
+    return analyse_dicts(CASES[case]())
+
+
+def only(diagnosis, rule: str) -> Finding:
+    (finding,) = [f for f in diagnosis.findings if f.rule == rule]
+    return finding
+
+
+@pytest.mark.parametrize("case, rule, kind_name, suspects, severity, status", [
+    ("size_mismatch", "divergence.mismatch", "size_mismatch", (2,), "error", "faults"),
+    ("dtype_mismatch", "divergence.mismatch", "dtype_mismatch", (2,), "error", "faults"),
+    ("skipped_one_op", "divergence.skipped_one_op", "not_issued", (3,), "error", "faults"),
+    ("added_one_op", "divergence.added_one_op", "extra_op", (1,), "error", "faults"),
+    ("mismatch_tie", "divergence.mismatch_tie", "size_mismatch", (0, 1, 2, 3), "error", "faults"),
+    ("gap", "divergence.gap", "not_issued", (2,), "error", "faults"),
+    ("never_issued", "divergence.never_issued", "not_issued", (2,), "error", "faults"),
+    ("went_ahead", "divergence.went_ahead", "extra_op", (1,), "error", "faults"),
+    ("stuck", "frontier.stuck", "stuck", (0, 1, 2, 3), "error", "faults"),
+    ("waited_on_without_dump", "frontier.waited_on_without_dump", "missing_dump", (3,), "error", "faults"),
+    ("took_part_without_dump", "frontier.took_part_without_dump", "missing_dump", (), "warning", "inconclusive"),
+    ("unmatched_send", "p2p.unmatched_p2p", "p2p_unmatched", (1,), "error", "faults"),
+    # A straggler is a warning on a healthy job, never a FAULT on its own.
+    ("late_arrivals", "stragglers.late_arrivals", "straggler", (2,), "warning", "healthy"),
+    ("unaccounted_missing", "missing.unaccounted_missing_ranks", "missing_dump", (), "warning", "inconclusive"),
+    ("empty_dump", "missing.empty_dumps", "no_entries", (), "info", "healthy"),
+])
+def test_each_rule_names_its_kind_suspects_and_status(case, rule, kind_name, suspects, severity, status):
+    _, diagnosis = run(case)
+    finding = only(diagnosis, rule)
+    assert (finding.kind, finding.suspect_ranks, finding.severity) == (kind_name, suspects, severity)
+    assert finding.is_root
+    assert diagnosis.status == status
+    assert diagnosis.suspect_ranks == (suspects if status == "faults" else ())
+
+
+def test_stuck_without_progress_signals_is_a_note_not_a_fault():
+    """gloo only retires ops: an op nobody retired may just be the moment of the dump."""
+    _, diagnosis = run("stuck_gloo")
+    finding = only(diagnosis, "frontier.stuck")
+    assert (finding.kind, finding.severity, finding.suspect_ranks) == ("stuck", "info", ())
+    assert diagnosis.status in ("healthy", "inconclusive")
+
+
+def test_send_is_unmatched_on_the_rank_that_never_posted_the_recv():
+    finding = only(run("unmatched_send")[1], "p2p.unmatched_p2p")
+    assert (finding.p2p_ends.src, finding.p2p_ends.dst, finding.p2p_ends.posted_by, finding.p2p_ends.missing_on) == (0, 1, 0, 1)
+
+
+def test_a_tp_hang_is_the_root_and_the_dp_group_it_stalls_a_blocked_consequence():
+    _, diagnosis = run("tp_hang_stalls_dp")
+    by_group = {f.pg_name: f for f in diagnosis.findings if f.rule == "divergence.never_issued"}
+    tp, dp = by_group["tp01"], by_group["dp0"]
+    assert (tp.is_root, tp.suspect_ranks, tp.severity) == (True, (1,), "error")
+    assert dp.caused_by is tp
+    assert (dp.link, dp.severity, dp.suspect_ranks, dp.is_root) == ("blocked", "warning", (), False)
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (1,)
+
+
+def test_missing_rank_is_a_probable_victim_when_another_rank_is_blamed():
+    dumps = job({0: AR * 2, 1: AR * 2, 2: AR}, groups={"0": ("default_pg", (0, 1, 2)), "1": ("pair", (2, 3))})
+    _, diagnosis = analyse_dicts(dumps)
+    note = only(diagnosis, "missing.unaccounted_missing_ranks")
+    assert (note.kind, note.severity, note.ranks, note.suspect_ranks) == ("missing_dump", "info", (3,), ())
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (2,)
+
+
+def test_a_rank_that_took_part_without_a_dump_is_reported_once():
+    _, diagnosis = run("took_part_without_dump")
+    about_3 = [f.rule for f in diagnosis.findings if 3 in f.ranks]
+    assert about_3 == ["frontier.took_part_without_dump"]
+
+
+# --------------------------------------------------------------------------- the kind table
+
+
+def test_an_unregistered_kind_is_refused():
+    assert kind("stuck").severity == "error"
+    with pytest.raises(UnknownKind):
+        kind("nope")
+    with pytest.raises(UnknownKind):
+        Finding(kind="nope", rule="tests.made_up", own_severity="error", group_id=None, pg_name="", pg_desc="", op=None,
+                collective_seq_id=None, p2p_seq_id=None, ranks=(1,), own_suspects=(1,), statement="made up")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_finding_names_its_rule_in_the_json_report_and_sqlite(case, tmp_path):
+    analysis, diagnosis = run(case)
+    named = [(f.kind, f.rule) for f in diagnosis.findings]
+    assert named and all(rule for _, rule in named)
+    assert [(f["kind"], f["rule"]) for f in report_dict(analysis, diagnosis)["findings"]] == named
+    path = tmp_path / "db.sqlite"
+    write_sqlite(str(path), analysis, diagnosis)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT kind, rule FROM findings ORDER BY id").fetchall() == named
+
+
+# --------------------------------------------------------------------------- one match per analysis
+
+
+def test_the_matcher_runs_once_per_analysis_and_never_in_diagnosis(tmp_path, monkeypatch):
+    calls = []
+    phase = ["analyze"]
+
+    def spy(name, real):
+        def called(*args, **kwargs):
+            calls.append((phase[0], name))
+            return real(*args, **kwargs)
+        return called
+
+    match_spy = spy("match", frtrace.matcher.match)
+    monkeypatch.setattr(frtrace.matcher, "match", match_spy)
+    monkeypatch.setattr(frtrace.pipeline, "match", match_spy)  # the pipeline's own name for it
+    monkeypatch.setattr(frtrace.matcher, "build_views", spy("build_views", frtrace.matcher.build_views))
+
+    analysis = analyze([write_job(tmp_path / "dumps", _tp_hang(queued=True))])
+    assert analysis.device is not analysis.matches  # rank 0 queued an op: the device view was matched again
+    phase[0] = "diagnose"
+    diagnosis = diagnose(analysis)
+
+    assert diagnosis.suspect_ranks == (1,)
+    assert calls.count(("analyze", "match")) == 1 and ("analyze", "build_views") in calls
+    assert [c for c in calls if c[0] == "diagnose"] == []
