@@ -149,6 +149,7 @@ class _Progress:
 @click.option("--world-size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE), help="Number of ranks in the job, when the highest ranks left no dump.")
 @click.option("--transform-ft", "--transform_ft", is_flag=True, help="torchft dumps: group ranks in pg_config are local to each replica group.")
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
+@click.option("--all-generations", is_flag=True, help="Read every dump found together, even of several incidents (by default only the newest complete generation).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
 @click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
@@ -156,7 +157,7 @@ class _Progress:
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
-            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, workers, max_file_size,
+            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
@@ -195,7 +196,7 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         analysis = analyze(
             inputs, prefix=prefix, world_size=world_size, workers=workers or (os.cpu_count() or 1),
             max_bytes=max_bytes, progress=progress,
-            ft_group_world_size=group_world_size if transform_ft else None,
+            ft_group_world_size=group_world_size if transform_ft else None, all_generations=all_generations,
         )
     except InputError as exc:
         progress.clear()
@@ -206,6 +207,8 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         # Every file was read but none has a believable rank: as with no readable file.
         where = ", ".join(str(p) for p in inputs)
         _fail(f"no usable dump in {where}: " + "; ".join(str(e) for e in unusable[:3]))
+    for note in analysis.load.notes:
+        _note(note)
     for issue in unusable:
         _note(f"skipped {issue}")
     _note_odd_fields(analysis.load.dumps, verbose)

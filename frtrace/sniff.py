@@ -24,6 +24,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # are these; a dump's first KiB never holds them (its keys are version, pg_config, ...).
 DATABASE_MARKERS = (b"memberships", b"membership_source")
 TIMELINE_MARKER = b'"traceEvents"'
+# Key names a dump (or its first entry, for the oldest producers' bare lists) shows in its
+# first KiB, in a pickle as in JSON. A JSON file or pickle without any is someone else's.
+DUMP_MARKERS = (b"pg_config", b"pg_status", b"comm_lib_version", b"nccl_version", b"xccl_version",
+                b"record_id", b"profiling_name")
 
 
 class FileKind(enum.Enum):
@@ -32,6 +36,7 @@ class FileKind(enum.Enum):
     DATABASE = "an frtrace Database pickle"
     SQLITE = "an SQLite database"
     TIMELINE = "an frtrace timeline"
+    DATA = "pickle or JSON without a dump's keys"  # a broken dump, or someone else's data
     OTHER = "not a Flight Recorder dump"
 
 
@@ -68,12 +73,12 @@ def classify_head(head: bytes) -> FileKind:
         return FileKind.EMPTY
     if head.startswith(SQLITE_MAGIC):
         return FileKind.SQLITE
-    if head[0] == PICKLE_PROTO:
-        return FileKind.DATABASE if all(marker in head[:1024] for marker in DATABASE_MARKERS) else FileKind.DUMP
-    if _JSON_START.match(head):
-        if TIMELINE_MARKER in head[:64]:
-            return FileKind.TIMELINE
-        return FileKind.DUMP
+    if head[0] == PICKLE_PROTO and all(marker in head[:1024] for marker in DATABASE_MARKERS):
+        return FileKind.DATABASE
+    if _JSON_START.match(head) and TIMELINE_MARKER in head[:64]:
+        return FileKind.TIMELINE
+    if head[0] == PICKLE_PROTO or _JSON_START.match(head):
+        return FileKind.DUMP if any(marker in head for marker in DUMP_MARKERS) else FileKind.DATA
     return FileKind.OTHER
 
 

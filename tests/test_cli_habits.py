@@ -1,6 +1,8 @@
 """The CLI's habits around the analysis: outputs checked before any dump is read,
 options never dropped silently, signals, pipes and full disks, and output safety."""
 
+import gzip
+import json
 import os
 import sqlite3
 import subprocess
@@ -275,3 +277,61 @@ def test_concurrent_runs_to_one_path_report_one_success(job, tmp_path):
     codes = sorted(child.wait(timeout=60) for child in runs)
     assert codes == [0, 2, 2, 2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["db.pkl", "dumps"]
+
+
+# --------------------------------------------------------------------------- discovery and generations
+
+
+def _hang_dumps(world: int = 4, culprit: int = 3) -> dict:
+    return {r: dump([entry(s) for s in (1, 2, 3)] + ([] if r == culprit else [entry(4, state="started")]),
+                    ranks=range(world)) for r in range(world)}
+
+
+def _age(paths, seconds: float) -> None:
+    for path in paths:
+        stat = path.stat()
+        os.utime(path, (stat.st_atime, stat.st_mtime - seconds))
+
+
+def test_two_generations_in_one_directory_are_not_mixed(tmp_path):
+    directory = write_job(tmp_path / "d", _hang_dumps())  # yesterday's hang
+    _age(directory.iterdir(), 3600)
+    healthy = {r: dump([entry(s) for s in (1, 2)], ranks=range(4)) for r in range(4)}
+    for rank, data in healthy.items():  # today's run, written next to it as rank_N.1
+        write_json(directory / f"rank_{rank}.1", data)
+    result = run([directory, "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert "found 2 generations of dumps" in result.stderr and "ranks 0-3" in result.stderr
+    skipped = json.loads(result.stdout)["inputs"]["skipped_files"]
+    assert sorted(Path(s["path"]).name for s in skipped) == ["rank_0", "rank_1", "rank_2", "rank_3"]
+    assert all("another generation" in s["reason"] for s in skipped)
+
+
+def test_all_generations_reads_them_together_and_then_a_repeated_rank_is_an_error(tmp_path):
+    directory = write_job(tmp_path / "d", _hang_dumps())
+    _age(directory.iterdir(), 3600)
+    write_json(directory / "rank_0.1", dump([entry(1)]))
+    result = run([directory, "--all-generations"])
+    assert result.exit_code == 2 and "rank 0 has two dump files" in result.stderr
+
+
+def test_an_own_database_left_among_the_dumps_is_not_a_rank(job, tmp_path):
+    elsewhere = tmp_path / "rank_7.pkl"
+    assert run([job, "-o", elsewhere]).exit_code == 0
+    elsewhere.rename(job / "rank_7.pkl")  # moved in later, by hand
+    result = run([job, "--format", "json"])
+    assert result.exit_code == 0, result.stdout
+    inputs = json.loads(result.stdout)["inputs"]
+    assert inputs["ranks_missing"] == [] and inputs["ranks_found"] == [0, 1]
+    assert any("frtrace Database pickle" in s["reason"] for s in inputs["skipped_files"])
+
+
+def test_unrelated_files_with_numbers_are_never_rank_dumps(tmp_path):
+    man = tmp_path / "share" / "man" / "man1"
+    man.mkdir(parents=True)
+    (man / "pg_waldump.1.gz").write_bytes(gzip.compress(b".TH PG_WALDUMP 1\n"))
+    (tmp_path / "llvm-objdump-14").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))
+    (tmp_path / "endpoint-rule-set-1.json").write_text('{"version": "1.0", "parameters": {}}')
+    result = run([tmp_path])
+    assert result.exit_code == 2
+    assert result.stderr == f"frtrace: error: no Flight Recorder dump files found in {tmp_path}\n"
