@@ -7,9 +7,12 @@ input error, 3 inconclusive. Reports go to stdout; notes and errors to stderr.
 
 from __future__ import annotations
 
+import errno
+import functools
 import gc
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -22,12 +25,17 @@ from . import __version__
 from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
 from .loader import InputError
-from .outputs import OutputError, write_output
+from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
+from .outputs import write_output
 from .pipeline import analyze
 from .rawview import render_raw_entries
 from .report import render_json, render_markdown, render_text
+from .util import parse_rank_ranges, ranks_in
 
 EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+# What a shell reports for a process its signal ended: 128 + the signal number. CI must
+# not read Ctrl-C (or a reader that stopped, as `| head` does) as "faults found" (1).
+EXIT_SIGINT, EXIT_SIGPIPE, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGPIPE, 128 + signal.SIGTERM
 EXIT_BY_STATUS = {"healthy": EXIT_HEALTHY, "faults": EXIT_FAULTS, "inconclusive": EXIT_INCONCLUSIVE}
 DUMP_PATH_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 # torchfrtrace takes several values after one flag (`--selected-ranks 0 1 2`).
@@ -45,19 +53,9 @@ Examples:
                                       raw entries of the groups named or described "tp"
 
 \b
-Exit codes: 0 healthy, 1 faults found, 2 usage or input error, 3 inconclusive.
+Exit codes: 0 healthy, 1 faults found, 2 usage or input error, 3 inconclusive,
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
-
-
-def _parse_rank_list(text: str) -> list:
-    ranks = []
-    for part in text.replace(",", " ").split():
-        if "-" in part.strip("-"):
-            low, high = part.split("-", 1)
-            ranks.extend(range(int(low), int(high) + 1))
-        else:
-            ranks.append(int(part))
-    return ranks
 
 
 def _join_multi_values(args: list) -> list:
@@ -69,7 +67,7 @@ def _join_multi_values(args: list) -> list:
             values, i = [], i + 1
             ranks = "rank" in arg
             while i < len(args) and not args[i].startswith("-") and (
-                (ranks and args[i].replace(",", "").replace("-", "").isdigit()) or (not ranks and not os.path.isdir(args[i]))
+                (ranks and args[i].replace(",", "").replace("-", "").isdigit()) or (not ranks and not _looks_like_path(args[i]))
             ):
                 values.append(args[i])
                 i += 1
@@ -78,6 +76,12 @@ def _join_multi_values(args: list) -> list:
         out.append(arg)
         i += 1
     return out
+
+
+def _looks_like_path(arg: str) -> bool:
+    # `--pg-filters tp /typo/dir`: the directory, even one that does not exist, is the
+    # positional argument, not a group name (which would leave the search in `.`).
+    return os.sep in arg or os.path.exists(arg)
 
 
 def _default_dump_dir() -> Path:
@@ -145,6 +149,7 @@ class _Progress:
 @click.option("--world-size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE), help="Number of ranks in the job, when the highest ranks left no dump.")
 @click.option("--transform-ft", "--transform_ft", is_flag=True, help="torchft dumps: group ranks in pg_config are local to each replica group.")
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
+@click.option("--all-generations", is_flag=True, help="Read every dump found together, even of several incidents (by default only the newest complete generation).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
 @click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
@@ -152,7 +157,7 @@ class _Progress:
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
-            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, workers, max_file_size,
+            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
@@ -161,24 +166,37 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     $TORCH_NCCL_DEBUG_INFO_TEMP_FILE) when set, else the current directory.
     """
     started = time.monotonic()
+    if sys.stdout is None:  # started with stdout closed (`frtrace DIR >&-`): say so before the work
+        _fail("standard output is closed: nowhere to write the report")
     inputs = list(dirs) + list(dump_dirs) or [_default_dump_dir()]
+    for item in inputs:
+        if not os.path.lexists(item):
+            raise click.UsageError(f"{item}: no such directory or file")
     try:
-        ranks = _parse_rank_list(selected_ranks) if selected_ranks else None
-    except ValueError:
-        raise click.UsageError(f"--selected-ranks takes rank numbers such as '0 1' or 0-3, not {selected_ranks!r}")
+        rank_ranges = parse_rank_ranges(selected_ranks, MAX_WORLD_SIZE) if selected_ranks is not None else None
+    except ValueError as exc:
+        raise click.UsageError(f"--selected-ranks {exc}")
     try:
         max_bytes = _parse_size(max_file_size)
     except ValueError:
         raise click.UsageError(f"--max-file-size takes a size such as 512M or 4G, not {max_file_size!r}")
     if transform_ft and not group_world_size:
         raise click.UsageError("--transform-ft needs --group-world-size")
-    filters = [f for f in (pg_filters or "").replace(",", " ").split()]
+    filters = _pg_filter_list(pg_filters)
+    explicit_format = click.get_current_context().get_parameter_source("fmt") is not click.core.ParameterSource.DEFAULT
+    _check_option_combinations(just_print, output, timeline, explicit_format, selected_ranks, pg_filters, print_stack)
+    # Every output is checked before any dump is read: a bad -o fails now, not after the load.
+    try:
+        targets = _plan_outputs(output, timeline, force, inputs)
+    except OutputError as exc:
+        _fail(str(exc))
+
     progress = _Progress(sys.stderr.isatty())
     try:
         analysis = analyze(
             inputs, prefix=prefix, world_size=world_size, workers=workers or (os.cpu_count() or 1),
             max_bytes=max_bytes, progress=progress,
-            ft_group_world_size=group_world_size if transform_ft else None,
+            ft_group_world_size=group_world_size if transform_ft else None, all_generations=all_generations,
         )
     except InputError as exc:
         progress.clear()
@@ -189,35 +207,140 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         # Every file was read but none has a believable rank: as with no readable file.
         where = ", ".join(str(p) for p in inputs)
         _fail(f"no usable dump in {where}: " + "; ".join(str(e) for e in unusable[:3]))
+    for note in analysis.load.notes:
+        _note(note)
     for issue in unusable:
-        click.echo(f"frtrace: skipped {issue}", err=True)
+        _note(f"skipped {issue}")
     _note_odd_fields(analysis.load.dumps, verbose)
     if verbose:
         for issue in analysis.load.skipped:
-            click.echo(f"frtrace: ignored {issue}", err=True)
+            _note(f"ignored {issue}")
     load_seconds = time.monotonic() - started
+    job_ranks = analysis.layout.ranks_found + analysis.layout.ranks_missing
+    ranks = _selected_job_ranks(rank_ranges, job_ranks)
 
     if just_print:
-        click.echo(render_raw_entries(analysis.matches, ranks, filters, print_stack))
+        if print_stack and not any(d.has_frames for d in analysis.load.dumps):
+            _note("note: --print-stack-trace: these dumps hold no stack frames (taken with stacks off, or JSON)")
+        _emit(render_raw_entries(analysis.matches, ranks, filters, print_stack) + "\n")
         return _finish(EXIT_HEALTHY, verbose, started, load_seconds)
 
     diagnosis = diagnose(analysis)
-    try:
-        for path in filter(None, (output, timeline)):
-            kind = "timeline" if path is timeline else "database"
-            written = write_output(path, kind, analysis, diagnosis, force=force, ranks=ranks, pg_filters=filters)
-            click.echo(f"frtrace: wrote {written}", err=True)
-    except OutputError as exc:
-        _fail(str(exc))
+    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters)]
     if fmt == "json":
-        click.echo(render_json(analysis, diagnosis), nl=False)
+        _emit(render_json(analysis, diagnosis))
     elif fmt == "markdown":
-        click.echo(render_markdown(analysis, diagnosis, mismatch_cap))
+        _emit(render_markdown(analysis, diagnosis, mismatch_cap) + "\n")
     else:
-        styler = click.style if sys.stdout.isatty() else None
-        click.echo(render_text(analysis, diagnosis, mismatch_cap, styler, verbose), nl=False)
+        _emit(render_text(analysis, diagnosis, mismatch_cap, _styler(), verbose))
+    if failed:
+        # The report is out; the run still failed to do all it was asked.
+        for problem in failed:
+            _note(f"error: {problem}")
+        return _finish(EXIT_INPUT, verbose, started, load_seconds)
     code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diagnosis.status]
     return _finish(code, verbose, started, load_seconds)
+
+
+def _pg_filter_list(pg_filters: Optional[str]) -> list:
+    filters = (pg_filters or "").replace(",", " ").split()
+    for name in filters:
+        if os.sep in name:
+            raise click.UsageError(f"--pg-filters takes group names or descriptions; {name!r} looks like a path "
+                                   "(put the dump directory first, or use -d DIR)")
+    if pg_filters is not None and not filters:
+        raise click.UsageError("--pg-filters needs at least one group name or description")
+    return filters
+
+
+def _check_option_combinations(just_print: bool, output, timeline, explicit_format: bool, selected_ranks, pg_filters,
+                               print_stack: bool) -> None:
+    """Refuse what would be silently dropped; note what only narrows another option."""
+    if just_print:
+        given = [flag for flag, value in (("-o", output), ("--timeline", timeline), ("--format", explicit_format)) if value]
+        if given:
+            raise click.UsageError(f"-j prints the raw entries only; it does not combine with {', '.join(given)} "
+                                   "(run frtrace twice)")
+        return
+    narrowing = [flag for flag, value in (("--selected-ranks", selected_ranks), ("--pg-filters", pg_filters)) if value is not None]
+    if narrowing and not timeline:
+        verb = "narrows" if len(narrowing) == 1 else "narrow"
+        _note(f"note: {' and '.join(narrowing)} only {verb} -j and --timeline; the diagnosis covers every rank and group")
+    if print_stack:
+        _note("note: --print-stack-trace only applies to -j; the report shows call sites when the dumps have stacks")
+
+
+def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list) -> list:
+    targets = [plan_output(path, kind, force=force, input_roots=inputs)
+               for path, kind in ((output, DATABASE), (timeline, TIMELINE)) if path is not None]
+    if len(targets) == 2 and os.path.realpath(targets[0].path) == os.path.realpath(targets[1].path):
+        raise OutputError(f"{output}: -o and --timeline name the same file")
+    return targets
+
+
+def _selected_job_ranks(rank_ranges: Optional[tuple], job_ranks: tuple) -> Optional[list]:
+    if rank_ranges is None:
+        return None
+    ranks = ranks_in(rank_ranges, job_ranks)
+    if not ranks:
+        _note(f"note: --selected-ranks: none of those ranks is in this job (ranks {min(job_ranks)}-{max(job_ranks)})")
+    return ranks
+
+
+# What -o's extension made of the Database: torchfrtrace users expect a pickle whatever the name.
+WRITTEN_AS = {"pickle": "pickle of (types, db)", "SQLite": "SQLite database; -o NAME.pkl writes a pickle"}
+
+
+def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list) -> list:
+    """Write each output; the OutputErrors of those that failed (the report still follows)."""
+    failed = []
+    for target in targets:
+        what = WRITTEN_AS.get(target.format, target.format)
+        if sys.stderr.isatty():  # a database of thousands of ranks takes a while
+            _note(f"writing {target.path} ({what}) ...")
+        try:
+            write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters)
+        except OutputError as exc:
+            failed.append(exc)
+            continue
+        _note(f"wrote {target.path} ({what})")
+    return failed
+
+
+def _styler():
+    # https://no-color.org: any non-empty NO_COLOR turns colour off.
+    return click.style if sys.stdout.isatty() and not os.environ.get("NO_COLOR") else None
+
+
+def _emit(text: str) -> None:
+    """Write the report to stdout; a reader that stopped or a full disk ends the run clearly."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): end quietly with the code a shell gives a
+        # tool that SIGPIPE ended, and let nothing try to flush into the pipe again.
+        _silence_stdout()
+        sys.exit(EXIT_SIGPIPE)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            _fail("no space left on device writing standard output")
+        _fail(f"cannot write standard output ({exc.strerror or exc})")
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test runner's buffer)
+        pass
+
+
+def _note(message: str) -> None:
+    try:
+        click.echo(f"frtrace: {message}", err=True)
+    except (OSError, ValueError):  # stderr closed or its reader gone: nowhere left to say it
+        pass
 
 
 # Without -v, a job whose every dump has the same odd field gets a few lines, not thousands.
@@ -229,21 +352,21 @@ def _note_odd_fields(dumps: list, verbose: bool) -> None:
     odd = [dump for dump in dumps if dump.warnings]
     shown = odd if verbose else odd[:ODD_FIELD_NOTES]
     for dump in shown:
-        click.echo(f"frtrace: odd fields in {dump.path}: {'; '.join(dump.warnings)}", err=True)
+        _note(f"odd fields in {dump.path}: {'; '.join(dump.warnings)}")
     if len(odd) > len(shown):
-        click.echo(f"frtrace: ... and {len(odd) - len(shown)} more dumps with odd fields (-v lists them all; "
-                   "also in inputs.warnings of --format json)", err=True)
+        _note(f"... and {len(odd) - len(shown)} more dumps with odd fields (-v lists them all; "
+              "also in inputs.warnings of --format json)")
 
 
 def _fail(message: str):
-    click.echo(f"frtrace: error: {message}", err=True)
+    _note(f"error: {message}")
     sys.exit(EXIT_INPUT)
 
 
 def _finish(code: int, verbose: bool, started: float, load_seconds: float):
     if verbose:
         total = time.monotonic() - started
-        click.echo(f"frtrace: {total:.2f}s total ({load_seconds:.2f}s loading and matching)", err=True)
+        _note(f"{total:.2f}s total ({load_seconds:.2f}s loading and matching)")
     sys.exit(code)
 
 
@@ -255,8 +378,14 @@ def main(argv: Optional[list] = None) -> None:
     # the cyclic collector would rescan them all, again and again, for nothing (a third of
     # the run time at 512 ranks). Reference counting still frees everything.
     gc.disable()
+    _handle_stop_signals()
     try:
         frtrace.main(args=args, prog_name="frtrace", standalone_mode=True)
+    except (Interrupted, KeyboardInterrupt) as stop:
+        # Temporary output files are gone by now: the signal unwound through their cleanup.
+        code = stop.code if isinstance(stop, Interrupted) else EXIT_SIGINT
+        _note("interrupted" if code == EXIT_SIGINT else "terminated")
+        _exit_now(code)
     except SystemExit as done:
         # Exit from in here: leaving this block drops the exception's traceback, whose
         # frames hold the whole analysis, and freeing that takes seconds (12 s after a
@@ -266,9 +395,32 @@ def main(argv: Optional[list] = None) -> None:
         if "--debug" in args:
             traceback.print_exc()
         else:
-            click.echo(f"frtrace: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+            _note(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)")
         _exit_now(EXIT_INPUT)
     _exit_now(EXIT_HEALTHY)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived. A BaseException, so that click does not turn it into
+    "Aborted!" and exit 1, and every `finally` on the way out (temporary files) runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.code = 128 + signum
+
+
+def _on_stop_signal(main_pid: int, signum: int, frame) -> None:
+    if os.getpid() != main_pid:
+        # A forked loader worker (Ctrl-C reaches the whole process group): the main
+        # process does the reporting; a worker just ends, without a traceback.
+        os._exit(128 + signum)
+    raise Interrupted(signum)
+
+
+def _handle_stop_signals() -> None:
+    handler = functools.partial(_on_stop_signal, os.getpid())
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handler)
 
 
 def _exit_now(code) -> None:
@@ -279,7 +431,8 @@ def _exit_now(code) -> None:
         code = 1
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None when the process started with it closed
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe (`frtrace ... | head`) or stream
             pass
     os._exit(code or 0)

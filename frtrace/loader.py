@@ -19,12 +19,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from .batches import settle_batches
 from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
+from .generations import DumpFile, SameRankTwice, choose_generation, describe, require_one_file_per_rank
 from .safe_decode import DecodeError, decode_dump_bytes
+from .sniff import OWN_OUTPUTS, FileKind, classify_file
 from .util import cyclic_gc_paused
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
@@ -46,10 +48,11 @@ class InputError(Exception):
 
 
 class _Candidate:
-    __slots__ = ("path", "prefix", "rank")
+    __slots__ = ("path", "prefix", "rank", "tag")
 
-    def __init__(self, path: Path, prefix: str, rank: int):
-        self.path, self.prefix, self.rank = path, prefix, rank
+    def __init__(self, path: Path, prefix: str, rank: int, tag: str = ""):
+        # tag: what marks another generation of the same rank (`.1` in `rank_3.1`)
+        self.path, self.prefix, self.rank, self.tag = path, prefix, rank, tag
 
 
 def _strip_suffixes(name: str) -> str:
@@ -100,21 +103,84 @@ def _expand_inputs(inputs: Sequence[Path], issues: list) -> list:
     return files
 
 
-def _pick_family(candidates: list) -> str:
-    counts = Counter(_naming_family(c.prefix) for c in candidates)
+# How torch's own default and documented dump names end, before the rank.
+TORCH_DUMP_PREFIXES = ("rank_", "_dump_", "trace_")
+# A family is confirmed as dumps by the content of one of its first few files: enough to
+# tell man pages (`pg_waldump.1.gz`) from dumps, cheap in a directory of 16,384 dumps.
+SNIFF_PER_FAMILY = 8
+# Name endings frtrace's own outputs can have that also pass for dump suffixes.
+_OUTPUT_LIKE_SUFFIXES = (".pkl", ".pickle", ".json", ".gz")
+_GENERATION_TAG = re.compile(r"^(?P<prefix>.*\D)(?P<rank>\d+)(?P<tag>\.)$")
 
+
+def _family_score(counts: Counter):
     def score(family: str) -> tuple:
         hinted = any(hint in family.lower() for hint in DUMP_NAME_HINTS)
         return (hinted, counts[family], family)
 
-    return max(counts, key=score)
+    return score
 
 
-def find_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None) -> tuple:
-    """Return `(files, skipped, prefix_used)`: files is a sorted list of (rank, path).
+def _pick_family(candidates: list) -> Optional[str]:
+    """The naming family of the dumps: the best-scoring one whose content says dump;
+    failing that (every file broken), the best whose name says dump. None for neither."""
+    by_family: dict = {}
+    for cand in candidates:
+        by_family.setdefault(_naming_family(cand.prefix), []).append(cand)
+    ranked = sorted(by_family, key=_family_score(Counter({f: len(c) for f, c in by_family.items()})), reverse=True)
+    kinds = {family: {classify_file(c.path) for c in by_family[family][:SNIFF_PER_FAMILY]} for family in ranked}
+    for family in ranked:
+        if FileKind.DUMP in kinds[family]:
+            return family
+    # Every dump broken (the user wants to hear which, and why): named the way torch names
+    # dumps, or like dumps and pickle, JSON or empty; not binaries or man pages whose
+    # names merely hold a word (`llvm-objdump-14`, `pg_waldump.1.gz`).
+    for family in ranked:
+        hinted = any(hint in family.lower() for hint in DUMP_NAME_HINTS)
+        if family.lower().endswith(TORCH_DUMP_PREFIXES) or (
+                hinted and not family.endswith(".") and kinds[family] & {FileKind.DATA, FileKind.EMPTY}):
+            return family
+    return None
 
-    Without `prefix`, the naming family most files share wins (digits inside host
-    names are treated alike); other files are skipped with a reason.
+
+def _is_own_output(cand: _Candidate, skipped: list) -> bool:
+    """frtrace's Database, SQLite or timeline file left among the dumps (by its content)."""
+    if not cand.path.name.lower().endswith(_OUTPUT_LIKE_SUFFIXES):
+        return False
+    kind = classify_file(cand.path)
+    if kind in OWN_OUTPUTS:
+        skipped.append(LoadIssue(str(cand.path), f"{kind.value} (an output of frtrace), not a dump"))
+        return True
+    return False
+
+
+def _with_generation_tags(candidates: list) -> list:
+    """`rank_3.1` next to `rank_3`: rank 3 of another generation, not rank 1 of `rank_3.`.
+    Only when the plain family exists, so `job3.0, job3.1, ...` keep their ranks."""
+    plain = {_naming_family(c.prefix) for c in candidates}
+    tagged = []
+    for cand in candidates:
+        match = _GENERATION_TAG.match(cand.prefix)
+        if match and _naming_family(match["prefix"]) in plain:
+            cand = _Candidate(cand.path, match["prefix"], int(match["rank"]), f".{cand.rank}")
+        tagged.append(cand)
+    return tagged
+
+
+class Discovery(NamedTuple):
+    files: list  # [(rank, path)] sorted by rank
+    skipped: list  # LoadIssue for each file not taken
+    prefix: str  # the naming family, digits shown as N
+    notes: list  # one line each for the user: several generations found, which one is read
+
+
+def discover_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None, all_generations: bool = False) -> Discovery:
+    """The dump files under `inputs`, one per rank, of the newest complete generation
+    (see generations.py) unless `all_generations`.
+
+    Without `prefix`, the naming family most files share (digits inside host names are
+    treated alike) and whose content is a dump wins; other files are skipped with a
+    reason, and so are frtrace's own outputs.
     """
     skipped: list = []
     candidates = []
@@ -125,22 +191,60 @@ def find_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None) -> tup
             skipped.append(LoadIssue(str(path), reason))
         else:
             candidates.append(_Candidate(path, parsed[0], parsed[1]))
-    if not candidates:
-        return [], skipped, prefix or ""
-    family = _naming_family(prefix) if prefix is not None else _pick_family(candidates)
-    by_rank: dict = {}
+    candidates = _with_generation_tags([c for c in candidates if not _is_own_output(c, skipped)])
+    family = _naming_family(prefix) if prefix is not None else _pick_family(candidates) if candidates else None
+    if family is None:
+        skipped.extend(LoadIssue(str(c.path), "not a Flight Recorder dump") for c in candidates)
+        return Discovery([], skipped, prefix or "", [])
+    chosen = []
     for cand in candidates:
         if prefix is None and _naming_family(cand.prefix) != family:
             skipped.append(LoadIssue(str(cand.path), f"name does not follow the dump naming {family.replace('#', 'N')}<rank>"))
-            continue
-        if cand.rank in by_rank:
-            other = by_rank[cand.rank]
-            raise InputError(
-                f"rank {cand.rank} has two dump files: {other} and {cand.path} "
-                "(pass one directory, or choose with --prefix)"
-            )
-        by_rank[cand.rank] = cand.path
-    return sorted(by_rank.items()), skipped, family.replace("#", "N")
+        else:
+            chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))
+    files, notes = _one_generation(_times_known(chosen), skipped, all_generations)
+    return Discovery(sorted(files), skipped, family.replace("#", "N"), notes)
+
+
+def _mtime(path: Path) -> Optional[float]:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None  # reading it says why
+    # A device or FIFO named like a dump carries no dump's time (and is refused when read).
+    return info.st_mtime if stat.S_ISREG(info.st_mode) else None
+
+
+def _times_known(files: list) -> list:
+    """Files whose time says nothing go with the newest: never a generation of their own."""
+    newest = max((f.mtime for f in files if f.mtime is not None), default=0.0)
+    return [f if f.mtime is not None else f._replace(mtime=newest) for f in files]
+
+
+def _one_generation(files: list, skipped: list, all_generations: bool) -> tuple:
+    """`([(rank, path)], notes)` of the generation to analyse; the others join `skipped`."""
+    try:
+        if all_generations:
+            require_one_file_per_rank(files)
+            return [(f.rank, f.path) for f in files], []
+        choice = choose_generation(files)
+    except SameRankTwice as exc:
+        raise InputError(f"{exc} (pass one directory, or choose with --prefix)") from None
+    if choice is None:
+        return [], []
+    newest = choice.chosen.newest
+    for f in choice.left_out:
+        minutes = abs(newest - f.mtime) / 60
+        skipped.append(LoadIssue(str(f.path), f"another generation of dumps (written {minutes:.0f} min "
+                                 f"{'before' if f.mtime <= newest else 'after'} the analysed ones): not mixed with them"))
+    notes = [describe(choice)] if choice.others else []
+    return [(f.rank, f.path) for f in choice.chosen.files], notes
+
+
+def find_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None) -> tuple:
+    """`(files, skipped, prefix_used)` of `discover_dump_files`: files is a sorted list of (rank, path)."""
+    found = discover_dump_files(inputs, prefix)
+    return found.files, found.skipped, found.prefix
 
 
 # --------------------------------------------------------------------------- normalising
@@ -744,11 +848,14 @@ def load_dumps(
     selected_ranks: Optional[Iterable[int]] = None,
     progress: Optional[Callable[[int, int], None]] = None,
     on_dump: Optional[Callable[[RankDump], None]] = None,
+    all_generations: bool = False,
 ) -> LoadResult:
-    """Find and load every dump under `inputs` (directories or files). `on_dump` is called
-    in this process with each dump as it arrives: work done there overlaps the workers'."""
+    """Find and load every dump under `inputs` (directories or files): of the newest
+    complete generation only, unless `all_generations` (see discover_dump_files).
+    `on_dump` is called in this process with each dump as it arrives: work done there
+    overlaps the workers'."""
     paths = [Path(p) for p in inputs]
-    files, skipped, family = find_dump_files(paths, prefix)
+    files, skipped, family, notes = discover_dump_files(paths, prefix, all_generations)
     if selected_ranks is not None:
         wanted = set(selected_ranks)
         files = [(rank, path) for rank, path in files if rank in wanted]
@@ -759,7 +866,7 @@ def load_dumps(
     for result in results:
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(job[0] for job, result in zip(jobs, results) if not isinstance(result, RankDump)))
-    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed)
+    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed, notes=notes)
 
 
 def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:

@@ -246,3 +246,5 @@ class LoadResult:
     prefix: str = ""
     # ranks whose file was found but unusable; they count as missing dumps
     failed_ranks: tuple = ()
+    # for the user, one line each: several generations of dumps found, and which one was read
+    notes: list = field(default_factory=list)

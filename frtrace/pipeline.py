@@ -44,16 +44,18 @@ def analyze(
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     progress: Optional[Callable[[int, int], None]] = None,
     ft_group_world_size: Optional[int] = None,
+    all_generations: bool = False,
 ) -> Analysis:
     """Load, build and match. Raises InputError when nothing usable was found.
 
     `ft_group_world_size` handles torchft dumps, whose pg_config ranks are local to
-    each replica group of that many ranks.
+    each replica group of that many ranks. `all_generations` reads every generation of
+    dumps found together (see loader.discover_dump_files).
     """
     # Each dump is dealt into its groups as it arrives, while the workers decode the next.
     dealt: dict = {}
     loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress,
-                        on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)))
+                        on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)), all_generations=all_generations)
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     if not loaded.dumps:

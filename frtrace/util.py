@@ -1,5 +1,5 @@
-"""Small helpers shared by the stages: rank-range folding, sizes in words, and a
-pause of the cyclic garbage collector."""
+"""Small helpers shared by the stages: rank-range folding and parsing, sizes in words,
+and a pause of the cyclic garbage collector."""
 
 from __future__ import annotations
 
@@ -40,3 +40,29 @@ def cyclic_gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def parse_rank_ranges(text: str, limit: int) -> tuple:
+    """`(range(0, 2), range(8, 9))` for `'0 1,8'` or `'0-1 8'`: ranges, never expanded, so
+    `0-100000000` costs nothing. ValueError (with a message for the user) for anything
+    that is not rank numbers below `limit`."""
+    ranges = []
+    for part in text.replace(",", " ").split():
+        low_text, dash, high_text = part.partition("-")
+        if not low_text.isdigit() or (dash and not high_text.isdigit()):
+            raise ValueError(f"takes rank numbers such as '0 1' or 0-3, not {part!r}")
+        low, high = int(low_text), int(high_text) if dash else int(low_text)
+        if low > high:
+            raise ValueError(f"range {part!r} runs backwards")
+        if high >= limit:
+            raise ValueError(f"rank {high} is beyond any job (ranks go up to {limit - 1})")
+        ranges.append(range(low, high + 1))
+    if not ranges:
+        raise ValueError("needs at least one rank number")
+    return tuple(ranges)
+
+
+def ranks_in(ranges: Iterable[range], ranks: Iterable[int]) -> list:
+    """The sorted `ranks` that fall in any of `ranges`."""
+    ranges = tuple(ranges)
+    return sorted(rank for rank in set(ranks) if any(rank in span for span in ranges))
