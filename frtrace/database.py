@@ -41,6 +41,7 @@ class _TracebackTable:
 
 def _describe_disagreement(match: CollectiveMatch) -> str:
     dis = match.disagreement
+    assert dis is not None
     parts = []
     for ranks, _sig in dis.classes:
         entry = match.calls[ranks[0]][0]
@@ -103,7 +104,8 @@ def _p2p_rows(p2p: P2PMatch, collective_id: int, views) -> tuple:
 
 def build_database(result: MatchResult) -> Database:
     tracebacks = _TracebackTable()
-    collectives, calls = [], []
+    collectives: list[Collective] = []
+    calls: list[NCCLCall] = []
     for match in result.collectives:
         cid = len(collectives)
         entry = _majority_entry(match.calls)

@@ -215,7 +215,7 @@ def deal(dump: RankDump) -> dict:
     names = list(dict.fromkeys(pg_names))
     # Bucket 2k holds the collectives of the k-th name, 2k+1 its P2P ops.
     first_bucket = {name: 2 * k for k, name in enumerate(names)}
-    buckets = [[] for _ in range(2 * len(names))]
+    buckets: list[list[Entry]] = [[] for _ in range(2 * len(names))]
     keys = map(operator.add, map(first_bucket.__getitem__, pg_names), map(_IS_P2P, entries))
     deque(map(list.append, map(buckets.__getitem__, keys), entries), maxlen=0)
     dealt = {}
@@ -310,15 +310,15 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
         return
     common = ids.most_common(1)[0][0]
     for rank in members:
-        stream, dump = streams.get(rank), dumps.get(rank)
-        if stream is None or dump is None or not dump.pg_status:
+        member, dump = streams.get(rank), dumps.get(rank)
+        if member is None or dump is None or not dump.pg_status:
             continue
-        first = _first_entry(stream)
+        first = _first_entry(member)
         status = dump.pg_status.get(first.pg_id if first is not None else common)
-        if status is None or (has_p2p and not _newest_is_collective(stream)):
+        if status is None or (has_p2p and not _newest_is_collective(member)):
             continue
-        stream.enqueued = status.last_enqueued  # -1: it enqueued none
-        stream.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
+        member.enqueued = status.last_enqueued  # -1: it enqueued none
+        member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
 
 
 def _first_entry(stream: RankStream) -> Optional[Entry]:
@@ -376,10 +376,10 @@ def batch_signature(entries: tuple, cache: Optional[dict] = None) -> Optional[tu
         signature = tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
         return None if None in signature else signature
     key = tuple([id(part) for entry in entries for part in (entry.name, entry.shapes)])
-    signature = cache.get(key, _UNSEEN)
-    if signature is _UNSEEN:
-        signature = cache[key] = _shared(cache, batch_signature(entries))
-    return signature
+    cached = cache.get(key, _UNSEEN)
+    if cached is _UNSEEN:
+        cached = cache[key] = _shared(cache, batch_signature(entries))
+    return cached
 
 
 def _shared(cache: dict, signature: Optional[tuple]) -> Optional[tuple]:
@@ -585,7 +585,7 @@ def _deal_p2p(view: GroupView) -> tuple:
 def _match_p2p(view: GroupView) -> list:
     sends, recvs, any_source = _deal_p2p(view)
     group_id = view.group.id
-    matches = []
+    matches: list[P2PMatch] = []
     no_batches: frozenset[int] = frozenset()
     for src, dst in sorted(set(sends) | set(recvs)):
         plain_sends, batched_sends = _by_batching(

@@ -54,7 +54,7 @@ class Entry(NamedTuple):
     Strings, shapes and tracebacks are interned, so equal values share one object.
     """
 
-    index: int  # position in the rank's file, oldest first
+    index: int  # type: ignore[assignment]  # position in the rank's file, oldest first (shadows tuple.index)
     record_id: int
     pg_name: str
     pg_desc: str

@@ -8,7 +8,7 @@ took part in everything, which clears them).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from ..matcher import CollectiveMatch, GroupView
 from ..wording import call_site, group_text, ranks_text
@@ -94,7 +94,7 @@ def waited_on_without_dump(view: GroupView, frontier: CollectiveMatch, reliable:
     else:
         message = (f"{ranks_text(no_dump)} left no usable dump; {ranks_text(issued)} last issued "
                    f"{entry.op} #{frontier.seq} of {group}, which cannot finish without {them}")
-    evidence = {"no_dump_ranks": list(no_dump), "issued_ranks": list(issued), "completed_ranks": list(completed)}
+    evidence: dict[str, Any] = {"no_dump_ranks": list(no_dump), "issued_ranks": list(issued), "completed_ranks": list(completed)}
     site = call_site(entry)
     if site:
         evidence["peer_call_site"] = site

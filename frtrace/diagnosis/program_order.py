@@ -163,10 +163,11 @@ class ProgramOrder:
         return self.token(rank, position) if position is not None else None
 
     def window(self, rank: int, position: int) -> tuple:
-        tokens = []
-        while position is not None and len(tokens) < LIKENESS_WINDOW:
-            tokens.append(self.token(rank, position))
-            position = self.previous(rank, position)
+        tokens: list[Optional[tuple]] = []
+        at: Optional[int] = position
+        while at is not None and len(tokens) < LIKENESS_WINDOW:
+            tokens.append(self.token(rank, at))
+            at = self.previous(rank, at)
         return tuple(tokens)
 
     def find(self, rank: int, token: tuple) -> Optional[int]:
@@ -202,7 +203,7 @@ class ProgramOrder:
         for rank, entry in witnesses[:MAX_WITNESSES]:
             position = self.position(rank, entry)
             before = self.previous(rank, position) if position is not None else None
-            if before is None:
+            if position is None or before is None:
                 continue  # the first op kept in its buffer: nothing tells where it stands
             token = self.token(rank, before)
             if token not in reached:
@@ -242,10 +243,11 @@ class ProgramOrder:
             # that fits one place where it stands before the op has skipped nothing.
             tokens = [self.token(rank, position) if position is not None else None for _, position in mine]
             if mine and all(token is not None and token != op_token for token in tokens):
-                choices[rank] = [(place, position, token) for (place, position), token in zip(mine, tokens)]
+                choices[rank] = [(place, position, token) for (place, position), token in zip(mine, tokens)
+                                 if token is not None]
         # How many absent ranks made each choice at each place: a choice most like
         # ranks made is the program, not a deviation.
-        same_choice = defaultdict(int)
+        same_choice: dict[tuple[int, Optional[tuple]], int] = defaultdict(int)
         for options in choices.values():
             for place, _, token in options:
                 same_choice[(id(place), token)] += 1
@@ -284,7 +286,7 @@ class ProgramOrder:
     def _shapes(self, rank: int, start: Optional[int], stop: int, limit: int) -> tuple:
         """(shapes of the rank's ops from `start` up to `stop`, at most `limit` of them;
         whether that reached `stop`)."""
-        shapes = []
+        shapes: list[tuple] = []
         while start is not None and start < stop and len(shapes) < limit:
             token = self.token(rank, start)
             if token is None:
@@ -322,13 +324,15 @@ class ProgramOrder:
                 return self._went_past(rank, self._nth_following(rank, start, len(before)), 0, True)
         return None
 
-    def neighbours_say_skipped(self, rank: int, channel: list, op_shape: tuple) -> Optional[WentPast]:
+    def neighbours_say_skipped(self, rank: int, channel: list, op_shape: Optional[tuple]) -> Optional[WentPast]:
         """A rank's own past, op by op, where its steps differ too much for
         `past_says_skipped` to find a whole stretch repeated: if an op of one shape B
         always came right before the ops shaped like the missing one (`op_shape`; at
         least two of them), and every B it issued until now was followed by one, a B
         followed by an op that in its past came right after the missing op says it
         skipped the op this time. Its last HISTORY_TRIES such ops are read."""
+        if op_shape is None:
+            return None
         ops = [p for p in channel if _shape(self.token(rank, p) or ()) == op_shape][-HISTORY_TRIES:]
         if len(ops) < 2:
             return None
@@ -383,18 +387,21 @@ class ProgramOrder:
         return _shape(token) if token is not None else None
 
     def _nth_following(self, rank: int, position: int, n: int) -> int:
+        at: Optional[int] = position
         for _ in range(n):
-            position = self.following(rank, position)
-        return position
+            assert at is not None  # the caller counted these ops
+            at = self.following(rank, at)
+        assert at is not None
+        return at
 
 
 def _collective_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
     """(token, [(rank, entry)]) of the op a collective finding is about, as issued by
     the ranks waiting in it and by the members of its sibling groups."""
     gid, seq = finding.group_id, finding.collective_seq_id
-    match = order.collectives.get((gid, seq))
+    match = order.collectives.get((gid, seq)) if gid is not None and seq is not None else None
     issuer = next((r for r in finding.waiting_ranks if match and r in match.calls), None)
-    if issuer is None:
+    if issuer is None or match is None or gid is None or seq is None:
         return None, []
     op_token = order.token_of(issuer, match.calls[issuer][0])
     if op_token is None:
@@ -422,8 +429,9 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
         return None, []
     ranks = view.group.ranks
     local_holder, local_absent = ranks.index(ends.posted_by), ranks.index(ends.missing_on)
-    witnesses, tokens = [], defaultdict(int)
-    siblings = (g for g in order.members[order.family[finding.group_id]] if g != finding.group_id)
+    witnesses: list[tuple[int, Entry]] = []
+    tokens: dict[tuple, int] = defaultdict(int)
+    siblings = (g for g in order.members[order.family[view.group.id]] if g != view.group.id)
     # Bounded like the witnesses: one finding per pipeline channel must not visit every
     # sibling channel of a large job (that is quadratic in ranks).
     for sibling in islice(siblings, MAX_WITNESSES):
@@ -441,7 +449,7 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
 def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
     """Positions of the rank's earlier ops on the finding's channel, oldest first: its
     collectives of the group before the op, or its P2P ops like the one never posted."""
-    view = order.views.get(finding.group_id)
+    view = order.views.get(finding.group_id) if finding.group_id is not None else None
     stream = view.streams.get(rank) if view else None
     if stream is None:
         return []
@@ -509,7 +517,7 @@ def _p2p_channel(entry: Entry) -> tuple:
 
 
 def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:
-    view = order.views.get(finding.group_id)
+    view = order.views.get(finding.group_id) if finding.group_id is not None else None
     stream = view.streams.get(rank) if view else None
     return order.turns_say_skipped(rank, stream.p2p, _unposted_channel(finding)) if stream else None
 
@@ -518,6 +526,7 @@ def _unposted_channel(finding: Finding) -> tuple:
     """The channel (op, group-local src, dst) of the send or recv a P2P finding says was
     never posted: the other end of its anchor."""
     anchor = finding.anchor
+    assert anchor is not None  # P2P findings hold the op that was posted
     return "recv" if anchor.op == "send" else "send", anchor.name.local_src, anchor.name.local_dst
 
 
