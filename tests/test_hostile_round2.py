@@ -1,0 +1,106 @@
+"""Hardening, round 2 (issue 16): small hostile files next to a healthy job.
+
+Each input is crafted here, opcode by opcode or dict by dict. The contract: the bad
+file is named in one line, the rest of the job is still analysed, the exit code says
+so, and work stays linear in the file. Sizes are chosen so that the quadratic code
+these tests replaced would take minutes, while the linear code takes well under a
+second; no test times anything.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+
+from frtrace.matcher import deal
+from frtrace.loader import parse_profiling_name
+from frtrace.model import Entry, RankDump, Shapes
+from frtrace.timeline import _assign_lanes, _Slice
+
+from helpers import assert_no_traceback, dump, entry, healthy_dumps, run_cli, stderr_lines, write_job
+
+# --------------------------------------------------------------------------- helpers
+
+
+def healthy_pair(directory):
+    """A healthy 2-rank job; tests add their hostile file as rank 2."""
+    return write_job(directory, healthy_dumps(2))
+
+
+def json_report(args) -> tuple:
+    result = run_cli([*args, "--format", "json", "--workers", "1"])
+    assert_no_traceback(result)
+    return result, json.loads(result.stdout) if result.stdout else None
+
+
+# --------------------------------------------------------------------------- quadratic paths
+
+
+def _one_entry_dump(count: int, seq: int = 1) -> RankDump:
+    """`count` entries of one rank, all under collective_seq_id `seq`."""
+    template = Entry(0, 0, "0", "default_pg", 0, seq, 0, 0, parse_profiling_name("nccl:all_reduce"), Shapes((), (), (), ()),
+                     "completed", True, 0, None, None, None, None, ())
+    entries = tuple(template._replace(index=i, record_id=i, op_id=i) for i in range(count))
+    return RankDump(0, "rank_0", "pickle", "2.10", "", (), {}, entries, True)
+
+
+def test_many_entries_under_one_sequence_number_are_dealt_in_linear_time():
+    # 300,000 entries in one batch: growing the batch tuple per entry copies 4.5e10 pointers.
+    dealt = deal(_one_entry_dump(300_000))
+    (batch,) = dealt["0"].by_sequence.values()
+    assert len(batch) == 300_000 and batch[0].index == 0 and batch[-1].index == 299_999
+
+
+def test_a_rank_with_one_sequence_number_for_every_entry_is_analysed(tmp_path):
+    directory = healthy_pair(tmp_path / "job")
+    entries = [entry(1, record_id=i, frames=[]) for i in range(20_000)]
+    write_job(directory, {2: dump(entries, ranks=range(2))})
+    result, report = json_report([directory])
+    assert result.exit_code in (1, 3), result.output
+    assert report["inputs"]["ranks_found"] == [0, 1, 2]
+
+
+def _first_fit(slices: list) -> list:
+    """The lane rule spelled out: the first lane whose last slice has ended."""
+    ends: dict = defaultdict(list)
+    lanes = []
+    for s in slices:
+        group = ends[s.group_id]
+        lane = next((n for n, end in enumerate(group) if end <= s.start), len(group))
+        group[lane:lane + 1] = [s.end]
+        lanes.append(lane)
+    return lanes
+
+
+def test_lanes_are_the_first_free_lane_as_before():
+    rng = random.Random(16)
+    for _ in range(200):
+        slices = []
+        for _ in range(rng.randrange(1, 40)):
+            start = rng.randrange(0, 100)
+            slices.append(_Slice(start, start + rng.randrange(1, 30), None, rng.randrange(3), ""))
+        slices.sort(key=lambda s: (s.start, s.end))
+        assert _assign_lanes(slices) == _first_fit(slices)
+
+
+def test_ops_that_never_completed_get_lanes_in_linear_time():
+    # 100,000 ops open until the dump time: trying every open lane per op is 5e9 steps.
+    count = 100_000
+    slices = [_Slice(i, count + 10, None, 0, "") for i in range(count)]
+    slices.append(_Slice(count + 10, count + 20, None, 0, ""))  # after all of them: lane 0 again
+    lanes = _assign_lanes(slices)
+    assert lanes[:count] == list(range(count)) and lanes[-1] == 0
+
+
+def test_a_timeline_of_many_never_completed_ops_is_written(tmp_path):
+    directory = healthy_pair(tmp_path / "job")
+    entries = [entry(i + 1, state="scheduled", retired=False, frames=[]) for i in range(3_000)]
+    write_job(directory, {2: dump(entries, ranks=range(3))})
+    trace = tmp_path / "trace.json"
+    result = run_cli([directory, "--workers", "1", "--timeline", trace])
+    assert_no_traceback(result)
+    assert result.exit_code in (1, 3)
+    tracks = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
+              if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 3}
+    assert len(tracks) >= 2_999  # a lane per op still open when the next starts (the newest starts at the dump time)
