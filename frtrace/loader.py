@@ -753,7 +753,8 @@ def load_dumps(
     for result in results:
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(job[0] for job, result in zip(jobs, results) if not isinstance(result, RankDump)))
-    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed)
+    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed,
+                      inputs=tuple(str(p) for p in paths))
 
 
 def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:

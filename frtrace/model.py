@@ -246,3 +246,5 @@ class LoadResult:
     prefix: str = ""
     # ranks whose file was found but unusable; they count as missing dumps
     failed_ranks: tuple = ()
+    # the directories and files the dumps were looked for in, as given
+    inputs: tuple = ()

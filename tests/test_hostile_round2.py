@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 from collections import defaultdict
 
 from frtrace.matcher import deal
@@ -104,3 +105,75 @@ def test_a_timeline_of_many_never_completed_ops_is_written(tmp_path):
     tracks = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]
               if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 3}
     assert len(tracks) >= 2_999  # a lane per op still open when the next starts (the newest starts at the dump time)
+
+
+# --------------------------------------------------------------------------- SQLite export
+
+BIG_INTEGERS = [2**63 - 1, 2**63, 2**64 - 1, -(2**63) - 1, -(2**64) + 1]
+
+
+def _job_with_big_integers(directory):
+    """Healthy 2-rank job whose ids, timestamps and line numbers sit at the edges of 64 bits."""
+    dumps = healthy_dumps(2)
+    for data in dumps.values():
+        for number, record in enumerate(data["entries"]):
+            big = BIG_INTEGERS[number % len(BIG_INTEGERS)]
+            record.update(record_id=big + number if big < 0 else big - number, time_created_ns=big, timeout_ms=big,
+                          time_discovered_completed_ns=BIG_INTEGERS[2])
+            record["frames"] = [dict(frame, line=big) for frame in record["frames"]]
+    return write_job(directory, dumps)
+
+
+def test_integers_beyond_64_bits_are_exported_losslessly(tmp_path):
+    directory = _job_with_big_integers(tmp_path / "job")
+    out = tmp_path / "db.sqlite"
+    result = run_cli([directory, "--workers", "1", "-o", out])
+    assert_no_traceback(result)
+    assert result.exit_code in (0, 1, 3), result.output
+    with sqlite3.connect(out) as conn:
+        stored = conn.execute("SELECT CAST(time_created_ns AS TEXT), typeof(time_created_ns), CAST(timeout_ms AS TEXT), "
+                              "CAST(time_completed_ns AS TEXT) FROM ncclcalls").fetchall()
+        lines = {row[0] for row in conn.execute("SELECT CAST(line AS TEXT) FROM frames")}
+    assert {int(created) for created, _, _, _ in stored} == set(BIG_INTEGERS[:3])
+    assert all(created == timeout for created, _, timeout, _ in stored)
+    assert {completed for *_, completed in stored} == {str(2**64 - 1)}
+    # In range stays an INTEGER; beyond it, the digits as a BLOB (TEXT would become a lossy REAL).
+    assert {(int(created), kind) for created, kind, _, _ in stored} == {
+        (2**63 - 1, "integer"), (2**63, "blob"), (2**64 - 1, "blob")}
+    assert {int(line) for line in lines} <= set(BIG_INTEGERS) and str(2**64 - 1) in lines
+
+
+def _sqlite_rows(path) -> tuple:
+    with sqlite3.connect(path) as conn:
+        rows = list(conn.iterdump())
+        root = conn.execute("SELECT value FROM meta WHERE key = 'input_root'").fetchone()[0]
+        paths = conn.execute("SELECT path FROM ranks ORDER BY rank").fetchall()
+    return [row for row in rows if "'input_root'" not in row], root, paths
+
+
+def test_the_same_dumps_in_two_layouts_give_the_same_database(tmp_path, monkeypatch):
+    first = write_job(tmp_path / "a" / "dumps", healthy_dumps(3))
+    second = write_job(tmp_path / "b" / "deeper" / "dumps", healthy_dumps(3))
+    (second / "rank_2").unlink()
+    (second / "rank_2").write_bytes(b"not a dump")  # and an unreadable file, named in ranks.problem
+    (first / "rank_2").write_bytes(b"not a dump")
+    monkeypatch.chdir(tmp_path / "b")
+    outputs = []
+    for directory, name in ((first, "one"), (second.relative_to(tmp_path / "b"), "two")):
+        out = tmp_path / f"{name}.sqlite"
+        assert_no_traceback(run_cli([directory, "--workers", "1", "-o", out]))
+        outputs.append(_sqlite_rows(out))
+    (rows_one, root_one, paths_one), (rows_two, root_two, paths_two) = outputs
+    assert rows_one == rows_two
+    assert paths_one == paths_two == [("rank_0",), ("rank_1",), (None,)]
+    assert root_one == str(first) and root_two == "deeper/dumps"
+
+
+def test_files_given_one_by_one_are_relative_to_their_common_directory(tmp_path):
+    directory = write_job(tmp_path / "job", healthy_dumps(2))
+    (directory / "sub").mkdir()
+    (directory / "rank_1").rename(directory / "sub" / "rank_1")
+    out = tmp_path / "db.sqlite"
+    assert_no_traceback(run_cli([directory / "rank_0", directory / "sub" / "rank_1", "--workers", "1", "-o", out]))
+    _, root, paths = _sqlite_rows(out)
+    assert root == str(directory) and paths == [("rank_0",), ("sub/rank_1",)]
