@@ -17,7 +17,7 @@ from collections import Counter, deque
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -27,6 +27,11 @@ from .safe_decode import DecodeError, decode_dump_bytes
 from .util import cyclic_gc_paused
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
+# A ring buffer keeps 2,000 entries by default (TORCH_NCCL_TRACE_BUFFER_SIZE); jobs that
+# raise it use 20,000 or so. A file holding more is refused before normalising: 8 KB of
+# pickle memo references can name one entry four million times, and each becomes an
+# Entry of its own (3 GB, 73 s before this limit).
+DEFAULT_MAX_ENTRIES = 500_000
 # Suffixes a dump file may carry after its rank number, stripped right to left.
 DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
@@ -512,7 +517,7 @@ def _pg_status(raw, norm: _Normaliser) -> dict:
 def _top_level_dict(raw) -> dict:
     if isinstance(raw, list):
         # The oldest producers wrote a bare list of entries; a list of anything else is not a dump.
-        if raw and all(isinstance(item, dict) for item in raw):
+        if raw and all(map(isinstance, raw, repeat(dict))):
             return {"entries": raw, "version": "1.0"}
         raise DecodeError("top level is a list, but not of entry dicts")
     if not isinstance(raw, dict):
@@ -522,13 +527,17 @@ def _top_level_dict(raw) -> dict:
     return raw
 
 
-def _raw_entries(raw_entries) -> Optional[list]:
+def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES) -> Optional[list]:
     """The `entries` list, None when the dump has none; DecodeError when it holds no entry
-    at all, since such a rank would otherwise look like one that issued nothing."""
+    at all, since such a rank would otherwise look like one that issued nothing, or more
+    than `max_entries`."""
     if raw_entries is None:
         return None
     if not isinstance(raw_entries, list):
         raise DecodeError(f"entries is a {type(raw_entries).__name__}, not a list")
+    if len(raw_entries) > max_entries:
+        raise DecodeError(f"holds {len(raw_entries):,} entries, over the limit of {max_entries:,} per file "
+                          f"(a ring buffer keeps 2,000 by default)")
     if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
         raise DecodeError("entries holds no entry dicts")
     return raw_entries
@@ -587,10 +596,11 @@ def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
     return dump
 
 
-def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None) -> tuple:
+def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
+                max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
     """`(RankDump without its entries, Columns of its entries)`."""
     raw = _top_level_dict(raw)
-    raw_entries = _raw_entries(raw.get("entries"))
+    raw_entries = _raw_entries(raw.get("entries"), max_entries)
     norm = _Normaliser(memo)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
     columns, dropped = _normalise_entries(raw_entries or [], norm)

@@ -9,14 +9,19 @@ second; no test times anything.
 
 from __future__ import annotations
 
+import gzip
 import json
+import pickle
 import random
 import sqlite3
+import struct
+import zlib
 from collections import defaultdict
 
 from frtrace.matcher import deal
-from frtrace.loader import parse_profiling_name
+from frtrace.loader import DEFAULT_MAX_ENTRIES, parse_profiling_name
 from frtrace.model import Entry, RankDump, Shapes
+from frtrace.safe_decode import MAX_GZIP_RATIO, decode_dump_bytes
 from frtrace.timeline import _assign_lanes, _Slice
 
 from helpers import assert_no_traceback, dump, entry, healthy_dumps, run_cli, stderr_lines, write_job
@@ -177,3 +182,72 @@ def test_files_given_one_by_one_are_relative_to_their_common_directory(tmp_path)
     assert_no_traceback(run_cli([directory / "rank_0", directory / "sub" / "rank_1", "--workers", "1", "-o", out]))
     _, root, paths = _sqlite_rows(out)
     assert root == str(directory) and paths == [("rank_0",), ("sub/rank_1",)]
+
+
+# --------------------------------------------------------------------------- memory and time bombs
+
+
+def _text(value: str) -> bytes:
+    """BINUNICODE."""
+    raw = value.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def _memo_reference_dump(references: int) -> bytes:
+    """`{"version": "2.10", "entries": [e] + [e] * references}` where every further `e` is a
+    2-byte memo reference (BINGET) to the one entry dict: 8 MB of opcodes, 8 KB gzip'd."""
+    one_entry = pickle.dumps(entry(1), protocol=2)[2:-1]
+    body = b"}(" + _text("version") + _text("2.10") + _text("entries") + b"]" + one_entry + b"q\x01a"
+    body += b"(" + b"h\x01" * references + b"e"
+    return gzip.compress(b"\x80\x02" + body + b"u.")
+
+
+def assert_rank_2_skipped(directory, reason: str) -> dict:
+    """The hostile rank_2 is named in one stderr line with `reason`; ranks 0 and 1 are analysed."""
+    result, report = json_report([directory])
+    assert result.exit_code == 3, result.output
+    assert report["inputs"]["ranks_found"] == [0, 1] and report["inputs"]["ranks_missing"] == [2]
+    (line,) = stderr_lines(result)
+    assert str(directory / "rank_2") in line and reason in line, line
+    return report
+
+
+def test_millions_of_memo_references_to_one_entry_are_refused(tmp_path):
+    data = _memo_reference_dump(4_000_000)
+    assert len(data) < 16_000
+    directory = healthy_pair(tmp_path / "job")
+    (directory / "rank_2").write_bytes(data)
+    assert_rank_2_skipped(directory, f"holds 4,000,001 entries, over the limit of {DEFAULT_MAX_ENTRIES:,}")
+
+
+def test_a_bare_list_of_memo_references_is_refused_too(tmp_path):
+    one_entry = pickle.dumps(entry(1), protocol=2)[2:-1]
+    data = gzip.compress(b"\x80\x02]" + one_entry + b"q\x01a(" + b"h\x01" * 1_000_000 + b"e.")
+    directory = healthy_pair(tmp_path / "job")
+    (directory / "rank_2").write_bytes(data)
+    assert_rank_2_skipped(directory, "over the limit")
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    """A gzip'd pickle of `{"version": <inflated bytes of zeros>}`, compressed a block at a time."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: gzip framing
+    head = b"\x80\x02}" + _text("version") + b"\x8e" + struct.pack("<Q", inflated)  # BINBYTES8
+    parts = [packer.compress(head)]
+    block = bytes(1 << 22)
+    for _ in range(inflated // len(block)):
+        parts.append(packer.compress(block))
+    parts += [packer.compress(b"s."), packer.flush()]
+    return b"".join(parts)
+
+
+def test_a_gzip_bomb_under_the_size_limit_is_refused_by_its_ratio(tmp_path):
+    data = _gzip_bomb(128 << 20)  # 128 MB from about 130 KB: 1,000 times
+    assert len(data) * MAX_GZIP_RATIO < 128 << 20
+    directory = healthy_pair(tmp_path / "job")
+    (directory / "rank_2").write_bytes(data)
+    assert_rank_2_skipped(directory, f"decompresses to more than {MAX_GZIP_RATIO} times its")
+
+
+def test_a_small_gzip_file_may_inflate_past_the_ratio_up_to_the_floor():
+    data, encoding = decode_dump_bytes(gzip.compress(pickle.dumps(dump([entry(1)] * 2000), protocol=2)), 10**9)
+    assert encoding == "pickle+gzip" and len(data["entries"]) == 2000
