@@ -9,9 +9,11 @@ prints: the caller decides what to say.
 
 from __future__ import annotations
 
+import multiprocessing
 import operator
 import os
 import re
+import signal
 import stat
 from collections import Counter, deque
 from array import array
@@ -23,7 +25,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .entry_columns import SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
-from .safe_decode import DecodeError, decode_dump_bytes
+from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 from .util import cyclic_gc_paused
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
@@ -693,20 +695,75 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop
         return LoadIssue(path, f"cannot read ({exc.strerror or exc})")
     except ValueError as exc:
         return LoadIssue(path, str(exc))
+    result = _loaded(data, rank, path, max_bytes, packed=packed, shared=shared, memo=memo)
+    if result is _NEEDS_OWN_PROCESS:
+        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        if isinstance(result, RankDump) and not packed:
+            result = _received(result, shared or SharedValues())
+    return result
+
+
+_NEEDS_OWN_PROCESS = LoadIssue("", "may crash the process that decodes it")
+
+
+def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool = False,
+            shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None, isolated: bool = False):
+    """`load_one` once the bytes are read; _NEEDS_OWN_PROCESS when decoding them could
+    crash this process (and `isolated` does not say it may)."""
     try:
         # A decoded dump is a tree of some 100,000 fresh dicts and lists: the collector
         # would scan it several times over while it is built (10-30% of the load).
         with cyclic_gc_paused():
-            raw, encoding = decode_dump_bytes(data, max_bytes)
+            raw, encoding = decode_dump_bytes(data, max_bytes, isolated=isolated)
             del data
             dump, columns = _normalised(raw, rank, path, encoding, memo)
             del raw
             dump.entries = pack(columns) if packed else entries_from_columns(columns, shared)
             return dump
+    except MayNestTooDeeply:
+        return _NEEDS_OWN_PROCESS
     except DecodeError as exc:
         return LoadIssue(path, str(exc))
     except (RecursionError, MemoryError) as exc:
         return LoadIssue(path, f"dump too deep or too large ({type(exc).__name__})")
+
+
+def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
+    """`_loaded` in a child process, packed for transfer: a pickle that crashes the C
+    unpickler (see safe_decode.SAFE_TUPLE_OPCODES) then costs this one file. Forked where
+    the platform can, so the child inherits `data` instead of receiving a copy."""
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_load_and_send, args=(data, rank, path, max_bytes, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        result = receiver.recv()  # before join: a large result would fill the pipe
+    except (EOFError, OSError):
+        result = None
+    finally:
+        receiver.close()
+    child.join()
+    if result is None:
+        return LoadIssue(path, f"pickle nested too deeply or otherwise hostile: decoding it crashed "
+                               f"a separate process ({_exit_reason(child.exitcode)})")
+    return result
+
+
+def _load_and_send(data: bytes, rank: int, path: str, max_bytes: int, sender) -> None:
+    (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
+    sender.send(result)
+    sender.close()
+
+
+def _exit_reason(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit status {exitcode}"
 
 
 def _load_batch_for_transfer(jobs: list) -> list:
@@ -714,7 +771,10 @@ def _load_batch_for_transfer(jobs: list) -> list:
     packed columns (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each."""
     memo = BatchMemo()
-    results = [load_one(*job, packed=True, memo=memo) for job in jobs]
+    return _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
+
+
+def _for_transfer(results: list) -> list:
     # Every rank lists the whole world in its default group: sent as arrays (one per list
     # in the batch, which the pickle then writes once), the parent reads them as bytes and
     # keeps one tuple per distinct list (see SharedValues).
@@ -726,7 +786,9 @@ def _load_batch_for_transfer(jobs: list) -> list:
     return results
 
 
-def _as_array(ranks: tuple, arrays: dict) -> array:
+def _as_array(ranks, arrays: dict) -> array:
+    if isinstance(ranks, array):  # packed already (by a child process of a worker)
+        return ranks
     if id(ranks) not in arrays:
         arrays[id(ranks)] = (ranks, array("q", ranks))
     return arrays[id(ranks)][1]

@@ -15,13 +15,17 @@ import pickle
 import random
 import sqlite3
 import struct
+import subprocess
+import sys
 import zlib
 from collections import defaultdict
 
+import pytest
+
 from frtrace.matcher import deal
-from frtrace.loader import DEFAULT_MAX_ENTRIES, parse_profiling_name
-from frtrace.model import Entry, RankDump, Shapes
-from frtrace.safe_decode import MAX_GZIP_RATIO, decode_dump_bytes
+from frtrace.loader import DEFAULT_MAX_ENTRIES, load_one, normalise_dump, parse_profiling_name
+from frtrace.model import Entry, LoadIssue, PgConfig, RankDump, Shapes
+from frtrace.safe_decode import MAX_GZIP_RATIO, SAFE_TUPLE_OPCODES, decode_dump_bytes, may_nest_too_deeply
 from frtrace.timeline import _assign_lanes, _Slice
 
 from helpers import assert_no_traceback, dump, entry, healthy_dumps, run_cli, stderr_lines, write_job
@@ -251,3 +255,66 @@ def test_a_gzip_bomb_under_the_size_limit_is_refused_by_its_ratio(tmp_path):
 def test_a_small_gzip_file_may_inflate_past_the_ratio_up_to_the_floor():
     data, encoding = decode_dump_bytes(gzip.compress(pickle.dumps(dump([entry(1)] * 2000), protocol=2)), 10**9)
     assert encoding == "pickle+gzip" and len(data["entries"]) == 2000
+
+
+# --------------------------------------------------------------------------- nesting
+
+
+def _deep_tuple_key(depth: int, via_memo: bool = False) -> bytes:
+    """`{((((),),),...): "x"}`, the key nested `depth` deep: built by TUPLE1 opcodes in a row,
+    or (`via_memo`) each level from a memo reference to the last, so that the unpickler's
+    stack never grows. The unpickler hashes the key to set it: C recursion, per level."""
+    if via_memo:
+        levels = b")q\x000" + b"h\x00\x85q\x000" * depth + b"h\x00"  # get, TUPLE1, put, pop
+    else:
+        levels = b")" + b"\x85" * depth
+    return gzip.compress(b"\x80\x02}" + levels + _text("x") + b"s.")
+
+
+def _frtrace(*args) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own: if a file still crashed it, this test process lives on."""
+    return subprocess.run([sys.executable, "-m", "frtrace", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("via_memo", [False, True], ids=["tuple-opcodes", "memo-chain"])
+def test_a_tuple_nested_a_million_deep_costs_only_its_file(via_memo, tmp_path):
+    data = _deep_tuple_key(1_000_000, via_memo)
+    assert len(data) < 10_000
+    directory = healthy_pair(tmp_path / "job")
+    (directory / "rank_2").write_bytes(data)
+    run = _frtrace(directory, "--workers", "1", "--format", "json")
+    assert run.returncode == 3, run.stderr
+    report = json.loads(run.stdout)
+    assert report["inputs"]["ranks_found"] == [0, 1] and report["inputs"]["ranks_missing"] == [2]
+    (line,) = run.stderr.splitlines()
+    assert str(directory / "rank_2") in line and "nested too deeply" in line and "SIGSEGV" in line
+
+
+def test_a_deep_tuple_among_many_files_spares_the_worker_pool(tmp_path):
+    directory = write_job(tmp_path / "job", healthy_dumps(8))
+    (directory / "rank_8").write_bytes(_deep_tuple_key(1_000_000))
+    run = _frtrace(directory, "--workers", "2", "--format", "json")
+    assert run.returncode == 3, run.stderr
+    assert "BrokenProcessPool" not in run.stderr and "internal error" not in run.stderr
+    assert json.loads(run.stdout)["inputs"]["ranks_missing"] == [8]
+
+
+def test_load_one_names_the_file_whose_decoding_crashed(tmp_path):
+    path = tmp_path / "rank_0"
+    path.write_bytes(_deep_tuple_key(1_000_000, via_memo=True))
+    issue = load_one(0, str(path))
+    assert isinstance(issue, LoadIssue) and issue.path == str(path) and "nested too deeply" in issue.problem
+
+
+def test_an_honest_pickle_with_many_tuple_bytes_decodes_alike_in_a_separate_process(tmp_path):
+    dumps = healthy_dumps(2)
+    dumps[0]["entries"][0]["thread_name"] = "t" * (SAFE_TUPLE_OPCODES + 1)  # 't' is TUPLE's byte
+    data = pickle.dumps(dumps[0], protocol=2)
+    assert may_nest_too_deeply(data)
+    path = tmp_path / "rank_0"
+    path.write_bytes(data)
+    loaded = load_one(0, str(path))
+    assert isinstance(loaded, RankDump)
+    assert loaded.entries == normalise_dump(dumps[0], 0, str(path), "pickle").entries
+    assert loaded.pg_config == ((PgConfig("0", "default_pg", (0, 1)),))
