@@ -318,3 +318,53 @@ def test_an_honest_pickle_with_many_tuple_bytes_decodes_alike_in_a_separate_proc
     assert isinstance(loaded, RankDump)
     assert loaded.entries == normalise_dump(dumps[0], 0, str(path), "pickle").entries
     assert loaded.pg_config == ((PgConfig("0", "default_pg", (0, 1)),))
+
+
+# --------------------------------------------------------------------------- the world's size
+
+
+def _claims_ranks(dumps: dict, rank: int, count: int) -> dict:
+    dumps[rank]["pg_config"]["0"]["ranks"] = str(list(range(count)))
+    return dumps
+
+
+def test_one_rank_listing_100000_ranks_does_not_inflate_a_healthy_job(tmp_path):
+    dumps = _claims_ranks(healthy_dumps(3), 2, 100_000)
+    for rank in (0, 1):
+        dumps[rank]["pg_config"]["0"]["ranks"] = "[0, 1, 2]"
+    directory = write_job(tmp_path / "job", dumps)
+    result, report = json_report([directory])
+    assert result.exit_code == 0, result.output
+    assert report["inputs"]["world_size"] == 3 and report["inputs"]["ranks_missing"] == []
+    assert len(result.stdout) < 10_000
+    (warning,) = report["inputs"]["warnings"]
+    assert warning["rank"] == 2 and "99,997 rank(s) (3, 4, 5 ...)" in warning["warning"]
+
+
+def test_a_lone_claim_next_to_dumps_without_rank_lists_is_not_believed_either(tmp_path):
+    dumps = healthy_dumps(3)  # their pg_config lists no ranks, as gloo writes it
+    _claims_ranks(dumps, 2, 100_000)
+    directory = write_job(tmp_path / "job", dumps)
+    result, report = json_report([directory])
+    assert report["inputs"]["world_size"] == 3 and report["inputs"]["ranks_missing"] == []
+
+
+def test_world_size_option_backs_a_claim(tmp_path):
+    dumps = _claims_ranks(healthy_dumps(3), 2, 100_000)
+    directory = write_job(tmp_path / "job", dumps)
+    result, report = json_report([directory, "--world-size", "5"])
+    assert report["inputs"]["world_size"] == 5 and report["inputs"]["ranks_missing"] == [3, 4]
+
+
+def test_ranks_two_dumps_list_are_believed_without_files(tmp_path):
+    dumps = {rank: _claims_ranks(healthy_dumps(8), rank, 8)[rank] for rank in (0, 1)}
+    directory = write_job(tmp_path / "job", dumps)
+    result, report = json_report([directory])
+    assert report["inputs"]["world_size"] == 8 and report["inputs"]["ranks_missing"] == [2, 3, 4, 5, 6, 7]
+    assert report["inputs"]["warnings"] == []
+
+
+def test_a_lone_dump_is_believed_about_its_world(tmp_path):
+    directory = write_job(tmp_path / "job", {0: _claims_ranks(healthy_dumps(8), 0, 8)[0]})
+    result, report = json_report([directory])
+    assert report["inputs"]["world_size"] == 8 and report["inputs"]["ranks_missing"] == [1, 2, 3, 4, 5, 6, 7]
