@@ -9,6 +9,7 @@ prints: the caller decides what to say.
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import operator
 import os
@@ -752,6 +753,9 @@ def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
 
 
 def _load_and_send(data: bytes, rank: int, path: str, max_bytes: int, sender) -> None:
+    # If this process crashes, the parent names the file in one line: a fault handler
+    # inherited from it (python -X faulthandler, pytest) would add a traceback to stderr.
+    faulthandler.disable()
     (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
     sender.send(result)
     sender.close()

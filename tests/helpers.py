@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import pickle
+import struct
 from pathlib import Path
 
 FRAMES = [
@@ -286,3 +288,32 @@ def render_report_outputs(analysis, diagnosis) -> None:
     render_markdown(analysis, diagnosis)
     render_raw_entries(analysis.matches, None, [], True)
     build_database(analysis.matches)
+
+
+# --------------------------------------------------------------------------- hostile pickles, opcode by opcode
+
+
+def pickle_text(value: str) -> bytes:
+    """BINUNICODE."""
+    raw = value.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def memo_reference_dump(references: int) -> bytes:
+    """`{"version": "2.10", "entries": [e] + [e] * references}` where every further `e` is a
+    2-byte memo reference (BINGET) to the one entry dict: 8 MB of opcodes, 8 KB gzip'd."""
+    one_entry = pickle.dumps(entry(1), protocol=2)[2:-1]
+    body = b"}(" + pickle_text("version") + pickle_text("2.10") + pickle_text("entries") + b"]" + one_entry + b"q\x01a"
+    body += b"(" + b"h\x01" * references + b"e"
+    return gzip.compress(b"\x80\x02" + body + b"u.")
+
+
+def deep_tuple_key_dump(depth: int, via_memo: bool = False) -> bytes:
+    """`{((((),),),...): "x"}`, the key nested `depth` deep: built by TUPLE1 opcodes in a row,
+    or (`via_memo`) each level from a memo reference to the last, so that the unpickler's
+    stack never grows. The unpickler hashes the key to set it: C recursion, per level."""
+    if via_memo:
+        levels = b")q\x000" + b"h\x00\x85q\x000" * depth + b"h\x00"  # get, TUPLE1, put, pop
+    else:
+        levels = b")" + b"\x85" * depth
+    return gzip.compress(b"\x80\x02}" + levels + pickle_text("x") + b"s.")

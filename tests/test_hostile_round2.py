@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import random
 import sqlite3
@@ -28,7 +29,8 @@ from frtrace.model import Entry, LoadIssue, PgConfig, RankDump, Shapes
 from frtrace.safe_decode import MAX_GZIP_RATIO, SAFE_TUPLE_OPCODES, decode_dump_bytes, may_nest_too_deeply
 from frtrace.timeline import _assign_lanes, _Slice
 
-from helpers import assert_no_traceback, dump, entry, healthy_dumps, run_cli, stderr_lines, write_job
+from helpers import (assert_no_traceback, deep_tuple_key_dump, dump, entry, healthy_dumps, memo_reference_dump,
+                     pickle_text, run_cli, stderr_lines, write_job)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -191,21 +193,6 @@ def test_files_given_one_by_one_are_relative_to_their_common_directory(tmp_path)
 # --------------------------------------------------------------------------- memory and time bombs
 
 
-def _text(value: str) -> bytes:
-    """BINUNICODE."""
-    raw = value.encode()
-    return b"X" + struct.pack("<I", len(raw)) + raw
-
-
-def _memo_reference_dump(references: int) -> bytes:
-    """`{"version": "2.10", "entries": [e] + [e] * references}` where every further `e` is a
-    2-byte memo reference (BINGET) to the one entry dict: 8 MB of opcodes, 8 KB gzip'd."""
-    one_entry = pickle.dumps(entry(1), protocol=2)[2:-1]
-    body = b"}(" + _text("version") + _text("2.10") + _text("entries") + b"]" + one_entry + b"q\x01a"
-    body += b"(" + b"h\x01" * references + b"e"
-    return gzip.compress(b"\x80\x02" + body + b"u.")
-
-
 def assert_rank_2_skipped(directory, reason: str) -> dict:
     """The hostile rank_2 is named in one stderr line with `reason`; ranks 0 and 1 are analysed."""
     result, report = json_report([directory])
@@ -217,7 +204,7 @@ def assert_rank_2_skipped(directory, reason: str) -> dict:
 
 
 def test_millions_of_memo_references_to_one_entry_are_refused(tmp_path):
-    data = _memo_reference_dump(4_000_000)
+    data = memo_reference_dump(4_000_000)
     assert len(data) < 16_000
     directory = healthy_pair(tmp_path / "job")
     (directory / "rank_2").write_bytes(data)
@@ -235,7 +222,7 @@ def test_a_bare_list_of_memo_references_is_refused_too(tmp_path):
 def _gzip_bomb(inflated: int) -> bytes:
     """A gzip'd pickle of `{"version": <inflated bytes of zeros>}`, compressed a block at a time."""
     packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: gzip framing
-    head = b"\x80\x02}" + _text("version") + b"\x8e" + struct.pack("<Q", inflated)  # BINBYTES8
+    head = b"\x80\x02}" + pickle_text("version") + b"\x8e" + struct.pack("<Q", inflated)  # BINBYTES8
     parts = [packer.compress(head)]
     block = bytes(1 << 22)
     for _ in range(inflated // len(block)):
@@ -260,26 +247,17 @@ def test_a_small_gzip_file_may_inflate_past_the_ratio_up_to_the_floor():
 # --------------------------------------------------------------------------- nesting
 
 
-def _deep_tuple_key(depth: int, via_memo: bool = False) -> bytes:
-    """`{((((),),),...): "x"}`, the key nested `depth` deep: built by TUPLE1 opcodes in a row,
-    or (`via_memo`) each level from a memo reference to the last, so that the unpickler's
-    stack never grows. The unpickler hashes the key to set it: C recursion, per level."""
-    if via_memo:
-        levels = b")q\x000" + b"h\x00\x85q\x000" * depth + b"h\x00"  # get, TUPLE1, put, pop
-    else:
-        levels = b")" + b"\x85" * depth
-    return gzip.compress(b"\x80\x02}" + levels + _text("x") + b"s.")
-
-
 def _frtrace(*args) -> subprocess.CompletedProcess:
     """The CLI in a process of its own: if a file still crashed it, this test process lives on."""
+    # With a fault handler on, as `python -X faulthandler` or pytest would leave it: a crash
+    # in the child must still cost one line.
     return subprocess.run([sys.executable, "-m", "frtrace", *map(str, args)], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
 
 
 @pytest.mark.parametrize("via_memo", [False, True], ids=["tuple-opcodes", "memo-chain"])
 def test_a_tuple_nested_a_million_deep_costs_only_its_file(via_memo, tmp_path):
-    data = _deep_tuple_key(1_000_000, via_memo)
+    data = deep_tuple_key_dump(1_000_000, via_memo)
     assert len(data) < 10_000
     directory = healthy_pair(tmp_path / "job")
     (directory / "rank_2").write_bytes(data)
@@ -293,7 +271,7 @@ def test_a_tuple_nested_a_million_deep_costs_only_its_file(via_memo, tmp_path):
 
 def test_a_deep_tuple_among_many_files_spares_the_worker_pool(tmp_path):
     directory = write_job(tmp_path / "job", healthy_dumps(8))
-    (directory / "rank_8").write_bytes(_deep_tuple_key(1_000_000))
+    (directory / "rank_8").write_bytes(deep_tuple_key_dump(1_000_000))
     run = _frtrace(directory, "--workers", "2", "--format", "json")
     assert run.returncode == 3, run.stderr
     assert "BrokenProcessPool" not in run.stderr and "internal error" not in run.stderr
@@ -302,7 +280,7 @@ def test_a_deep_tuple_among_many_files_spares_the_worker_pool(tmp_path):
 
 def test_load_one_names_the_file_whose_decoding_crashed(tmp_path):
     path = tmp_path / "rank_0"
-    path.write_bytes(_deep_tuple_key(1_000_000, via_memo=True))
+    path.write_bytes(deep_tuple_key_dump(1_000_000, via_memo=True))
     issue = load_one(0, str(path))
     assert isinstance(issue, LoadIssue) and issue.path == str(path) and "nested too deeply" in issue.problem
 
