@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from .model import Group, LoadIssue, Membership, PgConfig, RankDump
 from .util import plural
@@ -104,35 +104,84 @@ def _collect_facts(dumps: Iterable[RankDump], configs: dict) -> dict:
     return facts
 
 
-def plausible_rank_limit(dumps: list, failed_ranks: Iterable[int], hint: Optional[int]) -> int:
-    """Ranks at or above this number have no data behind them (see PLAUSIBLE_WORLD_FACTOR)."""
-    vouched = len({d.rank for d in dumps} | set(failed_ranks))
+def corroborated_rank_lists(dumps: list) -> list:
+    """The pg_config rank lists that can size the world: those at least two dumps list
+    (NCCL ranks all list the default group's, the whole world), or every list when there
+    is only one dump. A rank count that one dump claims and no other dump, no file and
+    no --world-size backs is not believed: a 224 KB file listing 100,000 ranks would
+    otherwise turn a healthy 2-rank job into a report on 99,998 missing ranks."""
+    witnesses: dict = {}  # id(ranks) -> (ranks, dumps listing them); the loader shares equal lists
     for dump in dumps:
         for config in dump.pg_config:
-            vouched = max(vouched, len(config.ranks or ()))
+            if config.ranks:
+                witnesses.setdefault(id(config.ranks), (config.ranks, set()))[1].add(dump.rank)
+    by_value: dict = defaultdict(set)  # equal lists the loader did not share (few)
+    for ranks, listed_by in witnesses.values():
+        by_value[ranks] |= listed_by
+    if len(dumps) < 2:  # a lone dump: nothing to corroborate it, nothing to contradict it
+        return list(by_value)
+    return [ranks for ranks, listed_by in by_value.items() if len(listed_by) >= 2]
+
+
+def plausible_rank_limit(dumps: list, failed_ranks: Iterable[int], hint: Optional[int],
+                         corroborated: Optional[list] = None) -> int:
+    """Ranks at or above this number have no data behind them (see PLAUSIBLE_WORLD_FACTOR)."""
+    vouched = len({d.rank for d in dumps} | set(failed_ranks))
+    lists = corroborated_rank_lists(dumps) if corroborated is None else corroborated
+    vouched = max([vouched] + list(map(len, lists)))
     return max(hint or 0, PLAUSIBLE_WORLD_FLOOR, PLAUSIBLE_WORLD_FACTOR * vouched)
 
 
-def _believable_configs(dumps: list, limit: int) -> tuple:
-    """Each dump's pg_config without implausible ranks (rank -> configs), and a
+class _Evidence(NamedTuple):
+    """What a rank number in a pg_config needs behind it: below `limit` (plausible), and
+    below `extent` (a file or --world-size reaches it) or in a corroborated list."""
+
+    limit: int
+    extent: int
+    corroborated: frozenset
+
+
+def _believable_configs(dumps: list, evidence: _Evidence) -> tuple:
+    """Each dump's pg_config without ranks lacking evidence (rank -> configs), and a
     (rank, warning) per group that had some."""
     configs, warnings = {}, []
+    # Every rank lists the world (one shared tuple): when top ranks left no dump, each
+    # list is checked once, not once per dump (16,384 x 16,384 ranks).
+    checked: dict = {}  # (id(ranks), name) -> (config, note)
     for dump in dumps:
         kept = []
         for config in dump.pg_config:
             ranks = config.ranks or ()
-            if ranks and ranks[-1] >= limit:  # ranks are sorted
-                absurd = [r for r in ranks if r >= limit]
-                warnings.append((
-                    dump.rank,
-                    f"pg_config of group {config.name!r} lists implausible rank(s) "
-                    f"{', '.join(map(str, absurd[:3]))}{' ...' if len(absurd) > 3 else ''} "
-                    f"(limit {limit - 1} for these dumps; pass --world-size if the job was that large): ignored",
-                ))
-                config = PgConfig(config.name, config.desc, tuple(r for r in ranks if r < limit) or None)
+            if ranks and ranks[-1] >= evidence.extent:  # ranks are sorted
+                key = (id(ranks), config.name, config.desc)
+                if key not in checked:
+                    checked[key] = _without_unbacked_ranks(config, evidence)
+                config, note = checked[key]
+                if note:
+                    warnings.append((dump.rank, note))
             kept.append(config)
         configs[dump.rank] = tuple(kept)
     return configs, warnings
+
+
+def _without_unbacked_ranks(config: PgConfig, evidence: _Evidence) -> tuple:
+    """`(config, warning or "")`: the config without the ranks `evidence` does not back."""
+    absurd = [r for r in config.ranks if r >= evidence.limit]
+    unbacked = [r for r in config.ranks if evidence.extent <= r < evidence.limit and r not in evidence.corroborated]
+    if not absurd and not unbacked:
+        return config, ""
+    dropped = set(absurd) | set(unbacked)
+    kept = PgConfig(config.name, config.desc, tuple(r for r in config.ranks if r not in dropped) or None)
+    if unbacked:
+        return kept, (f"pg_config of group {config.name!r} lists {len(dropped):,} rank(s) ({_first_few(sorted(dropped))}) "
+                      f"that no other dump lists and no dump file is named after "
+                      f"(pass --world-size if the job had them): ignored")
+    return kept, (f"pg_config of group {config.name!r} lists implausible rank(s) {_first_few(absurd)} "
+                  f"(limit {evidence.limit - 1} for these dumps; pass --world-size if the job was that large): ignored")
+
+
+def _first_few(ranks: list) -> str:
+    return f"{', '.join(map(str, ranks[:3]))}{' ...' if len(ranks) > 3 else ''}"
 
 
 def _world_size(ranks: Iterable[int], configs: dict, hint: Optional[int]) -> int:
@@ -221,13 +270,16 @@ def _implausible_files(dumps: list, limit: int) -> list:
 def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Optional[int] = None) -> Layout:
     """Groups, memberships and world of the job behind `dumps`."""
     failed_ranks = tuple(failed_ranks)
-    limit = plausible_rank_limit(dumps, failed_ranks, world_size)
+    corroborated = corroborated_rank_lists(dumps)
+    limit = plausible_rank_limit(dumps, failed_ranks, world_size, corroborated)
     ignored_files = _implausible_files(dumps, limit)
     ignored_ranks = frozenset(d.rank for d in dumps if d.rank >= limit)
     dumps = [d for d in dumps if d.rank < limit]
     # An unreadable file with an implausible rank is already reported by the loader.
     failed_ranks = tuple(r for r in failed_ranks if r < limit)
-    configs, warnings = _believable_configs(dumps, limit)
+    extent = max([d.rank + 1 for d in dumps] + [r + 1 for r in failed_ranks] + [world_size or 0])
+    evidence = _Evidence(limit, extent, frozenset(r for ranks in corroborated if ranks[-1] >= extent for r in ranks))
+    configs, warnings = _believable_configs(dumps, evidence)
     world = _world_size([d.rank for d in dumps] + list(failed_ranks), configs, world_size)
     found = tuple(sorted(d.rank for d in dumps))
     found_set = set(found)

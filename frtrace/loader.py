@@ -9,15 +9,18 @@ prints: the caller decides what to say.
 
 from __future__ import annotations
 
+import faulthandler
+import multiprocessing
 import operator
 import os
 import re
+import signal
 import stat
 from collections import Counter, deque
 from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
@@ -25,11 +28,16 @@ from .batches import settle_batches
 from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .generations import DumpFile, SameRankTwice, choose_generation, describe, require_one_file_per_rank
-from .safe_decode import DecodeError, decode_dump_bytes
+from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 from .sniff import OWN_OUTPUTS, FileKind, classify_file
 from .util import cyclic_gc_paused
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
+# A ring buffer keeps 2,000 entries by default (TORCH_NCCL_TRACE_BUFFER_SIZE); jobs that
+# raise it use 20,000 or so. A file holding more is refused before normalising: 8 KB of
+# pickle memo references can name one entry four million times, and each becomes an
+# Entry of its own (3 GB, 73 s before this limit).
+DEFAULT_MAX_ENTRIES = 500_000
 # Suffixes a dump file may carry after its rank number, stripped right to left.
 DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
@@ -617,7 +625,7 @@ def _pg_status(raw, norm: _Normaliser) -> dict:
 def _top_level_dict(raw) -> dict:
     if isinstance(raw, list):
         # The oldest producers wrote a bare list of entries; a list of anything else is not a dump.
-        if raw and all(isinstance(item, dict) for item in raw):
+        if raw and all(map(isinstance, raw, repeat(dict))):
             return {"entries": raw, "version": "1.0"}
         raise DecodeError("top level is a list, but not of entry dicts")
     if not isinstance(raw, dict):
@@ -627,13 +635,17 @@ def _top_level_dict(raw) -> dict:
     return raw
 
 
-def _raw_entries(raw_entries) -> Optional[list]:
+def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES) -> Optional[list]:
     """The `entries` list, None when the dump has none; DecodeError when it holds no entry
-    at all, since such a rank would otherwise look like one that issued nothing."""
+    at all, since such a rank would otherwise look like one that issued nothing, or more
+    than `max_entries`."""
     if raw_entries is None:
         return None
     if not isinstance(raw_entries, list):
         raise DecodeError(f"entries is a {type(raw_entries).__name__}, not a list")
+    if len(raw_entries) > max_entries:
+        raise DecodeError(f"holds {len(raw_entries):,} entries, over the limit of {max_entries:,} per file "
+                          f"(a ring buffer keeps 2,000 by default)")
     if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
         raise DecodeError("entries holds no entry dicts")
     return raw_entries
@@ -697,10 +709,11 @@ def _entries(columns: Columns, shared: Optional[SharedValues] = None) -> tuple[E
     return settle_batches(entries_from_columns(columns, shared))
 
 
-def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None) -> tuple:
+def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
+                max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
     """`(RankDump without its entries, Columns of its entries)`."""
     raw = _top_level_dict(raw)
-    raw_entries = _raw_entries(raw.get("entries"))
+    raw_entries = _raw_entries(raw.get("entries"), max_entries)
     norm = _Normaliser(memo)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
     columns, dropped = _normalise_entries(raw_entries or [], norm)
@@ -793,20 +806,78 @@ def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop
         return LoadIssue(path, f"cannot read ({exc.strerror or exc})")
     except ValueError as exc:
         return LoadIssue(path, str(exc))
+    result = _loaded(data, rank, path, max_bytes, packed=packed, shared=shared, memo=memo)
+    if result is _NEEDS_OWN_PROCESS:
+        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        if isinstance(result, RankDump) and not packed:
+            result = _received(result, shared or SharedValues())
+    return result
+
+
+_NEEDS_OWN_PROCESS = LoadIssue("", "may crash the process that decodes it")
+
+
+def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool = False,
+            shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None, isolated: bool = False):
+    """`load_one` once the bytes are read; _NEEDS_OWN_PROCESS when decoding them could
+    crash this process (and `isolated` does not say it may)."""
     try:
         # A decoded dump is a tree of some 100,000 fresh dicts and lists: the collector
         # would scan it several times over while it is built (10-30% of the load).
         with cyclic_gc_paused():
-            raw, encoding = decode_dump_bytes(data, max_bytes)
+            raw, encoding = decode_dump_bytes(data, max_bytes, isolated=isolated)
             del data
             dump, columns = _normalised(raw, rank, path, encoding, memo)
             del raw
             dump.entries = pack(columns) if packed else _entries(columns, shared)
             return dump
+    except MayNestTooDeeply:
+        return _NEEDS_OWN_PROCESS
     except DecodeError as exc:
         return LoadIssue(path, str(exc))
     except (RecursionError, MemoryError) as exc:
         return LoadIssue(path, f"dump too deep or too large ({type(exc).__name__})")
+
+
+def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
+    """`_loaded` in a child process, packed for transfer: a pickle that crashes the C
+    unpickler (see safe_decode.SAFE_TUPLE_OPCODES) then costs this one file. Forked where
+    the platform can, so the child inherits `data` instead of receiving a copy."""
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_load_and_send, args=(data, rank, path, max_bytes, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        result = receiver.recv()  # before join: a large result would fill the pipe
+    except (EOFError, OSError):
+        result = None
+    finally:
+        receiver.close()
+    child.join()
+    if result is None:
+        return LoadIssue(path, f"pickle nested too deeply or otherwise hostile: decoding it crashed "
+                               f"a separate process ({_exit_reason(child.exitcode)})")
+    return result
+
+
+def _load_and_send(data: bytes, rank: int, path: str, max_bytes: int, sender) -> None:
+    # If this process crashes, the parent names the file in one line: a fault handler
+    # inherited from it (python -X faulthandler, pytest) would add a traceback to stderr.
+    faulthandler.disable()
+    (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
+    sender.send(result)
+    sender.close()
+
+
+def _exit_reason(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit status {exitcode}"
 
 
 def _load_batch_for_transfer(jobs: list) -> list:
@@ -814,7 +885,10 @@ def _load_batch_for_transfer(jobs: list) -> list:
     packed columns (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each."""
     memo = BatchMemo()
-    results = [load_one(*job, packed=True, memo=memo) for job in jobs]
+    return _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
+
+
+def _for_transfer(results: list) -> list:
     # Every rank lists the whole world in its default group: sent as arrays (one per list
     # in the batch, which the pickle then writes once), the parent reads them as bytes and
     # keeps one tuple per distinct list (see SharedValues).
@@ -826,7 +900,9 @@ def _load_batch_for_transfer(jobs: list) -> list:
     return results
 
 
-def _as_array(ranks: tuple, arrays: dict) -> array:
+def _as_array(ranks, arrays: dict) -> array:
+    if isinstance(ranks, array):  # packed already (by a child process of a worker)
+        return ranks
     if id(ranks) not in arrays:
         arrays[id(ranks)] = (ranks, array("q", ranks))
     return arrays[id(ranks)][1]
@@ -866,7 +942,8 @@ def load_dumps(
     for result in results:
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(job[0] for job, result in zip(jobs, results) if not isinstance(result, RankDump)))
-    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed, notes=notes)
+    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed, notes=notes,
+                      inputs=tuple(str(p) for p in paths))
 
 
 def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:

@@ -260,10 +260,12 @@ def _by_sequence(entries: list) -> dict:
     collectives = dict(zip(seqs, zip(entries)))  # zip(entries) gives 1-tuples
     if len(collectives) < len(entries):  # some sequence numbers hold batches: gather those
         shared = {seq for seq, count in Counter(seqs).items() if count > 1}
-        batches: dict = defaultdict(tuple)
+        # Gathered in lists, made tuples once: growing a tuple per entry is quadratic in
+        # the batch size, and a corrupt dump can put every entry under one number.
+        batches: dict = defaultdict(list)
         for entry in compress(entries, map(shared.__contains__, seqs)):
-            batches[entry.collective_seq_id] += (entry,)
-        collectives.update(batches)
+            batches[entry.collective_seq_id].append(entry)
+        collectives.update((seq, tuple(batch)) for seq, batch in batches.items())
     return collectives
 
 

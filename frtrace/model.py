@@ -248,3 +248,5 @@ class LoadResult:
     failed_ranks: tuple = ()
     # for the user, one line each: several generations of dumps found, and which one was read
     notes: list = field(default_factory=list)
+    # the directories and files the dumps were looked for in, as given
+    inputs: tuple = ()

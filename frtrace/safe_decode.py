@@ -36,10 +36,45 @@ _MAX_REASON_CHARS = 160
 _SPACE_PER_PICKLE_BYTE = 100
 _SPACE_FLOOR = 64 * 1024**2
 _READ_AHEAD_BYTES = 1 << 20
+# Gzip'd dumps inflate about 4x (pickle) to 30x (JSON without stacks), measured on
+# synthetic NCCL dumps and the Gloo fixtures; deflate can reach 1,000x, so a 2 MB bomb
+# under --max-file-size (a limit on the inflated size) could take 4 GB to decode. Past
+# this ratio, and past the floor that keeps small files free of it, a file is refused.
+MAX_GZIP_RATIO = 100
+_GZIP_RATIO_FLOOR = 64 * 1024**2
+
+
+# Hashing a tuple recurses in C once per level of tuples nested in tuples, with no
+# recursion check: a tuple key nested a million deep (1 KB gzip'd) overflows the C stack
+# while the unpickler builds the dict, and the process dies of SIGSEGV. Each level takes
+# one tuple-building opcode (TUPLE, TUPLE1/2/3), so a pickle holding fewer of their bytes
+# than this cannot nest deeper. A level took 40-80 bytes of stack here (1e5 levels hash in
+# an 8 MB main-thread stack, 2e5 crash): 30,000 levels stay under 2.4 MB. Honest dumps
+# have about two such bytes per entry (3,800 in 2,000 entries), so buffers of up to some
+# 15,000 entries decode in place; a pickle with more is decoded in a separate process
+# (see loader.load_one), where a crash costs that one file (20,000 entries: +0.15 s).
+SAFE_TUPLE_OPCODES = 30_000
+_TUPLE_OPCODES = (b"t", b"\x85", b"\x86", b"\x87")
 
 
 class DecodeError(ValueError):
     """The bytes are not a readable dump; the message says why in a few words."""
+
+
+class MayNestTooDeeply(DecodeError):
+    """The pickle could nest tuples deep enough to crash this process: decode it in another."""
+
+
+def may_nest_too_deeply(data: bytes) -> bool:
+    """Whether `data` (a pickle) holds more tuple-building opcode bytes than can be hashed
+    safely. A byte count, in C: it also counts bytes inside strings and numbers, which
+    only errs on the safe side."""
+    count = 0
+    for opcode in _TUPLE_OPCODES:
+        count += data.count(opcode)
+        if count > SAFE_TUPLE_OPCODES:
+            return True
+    return False
 
 
 def _one_line(text: str, limit: int = _MAX_REASON_CHARS) -> str:
@@ -71,13 +106,17 @@ class _PlainDataUnpickler(pickle.Unpickler):
 
 
 def _gunzip(data: bytes, max_bytes: int) -> bytes:
+    allowed = min(max_bytes, max(_GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(data)))
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
-            out = stream.read(max_bytes + 1)
+            out = stream.read(allowed + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise DecodeError(f"corrupt gzip data ({_reason(exc)})") from None
     if len(out) > max_bytes:
         raise DecodeError(f"decompresses to more than {max_bytes:,} bytes (raise --max-file-size)")
+    if len(out) > allowed:
+        raise DecodeError(f"decompresses to more than {MAX_GZIP_RATIO} times its {len(data):,} bytes "
+                          f"(honest dumps inflate at most about 30 times): a gzip bomb?")
     return out
 
 
@@ -171,8 +210,11 @@ def _parse_json(data: bytes):
         raise DecodeError(f"invalid JSON ({_reason(exc)})") from None
 
 
-def decode_dump_bytes(data: bytes, max_bytes: int) -> tuple:
-    """Return `(data, encoding)` where encoding is pickle, json, pickle+gzip or json+gzip."""
+def decode_dump_bytes(data: bytes, max_bytes: int, *, isolated: bool = False) -> tuple:
+    """Return `(data, encoding)` where encoding is pickle, json, pickle+gzip or json+gzip.
+
+    Raises MayNestTooDeeply for a pickle that could crash the process, unless `isolated`
+    says this process may crash for it."""
     compressed = data[:2] == GZIP_MAGIC
     if compressed:
         data = _gunzip(data, max_bytes)
@@ -180,6 +222,8 @@ def decode_dump_bytes(data: bytes, max_bytes: int) -> tuple:
     if not data:
         raise DecodeError("empty file" if not compressed else "empty after gunzip")
     if data[0] == PICKLE_PROTO:
+        if not isolated and may_nest_too_deeply(data):
+            raise MayNestTooDeeply("may nest tuples too deeply to decode in this process")
         return _unpickle(data), "pickle" + suffix
     if _JSON_START.match(data):
         return _parse_json(data), "json" + suffix

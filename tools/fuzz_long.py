@@ -47,6 +47,7 @@ PROPERTIES = {
                        tf.check_generated_job),
     "generated_any": ({"job": tf._jobs(tf.any_values), "encoding": st.sampled_from(["pickle", "json"])},
                       tf.check_generated_job),
+    "hostile_shapes": ({"shape": tf.hostile_shapes}, lambda shape: tf.check_hostile_shape(*shape)),
 }
 
 
