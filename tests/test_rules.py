@@ -199,3 +199,28 @@ def test_the_matcher_runs_once_per_analysis_and_never_in_diagnosis(tmp_path, mon
     assert diagnosis.suspect_ranks == (1,)
     assert calls.count(("analyze", "match")) == 1 and ("analyze", "build_views") in calls
     assert [c for c in calls if c[0] == "diagnose"] == []
+
+
+def _without_entries(dumps: dict) -> dict:
+    for dump in dumps.values():
+        dump.pop("entries")
+    return dumps
+
+
+def test_dumps_without_entries_blame_the_rank_pg_status_puts_behind():
+    # The hang of rank 2 dumped with includeCollectives=False: only pg_status is left.
+    _, diagnosis = analyse_dicts(_without_entries(job({0: AR * 4, 1: AR * 4, 2: AR * 3, 3: AR * 4})))
+    finding = only(diagnosis, "status_only.positions_from_pg_status")
+    assert (finding.kind, finding.suspect_ranks) == ("not_issued", (2,))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (2,))
+
+
+def test_dumps_without_entries_that_agree_are_healthy_and_with_nothing_inconclusive():
+    _, agreeing = analyse_dicts(_without_entries(job({r: AR * 4 for r in range(4)})))
+    assert agreeing.status == "healthy"
+    bare = _without_entries(job({r: AR * 4 for r in range(4)}))
+    for dump in bare.values():
+        dump.pop("pg_status")
+    _, nothing = analyse_dicts(bare)
+    assert nothing.status == "inconclusive"
+    assert only(nothing, "status_only.positions_from_pg_status").severity == "warning"

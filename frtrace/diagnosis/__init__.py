@@ -11,6 +11,7 @@ The rules, one module per question, run in this order:
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
+    status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
     missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
@@ -29,6 +30,7 @@ from .linking import WentPastJudge, link_consequences
 from .missing import empty_dumps, unaccounted_missing_ranks
 from .p2p import unmatched_p2p
 from .program_order import ProgramOrder, went_past_finding
+from .status_only import positions_from_pg_status
 from .stragglers import late_arrivals
 from .verdict import conclude
 
@@ -37,7 +39,8 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 def diagnose(analysis: "Analysis") -> Diagnosis:
     facts = Facts.of(analysis)
-    findings = divergences(facts) + stuck_on_device(facts) + frontiers(facts) + unmatched_p2p(facts)
+    findings = (divergences(facts) + stuck_on_device(facts) + frontiers(facts) + unmatched_p2p(facts)
+                + positions_from_pg_status(facts))
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))
