@@ -73,7 +73,7 @@ class Layout:
         return [d for d in dumps if d.rank not in self.ignored_ranks]
 
 
-_GROUP_OF_ENTRY = operator.itemgetter(2, 3)  # Entry.pg_name, Entry.pg_desc
+_GROUP_OF_ENTRY = operator.attrgetter("pg_name", "pg_desc")
 
 
 @dataclass(slots=True)

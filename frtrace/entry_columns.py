@@ -39,8 +39,8 @@ _OPTIONAL_INT_FIELDS = ("time_discovered_started_ns", "time_discovered_completed
 # Entry fields whose ints repeat across entries and ranks (index, record_id, pg_id, the two
 # sequence numbers, op_id), and those holding interned values (group name and description,
 # op name, shapes, state, stack): see SharedValues.
-_SHAREABLE_INTS = (0, 1, 4, 5, 6, 7)
-_SHAREABLE_VALUES = (2, 3, 8, 9, 10, 17)
+_SHAREABLE_INTS = tuple(Entry._fields.index(f) for f in ("index", "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id"))
+_SHAREABLE_VALUES = tuple(Entry._fields.index(f) for f in ("pg_name", "pg_desc", "name", "shapes", "state", "frames"))
 _SMALL_INT_LIMIT = 1 << 16
 _CACHED_INTS = 257  # CPython keeps one object for each int below this already
 _EXAMPLE_ROUNDS = 6  # see _examples

@@ -43,7 +43,7 @@ DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
 DUMP_NAME_HINTS = ("rank", "trace", "dump", "fr_", "nccl", "comm")
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
-_RECORD_ORDER = operator.itemgetter(1, 0)  # Entry.record_id, Entry.index
+_RECORD_ORDER = operator.attrgetter("record_id", "index")
 _TRAILING_RANK = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
 _P2P_NAME = re.compile(r"^(?P<op>send|recv)\s+(?P<a>-?\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>-?\d+|\?)$")
 
