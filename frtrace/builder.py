@@ -166,6 +166,7 @@ def _believable_configs(dumps: list, evidence: _Evidence) -> tuple:
 
 def _without_unbacked_ranks(config: PgConfig, evidence: _Evidence) -> tuple:
     """`(config, warning or "")`: the config without the ranks `evidence` does not back."""
+    assert config.ranks is not None  # only configs that list ranks are checked
     absurd = [r for r in config.ranks if r >= evidence.limit]
     unbacked = [r for r in config.ranks if evidence.extent <= r < evidence.limit and r not in evidence.corroborated]
     if not absurd and not unbacked:
@@ -288,7 +289,9 @@ def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Opti
     if missing:
         _place_missing_ranks(drafts, missing)
     drafts.sort(key=_group_sort_key)
-    groups, memberships, ids_by_name = [], [], defaultdict(list)
+    groups: list[Group] = []
+    memberships: list[Membership] = []
+    ids_by_name: dict[str, list[int]] = defaultdict(list)
     for gid, (name, desc, ranks, source) in enumerate(drafts):
         groups.append(Group(gid, name, desc, ranks, len(ranks), source))
         memberships.extend(Membership(gid, rank, local) for local, rank in enumerate(ranks))

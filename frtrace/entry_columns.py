@@ -59,7 +59,7 @@ class Columns(NamedTuple):
 class Coded(NamedTuple):
     """A column of few distinct values: entry i holds `table[codes[i]]`."""
 
-    table: list
+    table: Sequence
     codes: Sequence[int]
 
     def values(self) -> list:
@@ -185,7 +185,7 @@ def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
     """
     example_of: list = []
     needed: set = set()
-    todo = range(len(rows))
+    todo: Sequence[int] = range(len(rows))
     for _round in range(_EXAMPLE_ROUNDS):
         first_at: dict = {}
         try:
@@ -256,6 +256,8 @@ def _static_columns(fields: dict, norm) -> Optional[list]:
     chosen = {name: list(map(fields[name].__getitem__, needed)) for name in _STATIC_FIELDS}
     groups = _groups(chosen, norm)
     names = _op_names(chosen, norm) if groups else None
+    if groups is None:
+        return None
     shapes = _shapes(chosen, norm) if names else None
     states = _states(chosen, norm) if shapes else None
     stacks = _stacks(chosen, norm) if states else None

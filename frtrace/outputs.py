@@ -30,7 +30,7 @@ SQLITE_DISK_FULL = "database or disk is full"
 
 def table_types() -> dict:
     """Field names of each Database table, stored next to the data in the pickle."""
-    return {name: tuple(cls._fields) for name, cls in TABLE_TYPES.items()}
+    return {name: tuple(cls._fields) for name, cls in TABLE_TYPES.items()}  # type: ignore[attr-defined]  # NamedTuple classes
 
 
 def _write_pickle(target: OutputTarget, analysis: Analysis) -> None:

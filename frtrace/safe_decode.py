@@ -20,6 +20,9 @@ import threading
 import zlib
 from typing import Iterator, Optional
 
+from types import ModuleType
+
+resource: Optional[ModuleType]
 try:
     import resource
 except ImportError:  # Windows: decoding then runs without an address-space cap
@@ -121,6 +124,8 @@ def _gunzip(data: bytes, max_bytes: int) -> bytes:
 
 
 def _address_space_in_use() -> Optional[int]:
+    if resource is None:
+        return None
     try:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[0]) * resource.getpagesize()
