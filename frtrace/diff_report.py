@@ -14,7 +14,7 @@ from .pipeline import Analysis
 from .progress_diff import (IDLE, MOVED, STUCK, UNKNOWN, GroupProgress, Position, ProgressDiff, name_key,
                             waiting_text)
 from .util import fold_ranks, plural
-from .wording import group_label
+from .wording import group_label, ranks_text
 
 SCHEMA = "frtrace.diff/1"
 STATUS_WORD = {"healthy": "PROGRESSING", "faults": "STUCK", "inconclusive": "INCONCLUSIVE"}
@@ -149,7 +149,7 @@ def _inputs_line(diff: ProgressDiff, old_name: str, new_name: str) -> str:
     def side(label: str, name: str, analysis: Analysis) -> str:
         missing = analysis.layout.ranks_missing
         text = f"{label} {name}: {plural(len(analysis.layout.ranks_found), 'dump')}"
-        return text + (f" (no dump from ranks {fold_ranks(missing)})" if missing else "")
+        return text + (f" (no dump from {ranks_text(missing)})" if missing else "")
 
     return f"{side('OLD', old_name, diff.old)}; {side('NEW', new_name, diff.new)}"
 
@@ -161,7 +161,9 @@ def render_diff_text(diff: ProgressDiff, old_name: str = "OLD", new_name: str = 
         colour = {"healthy": "green", "faults": "red"}.get(diff.status, "yellow")
         verdict = style(word, fg=colour, bold=True) + ":" + rest
     lines = [verdict, _inputs_line(diff, old_name, new_name), ""]
-    lines.append(tabulate(table_rows(diff), headers=HEADERS, tablefmt="simple", disable_numparse=True))
+    rows = table_rows(diff)
+    lines.append(tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True) if rows
+                 else "(no process group in either dump set)")
     if diff.status == "faults":
         lines += ["", f"next step: frtrace {new_name}   (who the stuck ranks wait for, and where it was called)"]
     return "\n".join(lines) + "\n"

@@ -111,7 +111,7 @@ def check_same_job(old: Analysis, new: Analysis) -> None:
         raise JobMismatch(f"OLD and NEW look like different jobs: world size {old.layout.world_size} in OLD, "
                           f"{new.layout.world_size} in NEW")
     old_sets, new_sets = _configured_rank_sets(old), _configured_rank_sets(new)
-    if not set(_names(old)) & set(_names(new)):
+    if _names(old) and _names(new) and not set(_names(old)) & set(_names(new)):
         raise JobMismatch("OLD and NEW look like different jobs: no process group in common")
     for name in sorted(set(old_sets) & set(new_sets)):
         if old_sets[name] != new_sets[name]:

@@ -15,7 +15,7 @@ from frtrace.pipeline import analyze
 from frtrace.progress_diff import JobMismatch, diff_progress
 from frtrace.testing.synth import Fault, generate, write_job as write_synth
 
-from helpers import assert_no_traceback, job, write_job
+from helpers import assert_no_traceback, fixture_dir, job, write_job
 
 TP = {"0": ("default_pg", (0, 1, 2, 3)), "tp0": ("tp", (0, 1)), "tp1": ("tp", (2, 3))}
 
@@ -249,3 +249,23 @@ def test_console_entry_point(tmp_path):
     lonely = run("diff")
     assert lonely.returncode == 2 and "Traceback" not in lonely.stderr
     assert "frtrace ./diff" in lonely.stderr
+
+
+def test_dumps_without_entries_cannot_tell(tmp_path):
+    # Real gloo dumps with no entries (and no group in pg_config): exit 3, not "other job".
+    old = fixture_dir("healthy_no_entries")
+    new = shutil.copytree(old, tmp_path / "new")
+    result = run_diff(old, new)
+    assert result.exit_code == 3, result.output
+    assert result.output.startswith("INCONCLUSIVE: ranks 0-1 cannot be told (no entries in either dump)")
+
+
+def test_gloo_hang_dumped_twice(tmp_path):
+    # Real gloo dumps: rank 3 still waits in all_reduce #4; ranks 0-1 timed out (gloo
+    # retires that op too) and rank 2 never issued it: nobody moved.
+    old = fixture_dir("hang_never_arrives")
+    new = shutil.copytree(old, tmp_path / "new")
+    result = run_diff(old, new, "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["stuck_ranks"] == [3] and report["moved_ranks"] == []
