@@ -24,10 +24,12 @@ import click
 from . import __version__
 from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
+from .diff_report import render_diff_json, render_diff_markdown, render_diff_text
 from .loader import InputError
 from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
 from .outputs import write_output
 from .pipeline import analyze
+from .progress_diff import JobMismatch, diff_progress
 from .rawview import render_raw_entries
 from .report import render_json, render_markdown, render_text
 from .util import parse_rank_ranges, ranks_in
@@ -51,6 +53,10 @@ Examples:
                                       raw entries of ranks 0 and 1, side by side
   frtrace -j --pg-filters tp --print-stack-trace dumps/
                                       raw entries of the groups named or described "tp"
+  frtrace diff dumps-1200/ dumps-1210/
+                                      which ranks made no progress between two dumps of
+                                      one job (frtrace diff --help; a dump directory
+                                      named diff: frtrace ./diff)
 
 \b
 Exit codes: 0 healthy, 1 faults found, 2 usage or input error, 3 inconclusive,
@@ -164,6 +170,9 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
 
     DIR_OR_FILE defaults to the directory of $TORCH_FR_DUMP_TEMP_FILE (or
     $TORCH_NCCL_DEBUG_INFO_TEMP_FILE) when set, else the current directory.
+
+    Two dump sets of one job taken apart: frtrace diff OLD NEW (see
+    frtrace diff --help) says which ranks made no progress between them.
     """
     started = time.monotonic()
     if sys.stdout is None:  # started with stdout closed (`frtrace DIR >&-`): say so before the work
@@ -370,17 +379,105 @@ def _finish(code: int, verbose: bool, started: float, load_seconds: float):
     sys.exit(code)
 
 
+DIFF_EPILOG = """\b
+Examples:
+  frtrace diff dumps-1200/ dumps-1210/
+                                      a hang dumped twice, ten minutes apart
+  frtrace diff old/ new/ --format json
+                                      the same, as JSON for CI (schema frtrace.diff/1)
+
+\b
+Exit codes: 0 every rank moved on, 1 some rank made no progress (stuck), 2 usage or
+input error (also: OLD and NEW are not dumps of one run), 3 cannot tell (e.g. a rank
+dumped in only one of the two).
+"""
+
+
+@click.command(epilog=DIFF_EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("old", type=click.Path(path_type=Path), metavar="OLD")
+@click.argument("new", type=click.Path(path_type=Path), metavar="NEW")
+@click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
+@click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when ranks made no progress (errors still exit 2).")
+@click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files and a timing line.")
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
+def frtrace_diff(old, new, prefix, fmt, workers, max_file_size, exit_zero, verbose, debug):
+    """Which ranks and process groups made no progress between two Flight Recorder
+    dump sets of one job (OLD, then NEW, each a dump directory or file): stuck in
+    the op they already waited in, or idle; and which moved on.
+    """
+    started = time.monotonic()
+    if sys.stdout is None:
+        _fail("standard output is closed: nowhere to write the report")
+    for item in (old, new):
+        if not os.path.lexists(item):
+            raise click.UsageError(f"{item}: no such directory or file")
+    if os.path.realpath(old) == os.path.realpath(new):
+        raise click.UsageError(f"OLD and NEW are the same path ({old}): give two dumps of the job taken apart")
+    try:
+        max_bytes = _parse_size(max_file_size)
+    except ValueError:
+        raise click.UsageError(f"--max-file-size takes a size such as 512M or 4G, not {max_file_size!r}")
+    analyses = [_analyze_one(label, path, prefix, workers, max_bytes, verbose) for label, path in (("OLD", old), ("NEW", new))]
+    try:
+        diff = diff_progress(*analyses)
+    except JobMismatch as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        _emit(render_diff_json(diff))
+    elif fmt == "markdown":
+        _emit(render_diff_markdown(diff, str(old), str(new)))
+    else:
+        _emit(render_diff_text(diff, str(old), str(new), _styler()))
+    code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diff.status]
+    return _finish(code, verbose, started, time.monotonic() - started)
+
+
+def _analyze_one(label: str, path: Path, prefix, workers, max_bytes: int, verbose: bool):
+    """One dump set of `frtrace diff`, loaded and matched; notes say which set they are about."""
+    progress = _Progress(sys.stderr.isatty())
+    try:
+        analysis = analyze([path], prefix=prefix, workers=workers or (os.cpu_count() or 1), max_bytes=max_bytes,
+                           progress=progress)
+    except InputError as exc:
+        progress.clear()
+        _fail(f"{label}: {exc}")
+    progress.clear()
+    if not analysis.layout.ranks_found:
+        _fail(f"{label}: no usable dump in {path}")
+    for note in analysis.load.notes:
+        _note(f"{label}: {note}")
+    for issue in analysis.load.errors + list(analysis.layout.ignored_files):
+        _note(f"{label}: skipped {issue}")
+    if verbose:
+        for issue in analysis.load.skipped:
+            _note(f"{label}: ignored {issue}")
+    return analysis
+
+
+def _command_for(argv: list) -> tuple:
+    """`frtrace diff OLD NEW` runs the diff command; anything else is `frtrace [DIR]...`
+    (a dump directory named diff is reached as `frtrace ./diff`)."""
+    if argv and argv[0] == "diff":
+        if len(argv) == 1 and os.path.isdir("diff"):
+            _note("note: `frtrace diff` compares two dump sets; for the dump directory named diff, run frtrace ./diff")
+        return frtrace_diff, argv[1:], "frtrace diff"
+    return frtrace, _join_multi_values(argv), "frtrace"
+
+
 def main(argv: Optional[list] = None) -> None:
     """Console entry point; internal errors become one line unless --debug is given.
     Ends the process (see _exit_now)."""
-    args = _join_multi_values(list(sys.argv[1:] if argv is None else argv))
+    command, args, prog_name = _command_for(list(sys.argv[1:] if argv is None else argv))
     # One short-lived run that builds millions of small objects with no reference cycles:
     # the cyclic collector would rescan them all, again and again, for nothing (a third of
     # the run time at 512 ranks). Reference counting still frees everything.
     gc.disable()
     _handle_stop_signals()
     try:
-        frtrace.main(args=args, prog_name="frtrace", standalone_mode=True)
+        command.main(args=args, prog_name=prog_name, standalone_mode=True)
     except (Interrupted, KeyboardInterrupt) as stop:
         # Temporary output files are gone by now: the signal unwound through their cleanup.
         code = stop.code if isinstance(stop, Interrupted) else EXIT_SIGINT
