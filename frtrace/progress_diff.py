@@ -25,7 +25,7 @@ from .model import Entry, Group, PgStatus, RankDump
 from .pipeline import Analysis
 from .standing import keeps_only_active
 from .util import fold_ranks
-from .wording import group_label, group_text, ranks_text
+from .wording import group_label, group_text, ranks_text, seq_text
 
 MOVED, STUCK, IDLE, UNKNOWN = "moved", "stuck", "idle", "unknown"
 # Per rank and per group, which outcome wins when a rank's groups disagree.
@@ -198,7 +198,7 @@ def _newest_time(dumps: list) -> int:
 
 def _op_text(entry: Entry) -> str:
     """`all_reduce #4`, `send p2p #7`."""
-    return f"{entry.op} p2p #{entry.p2p_seq_id}" if entry.is_p2p else f"{entry.op} #{entry.collective_seq_id}"
+    return f"{entry.op} {seq_text(entry)}"
 
 
 def waiting_text(entry: Optional[Entry]) -> str:
@@ -244,7 +244,7 @@ class _Side:
         self.pg_ids = {(rank, name): groups[name][0].pg_id for rank, groups in self.entries.items() for name in groups}
         self.common_pg_id = {}
         self._record_ids: dict = {}  # rank -> its record ids, built when first asked
-        ids = defaultdict(Counter)
+        ids: dict[str, Counter] = defaultdict(Counter)
         for (rank, name), pg_id in self.pg_ids.items():
             ids[name][pg_id] += 1
         for name, counts in ids.items():
@@ -310,12 +310,18 @@ def _member(rank: int, name: str, old: _Side, new: _Side) -> MemberProgress:
             return MemberProgress(rank, MOVED, finished, before, after)
         if finished is None:
             return MemberProgress(rank, UNKNOWN, "NEW's dump says nothing of the group", before, after)
-        what = _op_text(waiting) if waiting is not None else f"collective #{before.status.last_completed + 1}"
+        what = _op_text(waiting) if waiting is not None else _next_collective(before.status)
         more = " (and enqueued more behind it)" if enqueued else ""
         return MemberProgress(rank, STUCK, f"still waiting in {what}{more}", before, after)
     if enqueued:
         return MemberProgress(rank, MOVED, "enqueued new ops", before, after)
     return MemberProgress(rank, IDLE, "nothing pending, nothing new", before, after)
+
+
+def _next_collective(status: Optional[PgStatus]) -> str:
+    """The collective pg_status says the rank waits in: the one after its last completed."""
+    done = status.last_completed if status is not None and status.last_completed is not None else -1
+    return f"collective #{done + 1}"
 
 
 def _grew(before: Optional[int], after: Optional[int]) -> bool:
@@ -412,7 +418,7 @@ def _conclude(ranks: tuple) -> tuple:
         tail.append(f"{ranks_text(moved)} moved on")
     if by[STUCK]:
         # One clause per op waited in, over the groups of one description (TP groups alike).
-        clauses = defaultdict(lambda: (set(), []))
+        clauses: dict[tuple, tuple[set, list]] = defaultdict(lambda: (set(), []))
         for r in by[STUCK]:
             group, entry = r.stuck_in
             names, stuck = clauses[(group.desc, waiting_text(entry))]
