@@ -224,3 +224,12 @@ def test_dumps_without_entries_that_agree_are_healthy_and_with_nothing_inconclus
     _, nothing = analyse_dicts(bare)
     assert nothing.status == "inconclusive"
     assert only(nothing, "status_only.positions_from_pg_status").severity == "warning"
+
+
+def test_an_even_split_is_no_tie_when_the_absent_rank_waits_in_nothing():
+    # Two members: rank 0 waits in its 4th all_reduce, rank 1 finished its 3 and issues nothing more.
+    _, diagnosis = analyse_dicts(job({0: AR * 4, 1: AR * 3}))
+    finding = only(diagnosis, "divergence.never_issued")
+    assert (finding.suspect_ranks, finding.tie, finding.evidence["idle_ranks"]) == ((1,), False, [1])
+    assert "even split" not in finding.message
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))

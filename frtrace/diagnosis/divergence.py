@@ -231,6 +231,12 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     return never_issued(facts, view, match, tie, have)
 
 
+def _idle(facts: Facts, ranks: tuple[int, ...]) -> bool:
+    """Every one of `ranks` finished every op it issued: it waits in nothing, it stopped
+    issuing (a host-side hang), so it is behind, whatever the count of ranks says."""
+    return facts.reliable and bool(ranks) and not any(rank in facts.blocked_in for rank in ranks)
+
+
 def _presence_evidence(view: GroupView, match: CollectiveMatch) -> dict[str, Any]:
     evidence: dict[str, Any] = {
         "issued_ranks": list(match.issued),
@@ -279,6 +285,11 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
         f"{ranks_text(missing)} never issued {peer_entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)}; "
         f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
     )
+    if tie and _idle(facts, missing):
+        tie = False
+        one = len(missing) == 1
+        message += f"; {'it' if one else 'they'} finished every op {'it' if one else 'they'} issued and {'waits' if one else 'wait'} in none"
+        evidence["idle_ranks"] = list(missing)
     if tie:
         evidence["tie"] = True
     return new_finding(
