@@ -21,6 +21,9 @@ Each fault kind is one row of `kinds.KINDS`.
 
 from __future__ import annotations
 
+from typing import Callable
+
+from ..pipeline import Analysis
 from .divergence import divergences
 from .facts import Facts
 from .finding import Diagnosis, Finding, P2PEnds, WentPast
@@ -37,10 +40,14 @@ from .verdict import conclude
 __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "WentPast", "diagnose", "kind"]
 
 
-def diagnose(analysis: "Analysis") -> Diagnosis:
+Rule = Callable[[Facts], list[Finding]]
+# The rules whose findings are linked into root causes and consequences, in order.
+FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, positions_from_pg_status)
+
+
+def diagnose(analysis: Analysis) -> Diagnosis:
     facts = Facts.of(analysis)
-    findings = (divergences(facts) + stuck_on_device(facts) + frontiers(facts) + unmatched_p2p(facts)
-                + positions_from_pg_status(facts))
+    findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))
@@ -65,5 +72,3 @@ def _went_past_judge(facts: Facts) -> WentPastJudge:
 
     return judge
 
-
-from ..pipeline import Analysis  # noqa: E402  (for the annotation only)
