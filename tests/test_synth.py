@@ -479,3 +479,272 @@ def test_cli(tmp_path, capsys):
                        "--truth", str(tmp_path / "t.json")]) == 0
     assert json.loads((tmp_path / "t.json").read_text())["fault_kind"] == "p2p_unmatched"
     assert (tmp_path / "j" / "nccl_trace_rank_0").read_bytes()[:1] == b"{"
+
+
+# --------------------------------------------------------------------------- faithful options
+# What PyTorch really records (see "Faithful options" in the synth module doc).
+
+FAITHFUL = {"coalesced_events": "marker", "watchdog_ms": 100.0, "bubble_ms": 100.0, "pg_status": "work"}
+MARKER = "nccl:coalesced"
+
+
+def _batches(entries: list) -> list:
+    """(per-op entries, marker) of each batch in one rank's entries of one group, oldest first:
+    the run of entries with the same seqs that a `nccl:coalesced` marker closes."""
+    def unit(e):
+        return e["is_p2p"], e["p2p_seq_id"], e["collective_seq_id"]
+
+    out, run = [], []
+    for e in entries:
+        if e["profiling_name"] == MARKER:
+            out.append((run, e))
+            run = []
+        else:
+            run = run + [e] if run and unit(run[-1]) == unit(e) else [e]
+    return out
+
+
+def _pp_entries(job: SynthJob, rank: int) -> list:
+    return [e for e in _entries(job.dumps[rank]) if e["process_group"][1] == "pp"]
+
+
+@pytest.mark.parametrize("p2p", ["batched", "mixed"])
+@pytest.mark.parametrize("layout", [(8, 2, 2), (16, 2, 4)])
+def test_batched_p2p_is_recorded_like_batch_isend_irecv(layout, p2p):
+    job = generate(*layout, steps=4, p2p=p2p, timing=True, **FAITHFUL)
+    assert job.truth["status"] == "healthy" and job.truth["blocked_ranks"] == []
+    kinds = Counter()
+    for rank in job.dumps:
+        entries = _pp_entries(job, rank)
+        batches = [(ops, m) for ops, m in _batches(entries) if ops and ops[0]["is_p2p"]]
+        assert batches
+        for ops, marker in batches:
+            # Every per-op entry stays scheduled, without events; the marker follows them
+            # with is_p2p False, the same seqs, and is the only one whose state advances.
+            assert all(e["state"] == "scheduled" and not e["retired"] and e["time_discovered_started_ns"] is None
+                       and e["time_discovered_completed_ns"] is None and "duration_ms" not in e for e in ops)
+            assert {(e["p2p_seq_id"], e["collective_seq_id"]) for e in ops} == \
+                   {(marker["p2p_seq_id"], marker["collective_seq_id"])}
+            assert [e["op_id"] for e in ops] == list(range(ops[0]["op_id"], ops[0]["op_id"] + len(ops)))
+            assert marker["op_id"] == ops[-1]["op_id"] and marker["record_id"] == ops[-1]["record_id"] + 1
+            assert marker["is_p2p"] is False and marker["input_sizes"] == []
+            assert marker["state"] == "completed" and marker["retired"] and marker["duration_ms"] > 0
+            assert marker["time_discovered_completed_ns"] >= marker["time_discovered_started_ns"]
+            kinds[len(ops)] += 1
+        # p2p_seq_id goes +1 per batch (or plain op); a batch does not bump collective_seq_id.
+        p2p_seqs = [e["p2p_seq_id"] for e in entries if e["is_p2p"]]
+        assert sorted(set(p2p_seqs)) == list(range(1, max(p2p_seqs) + 1))
+        plain = [e for e in entries if e["is_p2p"] and e["state"] == "completed"]
+        assert bool(plain) == (p2p == "mixed")
+    assert kinds[2] > 0  # a stage's forward send and backward recv share one batch
+
+
+def test_coalesced_collectives_keep_their_state_in_the_marker():
+    old = generate(8, steps=2)
+    new = generate(8, steps=2, coalesced_events="marker")
+    for job, frozen in ((old, False), (new, True)):
+        dp = [e for e in _entries(job.dumps[0]) if e["process_group"][1] == "dp"]
+        batches = _batches(dp)
+        assert len(batches) == 2
+        for ops, marker in batches:
+            assert len(ops) == 3 and not marker["is_p2p"] and marker["state"] == "completed"
+            assert all(e["state"] == ("scheduled" if frozen else "completed") for e in ops)
+            assert all(e["retired"] != frozen for e in ops)
+
+
+@pytest.mark.parametrize("timing", [False, True])
+def test_discovered_times_are_watchdog_ticks(timing):
+    period = 100 * 10**6
+    job = generate(16, 2, 4, steps=3, timing=timing, fault=Fault("hang", rank=5, group="tp"), **FAITHFUL)
+    phases = set()
+    for rank, dump in job.dumps.items():
+        times, entries = [], _entries(dump)
+        for e in entries:
+            started, ended = e["time_discovered_started_ns"], e["time_discovered_completed_ns"]
+            # The end event always exists: a completed op has its tick, timing or not.
+            assert (ended is not None) == (e["state"] == "completed")
+            assert (started is not None) == (timing and e["state"] != "scheduled")
+            assert ("duration_ms" in e) == (timing and e["state"] == "completed")
+            for t in (started, ended):
+                if t is not None:
+                    assert e["time_created_ns"] < t <= e["time_created_ns"] + period + 2 * 10**9
+                    times.append(t)
+        assert times
+        phase = times[0] % period
+        assert all(t % period == phase for t in times)  # one grid per rank
+        phases.add(phase)
+    assert len(phases) > len(job.dumps) // 2  # each rank polls with its own phase
+
+
+def _matched_p2p(job: SynthJob) -> list:
+    """(send entry, recv entry) pairs, the n-th send a->b with the n-th recv at b from a."""
+    chans = defaultdict(lambda: ([], []))
+    for rank, dump in job.dumps.items():
+        for e in _entries(dump):
+            if not e["is_p2p"]:
+                continue
+            ranks = json.loads(dump["pg_config"][e["process_group"][0]]["ranks"])
+            op, arrow = e["profiling_name"].split(":", 1)[1].split(" ")
+            me, peer = map(int, arrow.split("->" if op == "send" else "<-"))
+            src, dst = (ranks[me], ranks[peer]) if op == "send" else (ranks[peer], ranks[me])
+            chans[(e["process_group"][0], src, dst)][op == "recv"].append(e)
+    pairs = []
+    for sends, recvs in chans.values():
+        assert len(sends) == len(recvs)
+        pairs += list(zip(sends, recvs))
+    return pairs
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+def test_receivers_post_their_recv_before_the_send(p2p):
+    job = generate(16, 2, 4, steps=3, p2p=p2p, bubble_ms=100.0)
+    pairs = _matched_p2p(job)
+    assert pairs
+    leads = [(send["time_created_ns"] - recv["time_created_ns"]) / 1e6 for send, recv in pairs]
+    assert min(leads) > 90  # pipeline bubbles: the receiver waits ~100 ms for its sender
+    assert min(leads) < 200
+    base = generate(16, 2, 4, steps=3, p2p=p2p)
+    assert max((s["time_created_ns"] - r["time_created_ns"]) / 1e6 for s, r in _matched_p2p(base)) < 50
+
+
+def _newest_work_seq(entries: list, pg_id: int, completed: bool = False):
+    """The seq torch keeps for the group's newest Work (or newest completed one): a batch is one
+    Work (its marker), a P2P Work counts in p2p_seq_id, a collective in collective_seq_id."""
+    mine = [e for e in entries if e["pg_id"] == pg_id and not (e["is_p2p"] and e["state"] == "scheduled"
+                                                                and _in_batch(entries, e))]
+    if completed:
+        mine = [e for e in mine if e["state"] == "completed"]
+    if not mine:
+        return -1
+    e = mine[-1]
+    is_p2p_work = e["is_p2p"] or (e["profiling_name"] == MARKER and _marker_of_p2p(entries, e))
+    return e["p2p_seq_id"] if is_p2p_work else e["collective_seq_id"]
+
+
+def _in_batch(entries: list, e: dict) -> bool:
+    later = [x for x in entries if x["pg_id"] == e["pg_id"] and x["record_id"] > e["record_id"]]
+    for x in later:
+        if x["profiling_name"] == MARKER:
+            return x["p2p_seq_id"] == e["p2p_seq_id"]
+        if not x["is_p2p"] or x["p2p_seq_id"] != e["p2p_seq_id"]:
+            return False
+    return False
+
+
+def _marker_of_p2p(entries: list, marker: dict) -> bool:
+    before = [x for x in entries if x["pg_id"] == marker["pg_id"] and x["record_id"] < marker["record_id"]]
+    return bool(before) and before[-1]["is_p2p"]
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched", "mixed"])
+@pytest.mark.parametrize("fault", [None, Fault("hang", rank=5, group="tp", step=1)])
+def test_pg_status_holds_the_newest_works_seq(p2p, fault):
+    job = generate(16, 2, 4, steps=3, p2p=p2p, fault=fault, timing=True, **FAITHFUL)
+    in_p2p_numbers = 0
+    for rank, dump in job.dumps.items():
+        entries = _entries(dump)
+        for pg, status in dump["pg_status"].items():
+            assert status["last_enqueued_collective"] == _newest_work_seq(entries, int(pg))
+            assert status["last_completed_collective"] == _newest_work_seq(entries, int(pg), completed=True)
+            assert status["last_started_collective"] >= status["last_completed_collective"] or \
+                status["last_started_collective"] == -1
+            pp_entries = [e for e in entries if e["pg_id"] == int(pg) and e["process_group"][1] == "pp"]
+            if pp_entries and status["last_enqueued_collective"] == max(e["p2p_seq_id"] for e in pp_entries) \
+                    != max(e["collective_seq_id"] for e in pp_entries):
+                in_p2p_numbers += 1
+    # Where a rank's newest pipeline Work is P2P (blocked in it), pg_status follows p2p_seq_id.
+    assert in_p2p_numbers > 0 if fault else in_p2p_numbers == 0
+    legacy = generate(16, 2, 4, steps=3, p2p=p2p, fault=fault)
+    for dump in legacy.dumps.values():  # collectives only, as before
+        for pg, status in dump["pg_status"].items():
+            colls = [e["collective_seq_id"] for e in _entries(dump) if e["pg_id"] == int(pg) and not e["is_p2p"]]
+            assert status["last_enqueued_collective"] == (max(colls) if colls else -1)
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+@pytest.mark.parametrize("buffer_size", [2000, 40])
+def test_only_active_dumps_drop_what_completed(p2p, buffer_size):
+    fault = Fault("hang", rank=5, group="tp", step=1)
+    full = generate(16, 2, 2, steps=3, p2p=p2p, fault=fault, buffer_size=buffer_size, **FAITHFUL)
+    active = generate(16, 2, 2, steps=3, p2p=p2p, fault=fault, buffer_size=buffer_size, only_active=True, **FAITHFUL)
+    assert active.truth["suspect_ranks"] == full.truth["suspect_ranks"] == [5]
+    for rank in full.dumps:
+        kept = _entries(active.dumps[rank])
+        assert all(e["state"] != "completed" and e["time_discovered_completed_ns"] is None for e in kept)
+        # The same entries, less the completed ones; pg_status is untouched.
+        assert kept == [e for e in _entries(full.dumps[rank]) if e["time_discovered_completed_ns"] is None]
+        assert active.dumps[rank]["pg_status"] == full.dumps[rank]["pg_status"]
+    # Per-op entries of completed batches never get a discovered-completed time: they stay.
+    frozen = [e for d in active.dumps.values() for e in _entries(d) if e["state"] == "scheduled" and not e["retired"]
+              and e["process_group"][1] == "dp"]
+    assert frozen
+    healthy = generate(16, 2, 2, steps=3, p2p=p2p, only_active=True, **FAITHFUL)
+    for dump in healthy.dumps.values():
+        assert all(e["state"] == "scheduled" and e["profiling_name"] != MARKER for e in _entries(dump))
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+@pytest.mark.parametrize("culprits", [(5,), (5, 7)])
+def test_gpu_error_leaves_the_culprits_holding_what_peers_completed(culprits, p2p):
+    job = generate(16, 4, 2, steps=3, p2p=p2p, only_active=True,
+                   fault=Fault("gpu_error", ranks=culprits, step=1), **FAITHFUL)
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"]) == ("faults", "stuck", list(culprits))
+    assert set(culprits) <= set(t["blocked_ranks"])
+    (tp_name, tp), = [(n, json.loads(g["ranks"])) for n, g in job.dumps[5]["pg_config"].items() if g["desc"] == "tp"]
+    for rank in culprits:
+        held = [e for e in _entries(job.dumps[rank]) if not e["is_p2p"] and e["process_group"][0] == tp_name]
+        assert held and all(e["state"] == "scheduled" for e in held)
+        # Peers that are not culprits completed the collectives it still holds.
+        for peer in set(tp) - set(culprits):
+            status = job.dumps[peer]["pg_status"][str(held[0]["pg_id"])]
+            assert status["last_completed_collective"] >= held[0]["collective_seq_id"]
+    # Its host went on a little: its pg_status enqueued more than it completed.
+    status = job.dumps[5]["pg_status"][str(held[0]["pg_id"])]
+    assert status["last_enqueued_collective"] > status["last_completed_collective"]
+    with pytest.raises(ValueError):
+        generate(16, 4, 2, fault=Fault("hang", ranks=(1, 2)))
+
+
+@pytest.mark.parametrize("p2p", ["batched", "mixed"])
+def test_wrapped_buffers_with_faithful_options(p2p):
+    fault = Fault("p2p_unmatched", rank=5, group="pp", step=2)
+    job = generate(16, 2, 4, steps=4, p2p=p2p, fault=fault, buffer_size=40, timing=True, **FAITHFUL)
+    full = generate(16, 2, 4, steps=4, p2p=p2p, fault=fault, timing=True, **FAITHFUL)
+    assert job.truth["suspect_ranks"] == full.truth["suspect_ranks"] == [5]
+    firsts = set()
+    for rank in job.dumps:
+        entries = _entries(job.dumps[rank])
+        assert entries == _entries(full.dumps[rank])[-40:]
+        assert job.dumps[rank]["pg_status"] == full.dumps[rank]["pg_status"]
+        firsts.add(entries[0]["record_id"])
+    assert len(firsts) > 1
+
+
+@pytest.mark.parametrize("p2p", ["batched", "mixed"])
+@pytest.mark.parametrize("culprit", [1, 5, 9, 13])
+def test_p2p_unmatched_with_batches_blocks_the_receiver(culprit, p2p):
+    job = generate(16, 1, 4, steps=3, p2p=p2p, timing=True,
+                   fault=Fault("p2p_unmatched", rank=culprit, group="pp"), **FAITHFUL)
+    t = job.truth
+    assert t["suspect_ranks"] == [culprit] and t["p2p_peer"] in t["group"]["ranks"]
+    # The op the receiver is blocked in is the started one (a batch's marker, or a plain recv).
+    (waiting,) = [e for e in _entries(job.dumps[t["p2p_peer"]]) if e["state"] == "started"]
+    assert waiting["p2p_seq_id"] == t["p2p_seq_id"] and waiting["process_group"][0] == t["group"]["name"]
+    assert waiting["profiling_name"] == MARKER or waiting["profiling_name"].startswith("nccl:recv")
+
+
+def test_faithful_options_are_checked():
+    for bad in ({"p2p": "nope"}, {"coalesced_events": "x"}, {"pg_status": "x"}, {"watchdog_ms": 0},
+                {"bubble_ms": -1}):
+        with pytest.raises(ValueError):
+            generate(8, **bad)
+
+
+def test_cli_faithful_options(tmp_path):
+    out = tmp_path / "gpu"
+    assert synth.main([str(out), "--world-size", "16", "--tp", "4", "--fault", "gpu_error", "--fault-ranks", "5", "7",
+                       "--p2p", "batched", "--coalesced-events", "marker", "--watchdog-ms", "100", "--bubble-ms", "100",
+                       "--pg-status", "work", "--only-active"]) == 0
+    truth = json.loads((tmp_path / "gpu.truth.json").read_text())
+    assert truth["suspect_ranks"] == [5, 7] and truth["fault_kind"] == "stuck" and truth["params"]["only_active"]

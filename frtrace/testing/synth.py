@@ -77,6 +77,33 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
   collective it is the last to arrive, by about that much (more in DP collectives, as its delay
   piles up over the step before it meets those peers again).
 
+* `gpu_error` (`Fault.ranks` may name several culprits): from the step on, a culprit's GPU work
+  stops completing on its side (its entries stay scheduled, the first started with timing)
+  though its kernels ran, so its peers complete them; its host enqueues a few more ops (the
+  j-th culprit 4 + 3j), then blocks, and its peers wait in the next op that needs it. stuck;
+  suspects are the culprits.
+
+Faithful options (keyword arguments of `generate`; each defaults to the historical behaviour
+above, which is not what PyTorch records):
+
+* `p2p="batched"`: every pipeline op is a `batch_isend_irecv` (a stage's forward send and
+  backward recv share one): one entry per send/recv, all with the batch's p2p_seq_id (+1 per
+  batch), the group's current collective_seq_id, op_id +1 per op, is_p2p True, `scheduled`
+  forever with no discovered times, duration or retired flag (torch records them without
+  events); then the `nccl:coalesced` marker, is_p2p False, same seqs, the only state that
+  advances. A plain op never pairs with a batched one (its own communicator). `"mixed"`:
+  even steps plain, odd steps batched.
+* `coalesced_events="marker"`: coalesced collective batches record their ops the same way.
+* `watchdog_ms=100`: time_discovered_* are watchdog polls: the first tick after the event on a
+  per-rank grid of that period with a random per-rank phase. A completed op always has its
+  discovered-completed time; only the started time and duration_ms need timing.
+* `bubble_ms=100`: a stage computes that long before each send, so a receiver's recv is
+  created about that much before its matching send (pipeline bubbles).
+* `pg_status="work"`: pg_status holds the seq of the group's last Work: the p2p seq after P2P
+  work (plain or batch), the collective seq after a collective.
+* `only_active=True`: the dump drops every entry with a discovered-completed time (completed
+  ones); per-op entries of batches never get one and stay. pg_status is kept.
+
 With `lookahead` = 0 every fault shows its textbook pattern (e.g. for hang, the culprit has no
 entry with seq k in the group while its peers wait in k). With lookahead > 0 the ops enqueued
 behind a blocked op are visible too, so a stalled peer may show a later, scheduled entry with
@@ -106,7 +133,7 @@ _SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 FAULT_KINDS = (
     "hang", "stuck", "extra_op", "skip_op", "size_mismatch", "op_mismatch", "dtype_mismatch",
-    "missing_dump", "missing_dump_hang", "p2p_unmatched", "straggler",
+    "missing_dump", "missing_dump_hang", "p2p_unmatched", "straggler", "gpu_error",
 )
 GROUP_KINDS = ("tp", "pp", "dp", "default")
 # Fault kind -> the DESIGN.md section 3 finding kind an analyzer should report.
@@ -115,7 +142,11 @@ _DIAGNOSIS = {
     "size_mismatch": "size_mismatch", "op_mismatch": "op_mismatch",
     "dtype_mismatch": "dtype_mismatch", "missing_dump": "missing_dump",
     "missing_dump_hang": "missing_dump", "p2p_unmatched": "p2p_unmatched", "straggler": "straggler",
+    "gpu_error": "stuck",
 }
+P2P_MODES = ("plain", "batched", "mixed")
+COALESCED_EVENTS = ("batch", "marker")
+PG_STATUS_MODES = ("collectives", "work")
 
 BACKEND = "nccl"
 COMM_LIB_VERSION = "2.27.5"
@@ -129,7 +160,7 @@ _LOGGER = _TORCH + "c10d_logger.py"
 _JOB = "/workspace/job/"
 
 # Operation kinds in the simulation.
-_COLL, _SEND, _RECV = 0, 1, 2
+_COLL, _SEND, _RECV, _BATCH = 0, 1, 2, 3  # _BATCH: a batch_isend_irecv of several sends/recvs
 _MS = 1_000_000
 
 
@@ -142,6 +173,10 @@ class Fault:
     group: str = "tp"
     step: int = 1
     straggler_ms: float = 50.0
+    ranks: tuple = ()  # several culprits (gpu_error only); empty: just `rank`
+
+    def culprits(self) -> tuple:
+        return tuple(sorted(set(self.ranks))) if self.ranks else (self.rank,)
 
 
 @dataclass(**_SLOTS)
@@ -193,6 +228,8 @@ class _Op:
     peer: int = -1  # global rank at the other end of a send/recv
     gap_ns: int = 0  # compute between the previous op and this one
     dur_ns: int = 0  # time on the wire once everybody is there
+    # A _BATCH's sends and recvs, in order: (kind, peer, tag, shape tuple, dtype) each.
+    subs: tuple = ()
     # Copies kept flat for the simulation's inner loop.
     gidx: int = field(init=False)  # group.idx
     need: int = field(init=False)  # participants: the group's size, or 2 for a send/recv
@@ -216,6 +253,7 @@ _API_LINES = {
     "all_reduce": 2806, "broadcast": 2714, "all_gather": 3470, "all_gather_into_tensor": 3624,
     "reduce_scatter_tensor": 4140, "all_to_all_single": 4431, "barrier": 4695, "send": 2293,
     "recv": 2340, "_coalescing_manager": 2563,
+    "batch_isend_irecv": 2618,
 }
 # Step role -> (torch API called, user frames innermost first below the API).
 _USER_STACKS = {
@@ -292,12 +330,18 @@ def _shapes(name: str, shape: list, n: int) -> tuple:
 class _World:
     """Layout, groups and the (shared) operation objects every rank's program is made of."""
 
-    def __init__(self, world_size: int, tp: int, pp: int, with_frames: bool):
+    def __init__(self, world_size: int, tp: int, pp: int, with_frames: bool, *, p2p: str = "plain",
+                 bubble_ms: float = 0.0):
         if tp < 1 or pp < 1 or world_size < 1 or world_size % (tp * pp):
             raise ValueError(f"world_size {world_size} is not a multiple of tp*pp = {tp}*{pp}")
         self.world, self.tp, self.pp = world_size, tp, pp
         self.dp = world_size // (tp * pp)
         self.with_frames = with_frames
+        if p2p not in P2P_MODES:
+            raise ValueError(f"unknown p2p mode {p2p!r}; expected one of {P2P_MODES}")
+        if bubble_ms < 0:
+            raise ValueError("bubble_ms must not be negative")
+        self.p2p_mode, self.bubble_ms = p2p, bubble_ms
         self.groups: list = []
         self.tp_of = [0] * world_size  # rank -> group idx
         self.pp_of = [0] * world_size
@@ -417,6 +461,33 @@ class _World:
             self._ops[key] = op
         return op
 
+    def p2p_batch(self, group: _Group, me: int, subs: tuple, gap_ms: float, dur_ms: float) -> _Op:
+        """A `batch_isend_irecv` of `subs` ((kind, peer, tag, shape, dtype) each): one entry per
+        send/recv, then the `nccl:coalesced` end marker (the only entry whose state advances)."""
+        key = (group.idx, "p2p_batch", me, subs)
+        op = self._ops.get(key)
+        if op is None:
+            parts = []
+            for kind, peer, tag, shape, dtype in subs:
+                lme, lpeer = group.local(me), group.local(peer)
+                label = f"send {lme}->{lpeer}" if kind == _SEND else f"recv {lme}<-{lpeer}"
+                parts.append(self._part(label, tag, [list(shape)], dtype, [list(shape)], "batch_isend_irecv"))
+            parts.append(_Part(f"{BACKEND}:coalesced", [], [], [], [], parts[-1].frames, True))
+            sig = tuple(("p2p", dtype, shape) for _, _, _, shape, dtype in subs)
+            op = _Op(_BATCH, group, "batch_isend_irecv", subs[0][2], tuple(parts), sig, -1,
+                     int(gap_ms * _MS), int(dur_ms * _MS), subs)
+            self._ops[key] = op
+        return op
+
+    def _pipeline(self, kind: int, group: _Group, me: int, peer: int, tag: str, shape: list, dtype: str,
+                  gap_ms: float, dur_ms: float, batched: bool) -> _Op:
+        """One pipeline op: a plain send/recv, or a batch of one (Megatron batches every op)."""
+        if kind == _SEND:
+            gap_ms += self.bubble_ms  # the stage computes its layers before it sends
+        if not batched:
+            return self.p2p(kind, group, me, peer, tag, shape, dtype, gap_ms, dur_ms)
+        return self.p2p_batch(group, me, ((kind, peer, tag, tuple(shape), dtype),), gap_ms, dur_ms)
+
     # ---- programs
 
     def prologue(self, rank: int) -> list:
@@ -427,16 +498,20 @@ class _World:
                                  "BFloat16", 5.0, 2.0))
         return ops
 
-    def step_ops(self, rank: int, parity: int) -> list:
-        """One training step of `rank`; even and odd steps differ (MoE layer, DP batch type)."""
+    def step_ops(self, rank: int, parity: int, batched: bool = False) -> list:
+        """One training step of `rank`; even and odd steps differ (MoE layer, DP batch type).
+        `batched`: every pipeline op is a batch_isend_irecv, and a stage's forward send and
+        backward recv share one (Megatron's send_forward_recv_backward)."""
         _, stage, _ = self.coords(rank)
         tp_g, pp_g, dp_g = (self.groups[t[rank]] for t in (self.tp_of, self.pp_of, self.dp_of))
         act, bf16 = [4096, 1024], "BFloat16"
         last = self.pp - 1
         ops = []
         # Forward.
+        prev = pp_g.ranks[stage - 1] if stage > 0 else -1
+        nxt = pp_g.ranks[stage + 1] if stage < last else -1
         if stage > 0:
-            ops.append(self.p2p(_RECV, pp_g, rank, pp_g.ranks[stage - 1], "recv_fwd", act, bf16, 0.3, 0.4))
+            ops.append(self._pipeline(_RECV, pp_g, rank, prev, "recv_fwd", act, bf16, 0.3, 0.4, batched))
         if self.tp > 1:
             ops.append(self.coll(tp_g, "all_reduce", "fwd_attn", act, bf16, 1.5, 0.3))
             ops.append(self.coll(tp_g, "_all_gather_base", "fwd_sp_gather", [1024, 1024], bf16, 1.0, 0.2))
@@ -448,15 +523,18 @@ class _World:
             ops.append(self.coll(dp_g, "all_to_all_single", "moe_a2a", [n_in, 1024], bf16, 0.8, 0.6,
                                  uneven_out=[n_out, 1024]))
         if stage < last:
-            ops.append(self.p2p(_SEND, pp_g, rank, pp_g.ranks[stage + 1], "send_fwd", act, bf16, 0.5, 0.4))
-        # Backward.
-        if stage < last:
-            ops.append(self.p2p(_RECV, pp_g, rank, pp_g.ranks[stage + 1], "recv_bwd", act, bf16, 0.3, 0.4))
+            send = self._pipeline(_SEND, pp_g, rank, nxt, "send_fwd", act, bf16, 0.5, 0.4, batched)
+            # Backward.
+            recv = self._pipeline(_RECV, pp_g, rank, nxt, "recv_bwd", act, bf16, 0.3, 0.4, batched)
+            if batched:
+                ops.append(self.p2p_batch(pp_g, rank, send.subs + recv.subs, send.gap_ns / _MS, 0.4))
+            else:
+                ops += [send, recv]
         if self.tp > 1:
             ops.append(self.coll(tp_g, "all_gather", "bwd_gather", [1024, 1024], bf16, 2.0, 0.2))
             ops.append(self.coll(tp_g, "all_reduce", "bwd_attn", act, bf16, 3.0, 0.3))
         if stage > 0:
-            ops.append(self.p2p(_SEND, pp_g, rank, pp_g.ranks[stage - 1], "send_bwd", act, bf16, 0.5, 0.4))
+            ops.append(self._pipeline(_SEND, pp_g, rank, prev, "send_bwd", act, bf16, 0.5, 0.4, batched))
         # Optimizer.
         if self.pp > 1:
             ops.append(self.coll(pp_g, "all_reduce", "pp_norm", [1], "Float", 0.4, 0.05))
@@ -474,7 +552,9 @@ class _World:
     def program(self, rank: int, steps: int) -> tuple:
         """(ops, step_starts): the rank's whole program; step s is ops[starts[s]:starts[s+1]]."""
         ops = self.prologue(rank)
-        variants = (self.step_ops(rank, 0), self.step_ops(rank, 1))
+        # "mixed": odd steps batch their pipeline ops, even steps send and receive plainly.
+        batched = {"plain": (False, False), "batched": (True, True), "mixed": (False, True)}[self.p2p_mode]
+        variants = tuple(self.step_ops(rank, parity, batched[parity]) for parity in (0, 1))
         starts = []
         for s in range(steps):
             starts.append(len(ops))
@@ -498,6 +578,7 @@ class _Injected:
     straggler: int = -1
     p2p_peer: int = -1
     tie: bool = False
+    stalled: dict = field(default_factory=dict)  # gpu_error: rank -> index of its first op that never completes
 
 
 def _coll_seq_before(ops: list, index: int, group: _Group) -> int:
@@ -527,36 +608,73 @@ def _changed(world: _World, op: _Op, *, name: Optional[str] = None, dtype: Optio
     return world.coll(op.group, new_name, op.tag, shape, new_dtype, op.gap_ns / _MS, op.dur_ns / _MS, api=api)
 
 
-def _inject(world: _World, progs: list, starts: list, fault: Fault, steps: int) -> _Injected:
-    """Edit the culprit's program (or mark a collective) as `fault` says; see the module doc."""
+def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) -> _Injected:
+    """Edit the culprit's program (or mark a collective) as `fault` says; see the module doc.
+    `starts`: culprit -> its step boundaries."""
     kind, culprit = fault.kind, fault.rank
     if kind not in FAULT_KINDS:
         raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
-    if not 0 <= culprit < world.world:
-        raise ValueError(f"fault rank {culprit} is outside the world (size {world.world})")
+    for rank in fault.culprits():
+        if not 0 <= rank < world.world:
+            raise ValueError(f"fault rank {rank} is outside the world (size {world.world})")
+    if len(fault.culprits()) > 1 and kind != "gpu_error":
+        raise ValueError("several culprit ranks are only supported for gpu_error")
     if kind in ("missing_dump", "straggler"):  # healthy programs
         return _Injected(delete_dump=kind == "missing_dump",
                          straggler=culprit if kind == "straggler" else -1)
     if not 0 <= fault.step < steps:
         raise ValueError(f"fault step {fault.step} is outside 0..{steps - 1}")
+    if kind == "gpu_error":
+        return _stall_gpus(world, progs, starts, fault)
     group = world.group_of(culprit, fault.group)
     ops = progs[culprit] = list(progs[culprit])  # the culprit's program becomes its own
-    step = range(starts[fault.step], starts[fault.step + 1])
+    step = range(starts[culprit][fault.step], starts[culprit][fault.step + 1])
     if kind == "p2p_unmatched":
-        return _omit_send(ops, step, group, fault)
+        return _omit_send(world, ops, step, group, fault)
     if kind == "extra_op":
         return _add_extra(world, ops, step, group, fault)
     return _edit_collective(world, ops, step, group, kind)
 
 
-def _omit_send(ops: list, step: range, group: _Group, fault: Fault) -> _Injected:
+def _stall_gpus(world: _World, progs: list, starts: dict, fault: Fault) -> _Injected:
+    """gpu_error: from the step on, no op of a culprit completes on its side (its events never
+    fire: its entries stay scheduled, or started), though the kernels ran, so its peers
+    complete them. Its host goes on enqueueing a few more ops (the j-th culprit 4 + 3j), then
+    blocks (a host sync): its peers wait in the next op that needs it."""
+    info = _Injected()
+    for j, rank in enumerate(fault.culprits()):
+        first = starts[rank][fault.step]
+        progs[rank] = list(progs[rank][: first + 4 + 3 * j])
+        info.stalled[rank] = first
+        if info.group is None:
+            op = progs[rank][first]
+            info.group, info.op = op.group, op.name
+            if op.kind == _COLL:
+                info.seq = _coll_seq_before(progs[rank], first, op.group) + 1
+    return info
+
+
+def _sends_of(op: _Op) -> list:
+    """The peers `op` sends to: one for a send, those of its sends for a batch."""
+    if op.kind == _SEND:
+        return [op.peer]
+    return [sub[1] for sub in op.subs if sub[0] == _SEND]
+
+
+def _omit_send(world: _World, ops: list, step: range, group: _Group, fault: Fault) -> _Injected:
     if fault.group != "pp":
         raise ValueError("p2p_unmatched happens in the pipeline group: use group='pp'")
-    sends = [i for i in step if ops[i].kind == _SEND and ops[i].group is group]
+    sends = [i for i in step if ops[i].group is group and ops[i].kind != _COLL and _sends_of(ops[i])]
     if not sends:
         raise ValueError("p2p_unmatched needs pp > 1 (the culprit has no send to omit)")
-    peer = ops[sends[0]].peer
-    del ops[sends[0]]  # never posted; the culprit carries on with its step
+    i = sends[0]
+    op = ops[i]
+    peer = _sends_of(op)[0]
+    rest = tuple(sub for sub in op.subs if not (sub[0] == _SEND and sub[1] == peer))
+    if rest:  # the batch goes out without that send
+        ops[i] = world.p2p_batch(group, fault.rank, rest, op.gap_ns / _MS, op.dur_ns / _MS)
+    else:
+        del ops[i]  # never posted; the culprit carries on with its step
     return _Injected(group=group, op="send", p2p_peer=peer)
 
 
@@ -620,6 +738,10 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
     p2p_count = [{} for _ in range(n)]  # rank -> {(group idx, src, dst): sends or recvs reached}
     waiting: dict = {}  # instance key -> participants that reached it
     ready: list = []  # instance keys every participant has reached
+    # A batch_isend_irecv completes on its rank once each of its sends and recvs has met its
+    # peer (each on its own: the peer's end of it may complete long before the whole batch).
+    unmet = [0] * n  # rank -> sends/recvs of its current batch still waiting for their peer
+    batch_end = [0] * n  # rank -> when the last of them finished so far
 
     def reach(r: int, op: _Op) -> None:
         """`op` is now rank r's next op, the one it waits in: count it towards its instance."""
@@ -627,6 +749,19 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
             counts = coll_count[r]
             k = counts[op.gidx] = counts.get(op.gidx, 0) + 1
             key = (op.gidx, k)
+        elif op.kind == _BATCH:
+            counts = p2p_count[r]
+            unmet[r], batch_end[r] = len(op.subs), 0
+            for sub in op.subs:
+                pair = (op.gidx, r, sub[1]) if sub[0] == _SEND else (op.gidx, sub[1], r)
+                k = counts[pair] = counts.get(pair, 0) + 1
+                key = pair + (k,)
+                got = waiting.pop(key, 0) + 1
+                if got == 2:
+                    ready.append(key)
+                else:
+                    waiting[key] = got
+            return
         else:
             pair = (op.gidx, r, op.peer) if op.kind == _SEND else (op.gidx, op.peer, r)
             counts = p2p_count[r]
@@ -644,10 +779,26 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
             t_issue[r][0] = EPOCH_NS + progs[r][0].gap_ns + jitter[r & 4095] * 20 + late
             reach(r, progs[r][0])
 
+    def advance(p: int, finish: int) -> None:
+        """Rank p's current op finished at `finish`: it issues its next op."""
+        i = done[p]
+        t_end[p][i] = finish
+        i += 1
+        done[p] = i
+        if i < len(progs[p]):
+            late = straggler_ns if p == straggler else 0
+            t_issue[p][i] = finish + progs[p][i].gap_ns + jitter[(i * 31 + p * 7) & 4095] + late
+            reach(p, progs[p][i])
+
     while ready:
         key = ready.pop()
         if key == poisoned:
             continue  # "stuck": everyone is in it and it never finishes
+        if len(key) == 4 and progs[key[1]][done[key[1]]].kind == _BATCH == progs[key[2]][done[key[2]]].kind:
+            _meet_in_batches(key, progs, done, t_issue, jitter, unmet, batch_end, advance)
+            continue
+        # A plain send/recv never meets a batched one: unbatched P2P runs on a communicator of
+        # its own (lazy init); their signatures differ, so the pair below never completes.
         members = groups[key[0]].ranks if len(key) == 2 else key[1:3]
         head = progs[members[0]][done[members[0]]]
         sig, start = head.sig, 0
@@ -661,16 +812,7 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
         else:
             finish = start + head.dur_ns + jitter[key[-1] & 4095]
             for p in members:
-                i = done[p]
-                t_end[p][i] = finish
-                i += 1
-                done[p] = i
-                ops = progs[p]
-                if i < len(ops):
-                    op = ops[i]
-                    late = straggler_ns if p == straggler else 0
-                    t_issue[p][i] = finish + op.gap_ns + jitter[(i * 31 + p * 7) & 4095] + late
-                    reach(p, op)
+                advance(p, finish)
 
     issued = [0] * n
     for r in range(n):
@@ -683,6 +825,26 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
         for j in range(i + 1, issued[r]):
             t_issue[r][j] = t_issue[r][j - 1] + ops[j].gap_ns // 4 + jitter[(j + r) & 4095]
     return _Run(progs, done, issued, t_issue, t_end)
+
+
+def _meet_in_batches(key: tuple, progs: list, done: list, t_issue: list, jitter: list, unmet: list,
+                     batch_end: list, advance: Callable) -> None:
+    """The send and recv of channel instance `key` (group, src, dst, k), each inside a batch,
+    meet; a batch whose sends and recvs have all met completes."""
+    src, dst = key[1], key[2]
+    ends = ((src, progs[src][done[src]], _SEND, dst), (dst, progs[dst][done[dst]], _RECV, src))
+    sigs = {("p2p", sub[4], sub[3]) for _, op, kind, peer in ends for sub in op.subs
+            if sub[0] == kind and sub[1] == peer}
+    if len(sigs) != 1:
+        return  # they move different tensors: NCCL hangs
+    start = max(t_issue[p][done[p]] for p, *_ in ends)
+    finish = start + max(op.dur_ns for _, op, *_ in ends) + jitter[key[-1] & 4095]
+    for p, *_ in ends:
+        if finish > batch_end[p]:
+            batch_end[p] = finish
+        unmet[p] -= 1
+        if unmet[p] == 0:
+            advance(p, batch_end[p])
 
 
 # --------------------------------------------------------------------------- dumps
@@ -746,25 +908,60 @@ class _DumpBuilder:
     """Turns one rank's simulated history into the dict torch would pickle."""
 
     def __init__(self, world: _World, run: _Run, *, timing: bool, buffer_size: int, version: str,
-                 rng: random.Random):
+                 rng: random.Random, coalesced_events: str = "batch", watchdog_ms: Optional[float] = None,
+                 pg_status: str = "collectives", only_active: bool = False, stalled: Optional[dict] = None,
+                 seed: int = 0):
         self.world, self.run = world, run
         self.timing, self.buffer_size, self.version = timing, buffer_size, version
+        self.coalesced_events, self.pg_status_mode, self.only_active = coalesced_events, pg_status, only_active
+        self.stalled = stalled or {}
         # Per-rank wall-clock skew (up to +-1.5 ms) and the id of the thread that enqueues.
         self.offset = [rng.randrange(-1_500_000, 1_500_000) for _ in range(world.world)]
         self.thread_id = [str(139_600_000_000_000 + rng.randrange(0, 10**12)) for _ in range(world.world)]
+        # The watchdog's poll period and each rank's phase (its own clock): a tick is phase + k*period.
+        self.period = int(watchdog_ms * _MS) if watchdog_ms else 0
+        ticks = random.Random(f"watchdog-{seed}")
+        self.phase = [ticks.randrange(0, self.period) for _ in range(world.world)] if self.period else []
         # pg_config: the groups each rank belongs to, keyed (and ordered, like std::map) by name.
         self._cfg = [{"name": g.name, "desc": g.desc, "ranks": g.ranks_str} for g in world.groups]
+
+    def _tick(self, rank: int, t: int) -> int:
+        """The first watchdog poll on `rank` after wall-clock time t (the rank's own clock)."""
+        return t + self.period - (t - self.phase[rank]) % self.period
+
+    def _times(self, rank: int, i: int, state: str, t0: int, offset: int) -> tuple:
+        """(time_discovered_started_ns, time_discovered_completed_ns, duration_ms) of op i."""
+        timing, completed = self.timing, state == "completed"
+        started_ns = completed_ns = duration = None
+        finish = self.run.t_end[rank][i] + offset
+        if self.period:  # watchdog ticks; the end event always exists, the start one needs timing
+            if timing and state != "scheduled":
+                started_ns = self._tick(rank, t0 + 20_000)
+            if completed:
+                completed_ns = self._tick(rank, finish)
+        elif timing and state != "scheduled":
+            started_ns = t0 + 20_000 + (i * 7919 % 500_000)  # the watchdog notices a bit later
+            if completed:
+                completed_ns = max(finish + (i * 104_729 % 900_000), started_ns)
+        if timing and completed:
+            duration = round((finish - t0 - 15_000) / _MS, 3)  # includes waiting for peers
+        return started_ns, completed_ns, duration
 
     def __call__(self, rank: int, fresh: bool = False) -> dict:
         """The rank's dump; `fresh` gives every entry its own containers (see `_unshared`)."""
         world, run = self.world, self.run
-        ops, done, issued = run.progs[rank], run.done[rank], run.issued[rank]
-        t_issue, t_end = run.t_issue[rank], run.t_end[rank]
+        ops, issued = run.progs[rank], run.issued[rank]
+        # The op the rank is blocked in: the simulation's, or where its GPU stopped (gpu_error).
+        front = min(run.done[rank], self.stalled.get(rank, len(ops)))
+        t_issue = run.t_issue[rank]
         my_groups = world.groups_of(rank)
         pg_of = {g.idx: pg for pg, g in enumerate(my_groups)}
         npg = len(my_groups)
         coll, p2p, op_id = [0] * npg, [0] * npg, [0] * npg
-        coll_done, coll_started, used = [-1] * npg, [-1] * npg, [False] * npg
+        # pg_status: last enqueued / started / completed sequence number per group.
+        last_enq, last_started, last_done, used = [-1] * npg, [-1] * npg, [-1] * npg, [False] * npg
+        by_work = self.pg_status_mode == "work"
+        marker_batches = self.coalesced_events == "marker"
         timing, offset, tid = self.timing, self.offset[rank], self.thread_id[rank]
 
         total = sum(len(ops[i].parts) for i in range(issued))
@@ -782,37 +979,41 @@ class _DumpBuilder:
                 coll[pg] += 1
             # Completed ops, then the one the rank is blocked in (started only if timed), then
             # those enqueued behind it.
-            completed = i < done
-            state = "completed" if completed else "started" if i == done and timing else "scheduled"
-            if not is_p2p and state != "scheduled":
-                coll_started[pg] = coll[pg]
-                if completed:
-                    coll_done[pg] = coll[pg]
+            completed = i < front
+            state = "completed" if completed else "started" if i == front and timing else "scheduled"
+            # torch keeps the seq of the last Work: the p2p seq for P2P work ("work"), or
+            # (the historical synth) collectives only.
+            if by_work or not is_p2p:
+                seq = p2p[pg] if is_p2p else coll[pg]
+                last_enq[pg] = seq
+                if state != "scheduled":
+                    last_started[pg] = seq
+                    if completed:
+                        last_done[pg] = seq
             if record_id + len(op.parts) <= first_kept:  # entirely before the buffer's horizon
                 op_id[pg] += sum(1 for part in op.parts if not part.marker)
                 record_id += len(op.parts)
                 continue
             t0 = t_issue[i] + offset
-            started_ns = completed_ns = duration = None
-            if timing and state != "scheduled":
-                started_ns = t0 + 20_000 + (i * 7919 % 500_000)  # the watchdog notices a bit later
-                if completed:
-                    finish = t_end[i] + offset
-                    completed_ns = max(finish + (i * 104_729 % 900_000), started_ns)
-                    duration = round((finish - t0 - 15_000) / _MS, 3)  # includes waiting for peers
+            started_ns, completed_ns, duration = self._times(rank, i, state, t0, offset)
+            # A batch's own ops are recorded without events (they stay scheduled, unretired, and
+            # are dumped even when only active ones are); its end marker holds the state.
+            frozen = op.kind == _BATCH or (marker_batches and op.kind == _COLL and len(op.parts) > 1)
             for j, part in enumerate(op.parts):
                 if not part.marker:
                     op_id[pg] += 1
-                if record_id >= first_kept:
+                if record_id >= first_kept and not (self.only_active and completed and (part.marker or not frozen)):
+                    progress = ((None, "scheduled", None, None, False) if frozen and not part.marker
+                                else (duration, state, started_ns, completed_ns, completed))
                     entries.append(self._entry(part, fresh, record_id, pg, op.group.pg_tuple, tid, coll[pg],
-                                               p2p[pg], op_id[pg], t0 + j * 6_000, duration, state, started_ns,
-                                               completed_ns, completed, is_p2p))
+                                               p2p[pg], op_id[pg], t0 + j * 6_000, *progress,
+                                               is_p2p and not part.marker))
                 record_id += 1
 
-        # Keyed by pg_id; only groups that did something; collectives only; -1 for none.
-        pg_status = {str(pg): {"last_enqueued_collective": coll[pg] if coll[pg] else -1,
-                               "last_started_collective": coll_started[pg] if timing else -1,
-                               "last_completed_collective": coll_done[pg]}
+        # Keyed by pg_id; only groups that did something; -1 for none; started needs timing.
+        pg_status = {str(pg): {"last_enqueued_collective": last_enq[pg],
+                               "last_started_collective": last_started[pg] if timing else -1,
+                               "last_completed_collective": last_done[pg]}
                      for pg in range(npg) if used[pg]}
         pg_config = {g.name: dict(self._cfg[g.idx]) for g in sorted(my_groups, key=lambda g: g.name)}
         return {"version": self.version, "pg_config": pg_config, "comm_lib_version": COMM_LIB_VERSION,
@@ -860,7 +1061,7 @@ def _group_truth(group: Optional[_Group]) -> Optional[dict]:
 
 
 def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, params: dict) -> dict:
-    blocked = [r for r in range(world.world) if run.done[r] < len(run.progs[r])]
+    blocked = sorted({r for r in range(world.world) if run.done[r] < len(run.progs[r])} | set(info.stalled))
     truth = {
         "status": "healthy", "fault_kind": None, "suspect_ranks": [], "missing_dumps": [],
         "group": None, "collective_seq_id": None, "p2p_seq_id": None, "op": None,
@@ -907,13 +1108,22 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
         truth["description"] = (f"at collective_seq_id {info.seq} in {gtext} the peers issued {info.op} and "
                                 f"rank {rank} the same collective with another {what}"
                                 + ("; with two members consensus cannot tell who is odd" if info.tie else ""))
+    elif kind == "gpu_error":
+        culprits = sorted(info.stalled)
+        where = f"{info.op} #{info.seq} in {gtext}" if info.seq else f"{info.op} in {gtext}"
+        truth.update(suspect_ranks=culprits,
+                     description=f"the GPU of rank(s) {_fold(culprits)} stopped completing work from step "
+                                 f"{fault.step} on (from {where}): their ops stay pending, their hosts "
+                                 f"enqueued a few more, and their peers wait in the next op that needs them")
     elif kind == "p2p_unmatched":
         peer = info.p2p_peer
         # The peer is blocked in the recv that waits for the missing send: its p2p_seq_id is the
         # one visible in the dumps.
         ops = run.progs[peer]
         at = run.done[peer]
-        if at >= len(ops) or ops[at].kind != _RECV or ops[at].peer != rank:
+        waits_for = (lambda op: op.kind == _RECV and op.peer == rank
+                     or op.kind == _BATCH and (_RECV, rank) in {sub[:2] for sub in op.subs})
+        if at >= len(ops) or not waits_for(ops[at]):
             raise RuntimeError("p2p_unmatched: the peer is not waiting in the recv (internal error)")
         seq = sum(1 for op in ops[: at + 1] if op.kind != _COLL and op.group is group)
         truth.update(p2p_seq_id=seq, p2p_peer=peer, collective_seq_id=None,
@@ -940,28 +1150,45 @@ def _fold(ranks) -> str:
 
 def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, fault: Optional[Fault] = None,
              timing: bool = False, with_frames: bool = True, buffer_size: int = 2000, lookahead: int = 0,
-             seed: int = 0, version: str = "2.10") -> SynthJob:
-    """Simulate a TP x PP x DP training job (with an optional fault) and return its FR dumps."""
+             seed: int = 0, version: str = "2.10", p2p: str = "plain", coalesced_events: str = "batch",
+             watchdog_ms: Optional[float] = None, bubble_ms: float = 0.0, pg_status: str = "collectives",
+             only_active: bool = False) -> SynthJob:
+    """Simulate a TP x PP x DP training job (with an optional fault) and return its FR dumps.
+
+    The keyword options after `version` make the dumps follow what PyTorch really records (see
+    "Faithful options" in the module doc); each defaults to the historical synth behaviour.
+    """
     if steps < 1:
         raise ValueError("steps must be at least 1")
     if buffer_size < 0 or lookahead < 0:
         raise ValueError("buffer_size and lookahead must not be negative")
-    world = _World(world_size, tp, pp, with_frames)
+    if coalesced_events not in COALESCED_EVENTS:
+        raise ValueError(f"unknown coalesced_events {coalesced_events!r}; expected one of {COALESCED_EVENTS}")
+    if pg_status not in PG_STATUS_MODES:
+        raise ValueError(f"unknown pg_status {pg_status!r}; expected one of {PG_STATUS_MODES}")
+    if watchdog_ms is not None and watchdog_ms <= 0:
+        raise ValueError("watchdog_ms must be positive (or None)")
+    world = _World(world_size, tp, pp, with_frames, p2p=p2p, bubble_ms=bubble_ms)
     rng = random.Random(seed)
-    progs, starts = [], []
+    culprits = fault.culprits() if fault is not None else ()
+    progs, starts = [], {}
     for r in range(world_size):
         ops, step_starts = world.program(r, steps)
         progs.append(ops)
-        if fault is not None and r == fault.rank:
-            starts = step_starts  # only the culprit's step boundaries are needed
+        if r in culprits:
+            starts[r] = step_starts  # only the culprits' step boundaries are needed
     info = _inject(world, progs, starts, fault, steps) if fault is not None else _Injected()
     straggler_ns = int(fault.straggler_ms * _MS) if fault is not None and fault.kind == "straggler" else 0
     with cyclic_gc_paused():
         run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng)
-    builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng)
+    builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng,
+                           coalesced_events=coalesced_events, watchdog_ms=watchdog_ms, pg_status=pg_status,
+                           only_active=only_active, stalled=info.stalled, seed=seed)
     present = [r for r in range(world_size) if not (info.delete_dump and r == fault.rank)]
     params = {"steps": steps, "timing": timing, "with_frames": with_frames, "buffer_size": buffer_size,
-              "lookahead": lookahead, "seed": seed, "version": version}
+              "lookahead": lookahead, "seed": seed, "version": version, "p2p": p2p,
+              "coalesced_events": coalesced_events, "watchdog_ms": watchdog_ms, "bubble_ms": bubble_ms,
+              "pg_status": pg_status, "only_active": only_active}
     return SynthJob(RankDumps(builder, present), _truth(world, run, fault, info, params))
 
 
@@ -1131,6 +1358,13 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--lookahead", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--version", default="2.10")
+    parser.add_argument("--fault-ranks", type=int, nargs="+", help="several culprits (gpu_error)")
+    parser.add_argument("--p2p", choices=P2P_MODES, default="plain", help="batch_isend_irecv pipeline ops")
+    parser.add_argument("--coalesced-events", choices=COALESCED_EVENTS, default="batch")
+    parser.add_argument("--watchdog-ms", type=float, help="discovered times as watchdog polls of this period")
+    parser.add_argument("--bubble-ms", type=float, default=0.0, help="receivers post recvs this much early")
+    parser.add_argument("--pg-status", choices=PG_STATUS_MODES, default="collectives")
+    parser.add_argument("--only-active", action="store_true", help="drop completed entries from the dumps")
     parser.add_argument("--json", action="store_true", help="write JSON dumps instead of pickles")
     parser.add_argument("--prefix", default="nccl_trace_rank_")
     parser.add_argument("--suffix", default="")
@@ -1145,12 +1379,14 @@ def main(argv: Optional[list] = None) -> int:
     if args.fault:
         group = args.fault_group or ("pp" if args.fault == "p2p_unmatched" else "tp")
         fault = Fault(args.fault, rank=args.fault_rank, group=group, step=args.fault_step,
-                      straggler_ms=args.straggler_ms)
+                      straggler_ms=args.straggler_ms, ranks=tuple(args.fault_ranks or ()))
     started = time.perf_counter()
     try:
         job = generate(args.world_size, args.tp, args.pp, steps, fault=fault, timing=args.timing,
                        with_frames=not args.no_frames, buffer_size=args.buffer_size,
-                       lookahead=args.lookahead, seed=args.seed, version=args.version)
+                       lookahead=args.lookahead, seed=args.seed, version=args.version, p2p=args.p2p,
+                       coalesced_events=args.coalesced_events, watchdog_ms=args.watchdog_ms,
+                       bubble_ms=args.bubble_ms, pg_status=args.pg_status, only_active=args.only_active)
     except ValueError as exc:
         parser.error(str(exc))
     simulated = time.perf_counter()

@@ -1,0 +1,176 @@
+"""The synthetic sweep on dumps shaped the way PyTorch really records them: batched P2P
+(per-op entries that stay scheduled, an `nccl:coalesced` end marker holding the state),
+coalesced collectives recorded the same way, watchdog-tick discovered times, receivers that
+post their recv long before the send, pg_status in the Work's numbering (p2p seqs after P2P
+work), only-active dumps and device-side stalls (gpu_error). frtrace's status and suspects
+must equal the truth the generator wrote.
+
+Cases frtrace gets wrong today are listed in KNOWN_WRONG (non-strict xfail): the list is the
+work order for the diagnosis, and a case that starts passing shows up as XPASS.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from frtrace.testing.synth import Fault, generate
+from helpers import analyse_dicts
+
+# Pipeline depth -> layout (world, tp, pp): TP groups of four, so that a size mismatch in one
+# has a consensus; two data-parallel replicas.
+LAYOUTS = {2: (16, 4, 2), 4: (32, 4, 4)}
+CULPRIT = 5  # stage 1, tp 1: it sends and receives in both directions when pp > 2
+FAULTS = {
+    "none": None,
+    "hang_tp": Fault("hang", rank=CULPRIT, group="tp", step=1),
+    "hang_dp": Fault("hang", rank=CULPRIT, group="dp", step=1),
+    "p2p_unmatched": Fault("p2p_unmatched", rank=CULPRIT, group="pp", step=1),
+    "size_mismatch": Fault("size_mismatch", rank=CULPRIT, group="tp", step=1),
+    "missing_dump": Fault("missing_dump", rank=CULPRIT),
+    "gpu_error": Fault("gpu_error", rank=CULPRIT, step=1),
+    "gpu_error2": Fault("gpu_error", ranks=(CULPRIT, CULPRIT + 2), step=1),  # two culprits, one TP group
+}
+# What PyTorch does, always on here; the grid sweeps the rest.
+FAITHFUL = {"coalesced_events": "marker", "watchdog_ms": 100.0, "bubble_ms": 100.0, "pg_status": "work"}
+
+CASES = [
+    (depth, p2p, timing, only_active, fault)
+    for depth, p2p, timing, only_active, fault in itertools.product(
+        LAYOUTS, ("plain", "batched", "mixed"), (False, True), (False, True), FAULTS)
+]
+
+
+def case_id(case) -> str:
+    depth, p2p, timing, only_active, fault = case
+    return f"pp{depth}-{p2p}-{'timing' if timing else 'notiming'}-{'active' if only_active else 'full'}-{fault}"
+
+
+# case id -> what frtrace said when the case was added (status, suspects): see the module doc.
+KNOWN_WRONG: dict = {
+    "pp2-plain-notiming-full-gpu_error": "faults [5,13] via divergence.never_issued+divergence.went_ahead",
+    "pp2-plain-notiming-full-gpu_error2": "faults [5,7,13,15] via divergence.never_issued+divergence.went_ahead",
+    "pp2-plain-notiming-active-hang_tp": "faults [0-7] via divergence.never_issued",
+    "pp2-plain-notiming-active-p2p_unmatched": "faults [0-7] via divergence.never_issued",
+    "pp2-plain-notiming-active-size_mismatch": "faults [0-7] via divergence.mismatch+divergence.never_issued",
+    "pp2-plain-notiming-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp2-plain-notiming-active-gpu_error": "faults [0-7] via divergence.never_issued+p2p.unmatched_p2p",
+    "pp2-plain-notiming-active-gpu_error2": "faults [0-7] via divergence.never_issued+p2p.unmatched_p2p",
+    "pp2-plain-timing-full-gpu_error": "faults [5,13] via divergence.never_issued+divergence.went_ahead",
+    "pp2-plain-timing-full-gpu_error2": "faults [5,7,13,15] via divergence.never_issued+divergence.went_ahead",
+    "pp2-plain-timing-active-hang_tp": "faults [0-7] via divergence.never_issued+frontier.stuck",
+    "pp2-plain-timing-active-hang_dp": "faults [0-12,14-15] via frontier.stuck",
+    "pp2-plain-timing-active-p2p_unmatched": "faults [0-7] via frontier.stuck",
+    "pp2-plain-timing-active-size_mismatch": "faults [0-7] via divergence.mismatch+divergence.never_issued",
+    "pp2-plain-timing-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp2-plain-timing-active-gpu_error": "faults [0-7] via divergence.never_issued+frontier.stuck+p2p.unmatched_p2p",
+    "pp2-plain-timing-active-gpu_error2": "faults [0-7] via frontier.stuck+p2p.unmatched_p2p",
+    "pp2-batched-notiming-full-gpu_error": "faults [5,13] via divergence.never_issued+divergence.went_ahead",
+    "pp2-batched-notiming-full-gpu_error2": "faults [5,7,13,15] via divergence.never_issued+divergence.went_ahead",
+    "pp2-batched-notiming-active-none": "inconclusive [] via frontier.stuck",
+    "pp2-batched-notiming-active-hang_dp": "inconclusive [] via frontier.stuck",
+    "pp2-batched-notiming-active-p2p_unmatched": "faults [0,2-4,6-7] via divergence.never_issued",
+    "pp2-batched-notiming-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp2-batched-notiming-active-gpu_error2": "faults [5] via divergence.never_issued",
+    "pp2-batched-timing-full-gpu_error": "faults [5,13] via divergence.never_issued+divergence.went_ahead",
+    "pp2-batched-timing-full-gpu_error2": "faults [5,7,13,15] via divergence.never_issued+divergence.went_ahead",
+    "pp2-batched-timing-active-none": "inconclusive [] via frontier.stuck",
+    "pp2-batched-timing-active-hang_tp": "faults [4-15] via frontier.stuck+p2p.unmatched_p2p",
+    "pp2-batched-timing-active-hang_dp": "faults [0-15] via frontier.stuck+p2p.unmatched_p2p",
+    "pp2-batched-timing-active-p2p_unmatched": "faults [0,2-15] via frontier.stuck",
+    "pp2-batched-timing-active-size_mismatch": "faults [5,8-15] via divergence.mismatch+frontier.stuck",
+    "pp2-batched-timing-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp2-batched-timing-active-gpu_error": "faults [4-15] via frontier.stuck+p2p.unmatched_p2p",
+    "pp2-batched-timing-active-gpu_error2": "faults [4-15] via frontier.stuck+p2p.unmatched_p2p",
+    "pp2-mixed-notiming-full-gpu_error": "faults [5,13] via divergence.never_issued+divergence.went_ahead",
+    "pp2-mixed-notiming-full-gpu_error2": "faults [5,7,13,15] via divergence.never_issued+divergence.went_ahead",
+    "pp2-mixed-notiming-active-none": "inconclusive [] via frontier.stuck",
+    "pp2-mixed-notiming-active-hang_dp": "inconclusive [] via frontier.stuck",
+    "pp2-mixed-notiming-active-p2p_unmatched": "faults [0,2-4,6-7] via divergence.never_issued",
+    "pp2-mixed-notiming-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp2-mixed-notiming-active-gpu_error2": "faults [5] via divergence.never_issued",
+    "pp2-mixed-timing-full-gpu_error": "faults [5,13] via divergence.never_issued+divergence.went_ahead",
+    "pp2-mixed-timing-full-gpu_error2": "faults [5,7,13,15] via divergence.never_issued+divergence.went_ahead",
+    "pp2-mixed-timing-active-none": "inconclusive [] via frontier.stuck",
+    "pp2-mixed-timing-active-hang_tp": "faults [0-7] via divergence.never_issued+frontier.stuck",
+    "pp2-mixed-timing-active-hang_dp": "faults [0-12,14-15] via frontier.stuck",
+    "pp2-mixed-timing-active-p2p_unmatched": "faults [0-7] via frontier.stuck",
+    "pp2-mixed-timing-active-size_mismatch": "faults [0-7] via divergence.mismatch+divergence.never_issued",
+    "pp2-mixed-timing-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp2-mixed-timing-active-gpu_error": "faults [0-7] via divergence.never_issued+frontier.stuck",
+    "pp2-mixed-timing-active-gpu_error2": "faults [0-7] via divergence.never_issued+frontier.stuck",
+    "pp4-plain-notiming-full-gpu_error": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-plain-notiming-full-gpu_error2": "faults [5,7,21,23] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-plain-notiming-active-hang_tp": "faults [0-15] via divergence.never_issued",
+    "pp4-plain-notiming-active-p2p_unmatched": "faults [0-15] via divergence.never_issued+p2p.unmatched_p2p",
+    "pp4-plain-notiming-active-size_mismatch": "faults [0-15] via divergence.mismatch+divergence.never_issued",
+    "pp4-plain-notiming-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp4-plain-notiming-active-gpu_error": "faults [0-15] via divergence.never_issued",
+    "pp4-plain-notiming-active-gpu_error2": "faults [0-15] via divergence.never_issued",
+    "pp4-plain-timing-full-gpu_error": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-plain-timing-full-gpu_error2": "faults [5,7,21,23] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-plain-timing-active-hang_tp": "faults [0-15] via divergence.never_issued+frontier.stuck",
+    "pp4-plain-timing-active-hang_dp": "faults [0-20,22-31] via frontier.stuck",
+    "pp4-plain-timing-active-p2p_unmatched": "faults [0-15] via divergence.never_issued+frontier.stuck+p2p.unmatched_p2p",
+    "pp4-plain-timing-active-size_mismatch": "faults [0-15] via divergence.mismatch+divergence.never_issued",
+    "pp4-plain-timing-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp4-plain-timing-active-gpu_error": "faults [0-15] via divergence.never_issued+frontier.stuck+p2p.unmatched_p2p",
+    "pp4-plain-timing-active-gpu_error2": "faults [0-15] via frontier.stuck+p2p.unmatched_p2p",
+    "pp4-batched-notiming-full-gpu_error": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-batched-notiming-full-gpu_error2": "faults [5,7,21,23] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-batched-notiming-active-none": "inconclusive [] via frontier.stuck",
+    "pp4-batched-notiming-active-hang_tp": "faults [4-7] via p2p.unmatched_p2p",
+    "pp4-batched-notiming-active-hang_dp": "inconclusive [] via frontier.stuck",
+    "pp4-batched-notiming-active-p2p_unmatched": "faults [5,8-11] via p2p.unmatched_p2p",
+    "pp4-batched-notiming-active-size_mismatch": "faults [4-7] via p2p.unmatched_p2p",
+    "pp4-batched-notiming-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp4-batched-notiming-active-gpu_error": "faults [5,8,10-11] via p2p.unmatched_p2p",
+    "pp4-batched-notiming-active-gpu_error2": "faults [8,10-11] via p2p.unmatched_p2p",
+    "pp4-batched-timing-full-gpu_error": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-batched-timing-full-gpu_error2": "faults [5,7,21,23] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-batched-timing-active-none": "inconclusive [] via frontier.stuck",
+    "pp4-batched-timing-active-hang_tp": "faults [4-7,16-31] via frontier.stuck+p2p.unmatched_p2p",
+    "pp4-batched-timing-active-hang_dp": "faults [0-31] via frontier.stuck+p2p.unmatched_p2p",
+    "pp4-batched-timing-active-p2p_unmatched": "faults [5,8,10-11,16-31] via frontier.stuck+p2p.unmatched_p2p",
+    "pp4-batched-timing-active-size_mismatch": "faults [5,16-31] via divergence.mismatch+frontier.stuck",
+    "pp4-batched-timing-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp4-batched-timing-active-gpu_error": "faults [5,8,10-11,16-31] via frontier.stuck+p2p.unmatched_p2p",
+    "pp4-batched-timing-active-gpu_error2": "faults [4-8,10-11,16-31] via p2p.unmatched_p2p",
+    "pp4-mixed-notiming-full-gpu_error": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-mixed-notiming-full-gpu_error2": "faults [5,7,21,23] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-mixed-notiming-active-none": "inconclusive [] via frontier.stuck",
+    "pp4-mixed-notiming-active-hang_dp": "inconclusive [] via frontier.stuck",
+    "pp4-mixed-notiming-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp4-mixed-notiming-active-gpu_error": "inconclusive [] via frontier.stuck",
+    "pp4-mixed-notiming-active-gpu_error2": "inconclusive [] via frontier.stuck",
+    "pp4-mixed-timing-full-gpu_error": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-mixed-timing-full-gpu_error2": "faults [5,7,21,23] via divergence.went_ahead+p2p.unmatched_p2p",
+    "pp4-mixed-timing-active-none": "inconclusive [] via frontier.stuck",
+    "pp4-mixed-timing-active-hang_tp": "faults [0-15] via divergence.never_issued+frontier.stuck",
+    "pp4-mixed-timing-active-hang_dp": "faults [0-20,22-31] via frontier.stuck",
+    "pp4-mixed-timing-active-p2p_unmatched": "faults [0-15] via divergence.never_issued+frontier.stuck+p2p.unmatched_p2p",
+    "pp4-mixed-timing-active-size_mismatch": "faults [0-15] via divergence.mismatch+divergence.never_issued",
+    "pp4-mixed-timing-active-missing_dump": "faults [5] via frontier.waited_on_without_dump",
+    "pp4-mixed-timing-active-gpu_error": "faults [0-15] via divergence.never_issued+frontier.stuck",
+    "pp4-mixed-timing-active-gpu_error2": "faults [0-15] via divergence.never_issued+frontier.stuck",
+}
+
+
+def _run(case):
+    depth, p2p, timing, only_active, fault = case
+    job = generate(*LAYOUTS[depth], steps=3, fault=FAULTS[fault], p2p=p2p, timing=timing,
+                   only_active=only_active, **FAITHFUL)
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    return job.truth, diagnosis
+
+
+def _marks(case):
+    reason = KNOWN_WRONG.get(case_id(case))
+    return [pytest.mark.xfail(strict=False, reason=f"frtrace says {reason}")] if reason else []
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=case_id(c), marks=_marks(c)) for c in CASES])
+def test_faithful_sweep_names_the_culprit(case):
+    truth, diagnosis = _run(case)
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == (truth["status"], truth["suspect_ranks"])
