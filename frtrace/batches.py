@@ -16,7 +16,7 @@ import operator
 from itertools import compress
 from typing import Optional
 
-from .model import Entry, OpName
+from .model import Entry, OpName, PgStatus
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 
@@ -78,3 +78,27 @@ def _in_collective_batch(entry: Entry, pg_name: str, seq: int) -> bool:
 def _has_own_state(entry: Entry) -> bool:
     """The op's entry says more than `scheduled` (producers that record each op's events)."""
     return entry.state != "scheduled" or bool(entry.retired) or bool(entry.time_completed_ns) or bool(entry.time_started_ns)
+
+
+def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) -> tuple[Entry, ...]:
+    """A dump that keeps only active entries still holds the ops of batches that finished:
+    recorded without events, they never look finished, and their marker, which did, was
+    left out. pg_status says how far each group got (the sequence number of its last
+    finished work, a P2P number after P2P work): ops at or below it are marked retired.
+    Collectives of a group that also holds P2P ops are left as they are, as its
+    pg_status may count in P2P numbers there."""
+    p2p_groups = {e.pg_id for e in entries if e.is_p2p}
+    settled = list(entries)
+    for i, entry in enumerate(entries):
+        status = pg_status.get(entry.pg_id)
+        if entry.completed or status is None or status.last_completed is None:
+            continue
+        if entry.is_p2p:
+            seq = entry.p2p_seq_id
+        elif entry.pg_id in p2p_groups:
+            continue
+        else:
+            seq = entry.collective_seq_id
+        if seq <= status.last_completed:
+            settled[i] = entry._replace(retired=True)
+    return tuple(settled)

@@ -24,12 +24,13 @@ from itertools import islice, repeat
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
-from .batches import settle_batches
+from .batches import settle_batches, settle_finished
 from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .generations import DumpFile, SameRankTwice, choose_generation, describe, require_one_file_per_rank
 from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 from .sniff import OWN_OUTPUTS, FileKind, classify_file
+from .standing import keeps_only_active
 from .util import cyclic_gc_paused
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
@@ -700,13 +701,16 @@ def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
     """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
     the data is not shaped like a dump at all."""
     dump, columns = _normalised(raw, rank, path, encoding)
-    dump.entries = _entries(columns)
+    _set_entries(dump, columns)
     return dump
 
 
-def _entries(columns: Columns, shared: Optional[SharedValues] = None) -> tuple[Entry, ...]:
-    """The entries of `columns`, each coalesced batch settled as one unit (see `batches`)."""
-    return settle_batches(entries_from_columns(columns, shared))
+def _set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues] = None) -> None:
+    """The dump's entries from `columns`, each coalesced batch settled as one unit, and in
+    a dump of only active entries, those its pg_status says finished (see `batches`)."""
+    dump.entries = settle_batches(entries_from_columns(columns, shared))
+    if keeps_only_active(dump):
+        dump.entries = settle_finished(dump.entries, dump.pg_status)
 
 
 def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
@@ -829,7 +833,10 @@ def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool =
             del data
             dump, columns = _normalised(raw, rank, path, encoding, memo)
             del raw
-            dump.entries = pack(columns) if packed else _entries(columns, shared)
+            if packed:
+                dump.entries = pack(columns)
+            else:
+                _set_entries(dump, columns, shared)
             return dump
     except MayNestTooDeeply:
         return _NEEDS_OWN_PROCESS
@@ -910,7 +917,7 @@ def _as_array(ranks, arrays: dict) -> array:
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        result.entries = _entries(unpack(result.entries), shared)
+        _set_entries(result, unpack(result.entries), shared)
         _share_rank_lists(result, shared)
     return result
 

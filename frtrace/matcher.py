@@ -529,6 +529,17 @@ def _pair_channel(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional
     return pairs
 
 
+def _pair_in_order(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional[Entry], Optional[Entry]]]:
+    """(send, recv) pairs of a channel both of whose ends hold their whole history (no
+    ring buffer wrapped): the k-th send goes with the k-th recv. A send that completed
+    while its recv still looks pending (the receiver's GPU stopped reporting) stays
+    paired with it, as it must: a send cannot finish before its recv is posted."""
+    count = max(len(sends), len(recvs))
+    padded_sends: list[Optional[Entry]] = [*sends, *[None] * (count - len(sends))]
+    padded_recvs: list[Optional[Entry]] = [*recvs, *[None] * (count - len(recvs))]
+    return list(zip(padded_sends, padded_recvs))
+
+
 def _split_done(ops: list[Entry]) -> tuple[list[Entry], list[Entry]]:
     """(completed ops, the rest), each in channel order."""
     done = [op for op in ops if op.completed]
@@ -599,7 +610,9 @@ def _match_p2p(view: GroupView) -> list:
             taken = min(len(spare), len(plain_sends) - len(plain_recvs))
             plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
-        pairs = _pair_channel(plain_sends, plain_recvs) + _pair_channel(batched_sends, batched_recvs)
+        whole = not (src in view.streams and view.streams[src].clipped) and not (dst in view.streams and view.streams[dst].clipped)
+        pair = _pair_in_order if whole else _pair_channel
+        pairs = pair(plain_sends, plain_recvs) + pair(batched_sends, batched_recvs)
         matches.extend(P2PMatch(group_id, src, dst, ordinal, send, recv) for ordinal, (send, recv) in enumerate(pairs))
     for dst, leftovers in sorted(any_source.items()):
         for ordinal, recv in enumerate(leftovers):

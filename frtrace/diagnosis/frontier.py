@@ -156,9 +156,12 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
     keep only active entries, their pg_status)."""
     if not facts.reliable:
         return []
+    # Read off everything dumped, not the device view: ops a stalled rank's host queued did
+    # reach its GPU when its peers finished them.
+    full = facts.analysis.matches
     findings: list[Finding] = []
-    for view in facts.device.views:
-        matches = facts.collectives_of(view)
+    for view in full.views:
+        matches = full.index.collectives_of.get(view.group.id, [])
         finished = _newest_finished(view, matches)
         for match in matches:
             done = set(match.completed_ranks) | set(match.finished_unseen)

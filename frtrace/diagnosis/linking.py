@@ -12,7 +12,7 @@ fundamental, oldest member as the root.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Callable, Optional
 
 from .finding import Finding, WentPast
@@ -122,6 +122,21 @@ def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge
         finding.caused_by, finding.link = root, link
 
 
+def _circle_root(circle: list[Finding]) -> Finding:
+    """The root of findings that wait on each other in a circle (a deadlock). The
+    narrowest story wins: one rank to blame beats a whole half of the job. Then the rank
+    the circle blames most often: a rank that broke the program (skipped one op, issued
+    another) turns up in a finding for each. An op the sibling groups all issued is
+    surely part of the program."""
+    blamed = Counter(rank for finding in circle for rank in set(finding.suspect_ranks))
+
+    def support(finding: Finding) -> int:
+        return max((blamed[rank] for rank in finding.suspect_ranks), default=0)
+
+    return min(circle, key=lambda f: (len(f.suspect_ranks), -support(f), _circle_priority(f),
+                                      not f.siblings_issued_it, f.age_ns))
+
+
 def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held]) -> dict[Finding, tuple[Finding, str]]:
     """finding -> (its root cause, how: "same_suspects" or "blocked")."""
     waited = {f: set().union(set(), *(held for _, held in holders[f])) for f in blocking}
@@ -142,10 +157,7 @@ def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Fi
     while pending:
         ready = [f for f in pending if any(g in resolved for g, _ in holders[f])]
         if not ready:
-            # The narrowest story wins: one rank to blame beats a whole half of the job.
-            # An op that the sibling groups all issued is surely part of the program.
-            best = min(_source_circle(pending, parents, resolved),
-                       key=lambda f: (len(f.suspect_ranks), _circle_priority(f), not f.siblings_issued_it, f.age_ns))
+            best = _circle_root(_source_circle(pending, parents, resolved))
             roots.append(best)
             ready = [best]
         for finding in ready:
