@@ -969,6 +969,11 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
                 yield job[0], result
         finished = True
     finally:
-        # A consumer that stopped early (its reader gone: `frtrace -j | head`) does not wait
-        # for the batches in flight: the workers end on their own once those are done.
+        if not finished:
+            # A consumer that stopped early (its reader gone: `frtrace -j | head`) does not
+            # wait for the batches in flight, and the process may end at once (os._exit),
+            # before the pool's own thread could tell the workers: end them now, or they
+            # would wait for work forever, holding the pipe the output went to.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
         pool.shutdown(wait=finished, cancel_futures=True)

@@ -131,3 +131,29 @@ def test_streaming_can_stop_early(tmp_path):
     stream = iter_dump_files(files, workers=2)
     assert next(stream)[0] == 0
     stream.close()  # a reader gone: the pool is shut down without waiting
+
+
+def test_a_reader_that_stops_leaves_no_worker_behind(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    directory = job(tmp_path, world=64)
+    proc = subprocess.Popen([sys.executable, "-m", "frtrace", "-j", "--per-rank", "--workers", "2", str(directory)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"rank 0: ")
+    proc.stdout.close()
+    assert proc.wait(timeout=30) == 141
+    # stderr reaches its end only when no worker process holds it open any more.
+    os.set_blocking(proc.stderr.fileno(), False)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if os.read(proc.stderr.fileno(), 65536) == b"":
+                break
+        except BlockingIOError:
+            time.sleep(0.05)
+    else:
+        pytest.fail("a worker process outlived frtrace")
+    proc.stderr.close()
