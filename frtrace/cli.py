@@ -12,12 +12,13 @@ import functools
 import gc
 import math
 import os
+import shutil
 import signal
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import click
 
@@ -25,14 +26,16 @@ from . import __version__
 from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
 from .diff_report import render_diff_json, render_diff_markdown, render_diff_text
-from .loader import InputError
+from .loader import InputError, discover_dump_files, iter_dump_files, select_files
+from .model import LoadIssue
 from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
 from .outputs import write_output
-from .pipeline import analyze
+from .pipeline import analyze, match_files
 from .progress_diff import JobMismatch, diff_progress
-from .rawview import render_raw_entries
+from .rawview import (DEFAULT_LAST, SIDE_BY_SIDE_MAX, RenderedBlock, StackNumbers, rank_block_lines, render_block,
+                      side_by_side_lines)
 from .report import render_json, render_markdown, render_text
-from .util import parse_rank_ranges, ranks_in
+from .util import fold_ranks, parse_rank_ranges, ranks_in
 
 EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # What a shell reports for a process its signal ended: 128 + the signal number. CI must
@@ -51,6 +54,8 @@ Examples:
   frtrace -d dumps/ -o db.sqlite      ... or as SQLite, to query with SQL
   cd dumps && frtrace -j --selected-ranks 0 1
                                       raw entries of ranks 0 and 1, side by side
+  frtrace -j --selected-ranks 3 --per-rank --last 50 dumps/
+                                      what rank 3 was doing last: its 50 newest entries
   frtrace -j --pg-filters tp --print-stack-trace dumps/
                                       raw entries of the groups named or described "tp"
   frtrace diff dumps-1200/ dumps-1210/
@@ -147,6 +152,8 @@ class _Progress:
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
 @click.option("-j", "--just-print-entries", "--just_print_entries", "just_print", is_flag=True, help="Print the raw entries side by side, one column per rank, rows aligned by group and sequence number.")
+@click.option("--per-rank/--side-by-side", "per_rank", default=None, help=f"With -j: one block per rank, its entries in its own order, newest last (the default for more than {SIDE_BY_SIDE_MAX} ranks, or a table wider than the terminal); or the side-by-side table (at most {SIDE_BY_SIDE_MAX} ranks).")
+@click.option("--last", "last", type=click.IntRange(min=0), default=None, help=f"With -j's per-rank blocks: the newest N entries of each rank (default {DEFAULT_LAST}; 0: all).")
 @click.option("--selected-ranks", "--selected_ranks", "selected_ranks", help="Ranks to show with -j (e.g. '0 1' or 0-3,8) and to draw on the timeline.")
 @click.option("--pg-filters", "--pg_filters", "pg_filters", help="Groups to show with -j / the timeline, by name or description (e.g. 'tp dp').")
 @click.option("--print-stack-trace", "--print_stack_trace", "print_stack", is_flag=True, help="With -j, add the de-duplicated stack traces.")
@@ -162,7 +169,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -194,11 +201,19 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     filters = _pg_filter_list(pg_filters)
     explicit_format = click.get_current_context().get_parameter_source("fmt") is not click.core.ParameterSource.DEFAULT
     _check_option_combinations(just_print, output, timeline, explicit_format, selected_ranks, pg_filters, print_stack)
+    if not just_print and (per_rank is not None or last is not None):
+        _note("note: --per-rank, --side-by-side and --last only apply to -j")
     # Every output is checked before any dump is read: a bad -o fails now, not after the load.
     try:
         targets = _plan_outputs(output, timeline, force, inputs)
     except OutputError as exc:
         _fail(str(exc))
+
+    if just_print:
+        # No diagnosis, and only the files of the selected ranks (chosen by name) are read.
+        return _print_raw_entries(RawOptions(inputs, prefix, all_generations, rank_ranges, filters, print_stack, per_rank, last,
+                                             world_size, workers or (os.cpu_count() or 1), max_bytes,
+                                             group_world_size if transform_ft else None, verbose), started)
 
     progress = _Progress(sys.stderr.isatty())
     try:
@@ -228,12 +243,6 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     job_ranks = analysis.layout.ranks_found + analysis.layout.ranks_missing
     ranks = _selected_job_ranks(rank_ranges, job_ranks)
 
-    if just_print:
-        if print_stack and not any(d.has_frames for d in analysis.load.dumps):
-            _note("note: --print-stack-trace: these dumps hold no stack frames (taken with stacks off, or JSON)")
-        _emit(render_raw_entries(analysis.matches, ranks, filters, print_stack) + "\n")
-        return _finish(EXIT_HEALTHY, verbose, started, load_seconds)
-
     diagnosis = diagnose(analysis)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters)]
     if fmt == "json":
@@ -249,6 +258,129 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         return _finish(EXIT_INPUT, verbose, started, load_seconds)
     code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diagnosis.status]
     return _finish(code, verbose, started, load_seconds)
+
+
+class RawOptions(NamedTuple):
+    inputs: list
+    prefix: Optional[str]
+    all_generations: bool
+    rank_ranges: Optional[tuple]
+    filters: list
+    print_stack: bool
+    per_rank: Optional[bool]  # None: chosen by the number of ranks and the terminal's width
+    last: Optional[int]
+    world_size: Optional[int]
+    workers: int
+    max_bytes: int
+    ft_group_world_size: Optional[int]
+    verbose: bool
+
+
+def _print_raw_entries(opts: RawOptions, started: float):
+    """-j: the side-by-side table for a few ranks, else one block per rank, written as
+    each rank's file is read. Reads only the files of the selected ranks; no diagnosis."""
+    try:
+        found = discover_dump_files([Path(p) for p in opts.inputs], opts.prefix, opts.all_generations)
+    except InputError as exc:
+        _fail(str(exc))
+    for note in found.notes:
+        _note(note)
+    if opts.verbose:
+        for issue in found.skipped:
+            _note(f"ignored {issue}")
+    if not found.files:
+        _fail(f"no Flight Recorder dump files found in {', '.join(str(p) for p in opts.inputs)}")
+    files = found.files
+    if opts.rank_ranges is not None:
+        files = select_files(files, lambda rank: any(rank in span for span in opts.rank_ranges))
+    _note_ranks_without_files(found.files, opts.rank_ranges)
+    if not files:
+        ranks = [rank for rank, _ in found.files]
+        _note(f"note: --selected-ranks: no dump file of those ranks (files for ranks {fold_ranks(ranks)})")
+        _emit("No entries match the selected ranks and groups.\n")
+        return _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
+    if opts.per_rank is False and len(files) > SIDE_BY_SIDE_MAX:
+        _fail(f"--side-by-side shows at most {SIDE_BY_SIDE_MAX} ranks, not {len(files)} "
+              "(choose them with --selected-ranks, or leave it out for one block per rank)")
+    if opts.per_rank or len(files) > SIDE_BY_SIDE_MAX:
+        return _print_rank_blocks(files, opts, started)
+    progress = _Progress(sys.stderr.isatty())
+    loaded, layout, matches = match_files(files, found, world_size=opts.world_size, workers=opts.workers,
+                                          max_bytes=opts.max_bytes, progress=progress,
+                                          ft_group_world_size=opts.ft_group_world_size)
+    progress.clear()
+    load_seconds = time.monotonic() - started
+    for issue in loaded.errors + list(layout.ignored_files):
+        _note(f"skipped {issue}")
+    if not loaded.dumps:
+        _fail("no usable dump among " + ", ".join(str(path) for _, path in files[:3]))
+    ranks = None
+    if opts.rank_ranges is not None:
+        ranks = ranks_in(opts.rank_ranges, layout.ranks_found + layout.ranks_missing)
+    if opts.print_stack and not any(d.has_frames for d in loaded.dumps):
+        _note("note: --print-stack-trace: these dumps hold no stack frames (taken with stacks off, or JSON)")
+    lines = list(side_by_side_lines(matches, ranks, opts.filters, opts.print_stack))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and opts.per_rank is None else None
+    if width and max(map(len, lines)) > width:
+        _note(f"note: the side-by-side table is wider than this terminal ({width} columns): one block per rank "
+              "(--side-by-side keeps the table)")
+        stacks = StackNumbers() if opts.print_stack else None
+        by_rank = {d.rank: d for d in loaded.dumps}
+        by_rank.update({rank: issue for rank, issue in zip(loaded.failed_ranks, loaded.errors)})
+        for rank, _ in files:
+            _emit_block(rank_block_lines(rank, by_rank[rank], opts.filters, _last(opts.last), stacks))
+        return _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)
+    if opts.last is not None:
+        _note("note: --last only applies to the per-rank blocks (--per-rank); the table shows every entry")
+    _emit_lines(lines)
+    return _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)
+
+
+def _last(last: Optional[int]) -> int:
+    return DEFAULT_LAST if last is None else last
+
+
+def _print_rank_blocks(files: list, opts: RawOptions, started: float):
+    """One block per rank, each written (and flushed) as soon as that rank's file is read.
+    Without stacks the loader's workers render the blocks: only their text travels."""
+    stacks = StackNumbers() if opts.print_stack else None
+    render = None if stacks else functools.partial(render_block, pg_filters=tuple(opts.filters), last=_last(opts.last))
+    failed, frames = 0, False
+    for rank, result in iter_dump_files(files, workers=opts.workers, max_bytes=opts.max_bytes, transform=render):
+        if render is None:
+            result = RenderedBlock("".join(line + "\n" for line in rank_block_lines(
+                rank, result, opts.filters, _last(opts.last), stacks)) + "\n", getattr(result, "has_frames", False),
+                result if isinstance(result, LoadIssue) else None)
+        if result.issue is not None:
+            failed += 1
+            _note(f"skipped {result.issue}")
+        frames = frames or result.has_frames
+        _emit(result.text)
+    if opts.print_stack and not frames:
+        _note("note: --print-stack-trace: these dumps hold no stack frames (taken with stacks off, or JSON)")
+    if failed == len(files):
+        _fail("no usable dump among " + ", ".join(str(path) for _, path in files[:3]))
+    return _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
+
+
+def _note_ranks_without_files(files: list, rank_ranges: Optional[tuple]) -> None:
+    """Ranks below the highest one found (and selected) that have no dump file."""
+    present = {rank for rank, _ in files}
+    top = max(present)
+    spans = rank_ranges if rank_ranges is not None else (range(0, top + 1),)
+    absent = sorted({rank for span in spans for rank in range(span.start, min(span.stop, top + 1)) if rank not in present})
+    if absent:
+        _note(f"note: no dump file for {'rank' if len(absent) == 1 else 'ranks'} {fold_ranks(absent)}")
+
+
+def _emit_block(lines) -> None:
+    _emit("".join(line + "\n" for line in lines) + "\n")
+
+
+def _emit_lines(lines: list) -> None:
+    """Write lines in slices: the reader sees the first ones before the last are joined."""
+    for start in range(0, len(lines), 256):
+        _emit("".join(line + "\n" for line in lines[start:start + 256]))
 
 
 def _pg_filter_list(pg_filters: Optional[str]) -> list:

@@ -10,6 +10,7 @@ prints: the caller decides what to say.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import multiprocessing
 import operator
 import os
@@ -22,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice, repeat
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from .batches import settle_batches, settle_finished
 from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
@@ -907,6 +908,13 @@ def _for_transfer(results: list) -> list:
     return results
 
 
+def _load_batch_mapped(transform: Callable, jobs: list) -> list:
+    """`transform(rank, load_one(...))` for a few files in a worker process: only what
+    `transform` returns travels back (see iter_dump_files)."""
+    memo = BatchMemo()
+    return [transform(job[0], load_one(*job, memo=memo)) for job in jobs]
+
+
 def _as_array(ranks, arrays: dict) -> array:
     if isinstance(ranks, array):  # packed already (by a child process of a worker)
         return ranks
@@ -935,22 +943,53 @@ def load_dumps(
 ) -> LoadResult:
     """Find and load every dump under `inputs` (directories or files): of the newest
     complete generation only, unless `all_generations` (see discover_dump_files).
-    `on_dump` is called in this process with each dump as it arrives: work done there
-    overlaps the workers'."""
-    paths = [Path(p) for p in inputs]
-    files, skipped, family, notes = discover_dump_files(paths, prefix, all_generations)
+    `selected_ranks` keeps only the files of those ranks (by the rank in their name),
+    before any is decoded. `on_dump` is called in this process with each dump as it
+    arrives: work done there overlaps the workers'."""
+    found = discover_dump_files([Path(p) for p in inputs], prefix, all_generations)
+    files = found.files
     if selected_ranks is not None:
         wanted = set(selected_ranks)
-        files = [(rank, path) for rank, path in files if rank in wanted]
-    drop = _inputs_crowd_memory([path for _, path in files])
-    jobs = [(rank, str(path), max_bytes, drop) for rank, path in files]
-    results = _run_jobs(jobs, workers, progress, SharedValues(), on_dump)
+        files = select_files(files, wanted.__contains__)
+    return load_dump_files(files, found, workers=workers, max_bytes=max_bytes, progress=progress, on_dump=on_dump,
+                           inputs=tuple(str(p) for p in inputs))
+
+
+def select_files(files: list, wanted: Callable[[int], bool]) -> list:
+    """The `(rank, path)` pairs of `files` whose rank (from the file name) is `wanted`:
+    choosing ranks before reading, so the other files are never opened."""
+    return [(rank, path) for rank, path in files if wanted(rank)]
+
+
+def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    progress: Optional[Callable[[int, int], None]] = None,
+                    on_dump: Optional[Callable[[RankDump], None]] = None, inputs: tuple[str, ...] = ()) -> LoadResult:
+    """Load `files` (`(rank, path)` pairs, from `found.files` or a selection of them),
+    found under `inputs` (as given)."""
+    results = [result for _, result in iter_dump_files(files, workers=workers, max_bytes=max_bytes,
+                                                        progress=progress, on_dump=on_dump)]
     dumps, errors = [], []
     for result in results:
         (dumps if isinstance(result, RankDump) else errors).append(result)
-    failed = tuple(sorted(job[0] for job, result in zip(jobs, results) if not isinstance(result, RankDump)))
-    return LoadResult(dumps=dumps, skipped=skipped, errors=errors, prefix=family, failed_ranks=failed, notes=notes,
-                      inputs=tuple(str(p) for p in paths))
+    failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))
+    return LoadResult(dumps=dumps, skipped=found.skipped, errors=errors, prefix=found.prefix, failed_ranks=failed,
+                      notes=found.notes, inputs=inputs)
+
+
+def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    progress: Optional[Callable[[int, int], None]] = None,
+                    on_dump: Optional[Callable[[RankDump], None]] = None,
+                    transform: Optional[Callable] = None) -> Iterator[tuple]:
+    """`(rank, RankDump or LoadIssue)` for each of `files`, in their order, as each is
+    decoded: a caller that prints as it goes (`-j`) need not wait for, nor keep, them all.
+
+    With `transform` (a picklable function of `(rank, RankDump or LoadIssue)`), yields
+    `(rank, transform(rank, result))` instead, computed in the worker processes: when
+    only a little of each dump is wanted (-j's newest entries of each rank), the dumps
+    never travel to this process."""
+    drop = _inputs_crowd_memory([path for _, path in files])
+    jobs = [(rank, str(path), max_bytes, drop) for rank, path in files]
+    return _run_jobs(jobs, workers, progress, SharedValues(), on_dump, transform)
 
 
 def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
@@ -962,34 +1001,64 @@ def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
                                for config in dump.pg_config)
 
 
-def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=None) -> list:
+def _batches(jobs: list, size: int) -> list:
+    """`jobs` cut into batches of `size`, the first few smaller (1, 2, 4, ...): the first
+    dumps arrive as soon as one file is decoded, for a caller that prints as it goes."""
+    batches, start, step = [], 0, 1
+    while start < len(jobs):
+        batches.append(jobs[start:start + step])
+        start += step
+        step = min(size, step * 2)
+    return batches
+
+
+def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=None,
+              transform: Optional[Callable] = None) -> Iterator[tuple]:
+    """`(rank, result)` per job, in the jobs' order (`transform(rank, result)` with one)."""
     # Worker processes only pay off once there are many files to spread.
     if workers <= 1 or len(jobs) < 2 * workers:
-        results = []
         memo = BatchMemo()
         for done, job in enumerate(jobs, 1):
-            results.append(load_one(*job, shared=shared, memo=memo))
-            if isinstance(results[-1], RankDump):
-                _share_rank_lists(results[-1], shared)
+            result = load_one(*job, shared=shared, memo=memo)
+            if transform is not None:
+                result = transform(job[0], result)
+            elif isinstance(result, RankDump):
+                _share_rank_lists(result, shared)
                 if on_dump:
-                    on_dump(results[-1])
+                    on_dump(result)
             if progress:
                 progress(done, len(jobs))
-        return results
-    results = []
-    size = max(1, min(16, len(jobs) // (8 * workers)))
-    batches = iter([jobs[start:start + size] for start in range(0, len(jobs), size)])
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+            yield job[0], result
+        return
+    batches = iter(_batches(jobs, max(1, min(16, len(jobs) // (8 * workers)))))
+    done = 0
+    pool = ProcessPoolExecutor(max_workers=workers)
+    finished = False
+    try:
         # A few batches in flight per worker, not all of them: when the workers outpace
         # this process, finished batches would otherwise pile up here (gigabytes at 16k ranks).
-        pending = deque(pool.submit(_load_batch_for_transfer, batch) for batch in islice(batches, 3 * workers))
+        work = _load_batch_for_transfer if transform is None else functools.partial(_load_batch_mapped, transform)
+        pending = deque((batch, pool.submit(work, batch)) for batch in islice(batches, 3 * workers))
         while pending:
-            batch = pending.popleft().result()
-            pending.extend(pool.submit(_load_batch_for_transfer, more) for more in islice(batches, 1))
-            for result in batch:
-                results.append(_received(result, shared))
-                if on_dump and isinstance(results[-1], RankDump):
-                    on_dump(results[-1])
+            batch_jobs, future = pending.popleft()
+            batch = future.result()
+            pending.extend((more, pool.submit(work, more)) for more in islice(batches, 1))
+            done += len(batch)
             if progress:
-                progress(len(results), len(jobs))
-    return results
+                progress(done, len(jobs))
+            for job, result in zip(batch_jobs, batch):
+                if transform is None:
+                    result = _received(result, shared)
+                if on_dump and transform is None and isinstance(result, RankDump):
+                    on_dump(result)
+                yield job[0], result
+        finished = True
+    finally:
+        if not finished:
+            # A consumer that stopped early (its reader gone: `frtrace -j | head`) does not
+            # wait for the batches in flight, and the process may end at once (os._exit),
+            # before the pool's own thread could tell the workers: end them now, or they
+            # would wait for work forever, holding the pipe the output went to.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)

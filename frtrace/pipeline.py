@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from .builder import Layout, build_layout
-from .loader import DEFAULT_MAX_FILE_BYTES, InputError, load_dumps
+from .loader import DEFAULT_MAX_FILE_BYTES, Discovery, InputError, load_dump_files, load_dumps
 from .matcher import MatchResult, deal, match, rematch
 from .model import LoadResult, PgConfig, RankDump
 from .standing import completion_is_reliable, without_queued_ops
@@ -66,6 +66,28 @@ def analyze(
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
     matches = match(loaded.dumps, layout, dealt)
     return finish_analysis(loaded, layout, matches)
+
+
+def match_files(
+    files: list,
+    found: Discovery,
+    *,
+    world_size: Optional[int] = None,
+    workers: int = 1,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: Optional[Callable[[int, int], None]] = None,
+    ft_group_world_size: Optional[int] = None,
+) -> tuple[LoadResult, Layout, MatchResult]:
+    """Load, build and match only `files` (a selection of `found.files`, chosen by the
+    rank in their names): what `-j --selected-ranks` shows side by side. No device view,
+    no diagnosis. The other ranks are missing to the layout; their files are never read."""
+    dealt: dict = {}
+    loaded = load_dump_files(files, found, workers=workers, max_bytes=max_bytes, progress=progress,
+                             on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)))
+    if ft_group_world_size:
+        loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
+    layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
+    return loaded, layout, match(loaded.dumps, layout, dealt)
 
 
 def finish_analysis(loaded: LoadResult, layout: Layout, matches: MatchResult) -> Analysis:

@@ -65,3 +65,21 @@ def frame_text(frame: Optional[Frame]) -> Optional[str]:
 def call_site(entry: Optional[Entry]) -> Optional[str]:
     """`train.py:278 in step`: where the user's code issued the entry's op, if the dump says."""
     return frame_text(user_frame(entry))
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: every character that is not printable (C0 and
+    C1 controls such as ESC, CR and newline, DEL, line and paragraph separators, bidi
+    overrides) is written as a Python-style escape (`\\x1b`, `\\n`, `\\u202e`), so a
+    dump's strings can neither drive the terminal nor forge lines. Backslashes are left
+    alone; printable text comes back as the same object."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
