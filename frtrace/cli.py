@@ -29,7 +29,7 @@ from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
 from .outputs import write_output
 from .pipeline import analyze
 from .rawview import render_raw_entries
-from .report import render_json, render_markdown, render_text
+from .report import (RANK_VIEW_RENDERERS, render_json, render_markdown, render_rank_view, render_text)
 from .util import parse_rank_ranges, ranks_in
 
 EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -137,6 +137,7 @@ class _Progress:
 @click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
+@click.option("--ranks", "ranks_only", is_flag=True, help="Print only the verdict and where each rank is (one row per class of ranks that stand alike).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
@@ -156,7 +157,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, ranks_only, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -185,6 +186,8 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     filters = _pg_filter_list(pg_filters)
     explicit_format = click.get_current_context().get_parameter_source("fmt") is not click.core.ParameterSource.DEFAULT
     _check_option_combinations(just_print, output, timeline, explicit_format, selected_ranks, pg_filters, print_stack)
+    if just_print and ranks_only:
+        raise click.UsageError("-j prints the raw entries only; it does not combine with --ranks (run frtrace twice)")
     # Every output is checked before any dump is read: a bad -o fails now, not after the load.
     try:
         targets = _plan_outputs(output, timeline, force, inputs)
@@ -227,7 +230,9 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
 
     diagnosis = diagnose(analysis)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters)]
-    if fmt == "json":
+    if ranks_only:
+        _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler()))
+    elif fmt == "json":
         _emit(render_json(analysis, diagnosis))
     elif fmt == "markdown":
         _emit(render_markdown(analysis, diagnosis, mismatch_cap) + "\n")
