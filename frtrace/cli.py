@@ -25,7 +25,7 @@ from . import __version__
 from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
 from .loader import InputError
-from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
+from .output_paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
 from .outputs import write_output
 from .pipeline import analyze
 from .rawview import render_raw_entries
@@ -137,6 +137,7 @@ class _Progress:
 @click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
+@click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report (.html): verdict, findings, a rank x group grid, where each rank is.")
 @click.option("--ranks", "ranks_only", is_flag=True, help="Print only the verdict and where each rank is (one row per class of ranks that stand alike).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
@@ -157,7 +158,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, ranks_only, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, html, ranks_only, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -186,11 +187,12 @@ def frtrace(dump_dirs, dirs, output, timeline, ranks_only, force, prefix, fmt, j
     filters = _pg_filter_list(pg_filters)
     explicit_format = click.get_current_context().get_parameter_source("fmt") is not click.core.ParameterSource.DEFAULT
     _check_option_combinations(just_print, output, timeline, explicit_format, selected_ranks, pg_filters, print_stack)
-    if just_print and ranks_only:
-        raise click.UsageError("-j prints the raw entries only; it does not combine with --ranks (run frtrace twice)")
+    if just_print and (html or ranks_only):
+        raise click.UsageError(f"-j prints the raw entries only; it does not combine with {'--html' if html else '--ranks'} "
+                               "(run frtrace twice)")
     # Every output is checked before any dump is read: a bad -o fails now, not after the load.
     try:
-        targets = _plan_outputs(output, timeline, force, inputs)
+        targets = _plan_outputs(output, timeline, force, inputs, html)
     except OutputError as exc:
         _fail(str(exc))
 
@@ -275,11 +277,17 @@ def _check_option_combinations(just_print: bool, output, timeline, explicit_form
         _note("note: --print-stack-trace only applies to -j; the report shows call sites when the dumps have stacks")
 
 
-def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list) -> list:
+OUTPUT_FLAGS = {DATABASE: "-o", TIMELINE: "--timeline", HTML: "--html"}
+
+
+def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list,
+                  html: Optional[Path] = None) -> list:
     targets = [plan_output(path, kind, force=force, input_roots=inputs)
-               for path, kind in ((output, DATABASE), (timeline, TIMELINE)) if path is not None]
-    if len(targets) == 2 and os.path.realpath(targets[0].path) == os.path.realpath(targets[1].path):
-        raise OutputError(f"{output}: -o and --timeline name the same file")
+               for path, kind in ((output, DATABASE), (timeline, TIMELINE), (html, HTML)) if path is not None]
+    for i, first in enumerate(targets):
+        for second in targets[i + 1:]:
+            if os.path.realpath(first.path) == os.path.realpath(second.path):
+                raise OutputError(f"{first.path}: {OUTPUT_FLAGS[first.kind]} and {OUTPUT_FLAGS[second.kind]} name the same file")
     return targets
 
 
