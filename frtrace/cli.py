@@ -28,13 +28,13 @@ from .diagnosis import diagnose
 from .diff_report import render_diff_json, render_diff_markdown, render_diff_text
 from .loader import InputError, discover_dump_files, iter_dump_files, select_files
 from .model import LoadIssue
-from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
+from .output_paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
 from .outputs import write_output
 from .pipeline import analyze, match_files
 from .progress_diff import JobMismatch, diff_progress
 from .rawview import (DEFAULT_LAST, SIDE_BY_SIDE_MAX, RenderedBlock, StackNumbers, rank_block_lines, render_block,
                       side_by_side_lines)
-from .report import render_json, render_markdown, render_text
+from .report import RANK_VIEW_RENDERERS, render_json, render_markdown, render_rank_view, render_text
 from .util import fold_ranks, parse_rank_ranges, ranks_in
 
 EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -148,6 +148,8 @@ class _Progress:
 @click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
+@click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report (.html): verdict, findings, a rank x group grid, where each rank is.")
+@click.option("--ranks", "ranks_only", is_flag=True, help="Print only the verdict and where each rank is (one row per class of ranks that stand alike).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
@@ -169,7 +171,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, html, ranks_only, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -203,9 +205,12 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, p
     _check_option_combinations(just_print, output, timeline, explicit_format, selected_ranks, pg_filters, print_stack)
     if not just_print and (per_rank is not None or last is not None):
         _note("note: --per-rank, --side-by-side and --last only apply to -j")
+    if just_print and (html or ranks_only):
+        raise click.UsageError(f"-j prints the raw entries only; it does not combine with {'--html' if html else '--ranks'} "
+                               "(run frtrace twice)")
     # Every output is checked before any dump is read: a bad -o fails now, not after the load.
     try:
-        targets = _plan_outputs(output, timeline, force, inputs)
+        targets = _plan_outputs(output, timeline, force, inputs, html)
     except OutputError as exc:
         _fail(str(exc))
 
@@ -245,7 +250,9 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, p
 
     diagnosis = diagnose(analysis)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters)]
-    if fmt == "json":
+    if ranks_only:
+        _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler()))
+    elif fmt == "json":
         _emit(render_json(analysis, diagnosis))
     elif fmt == "markdown":
         _emit(render_markdown(analysis, diagnosis, mismatch_cap) + "\n")
@@ -411,11 +418,17 @@ def _check_option_combinations(just_print: bool, output, timeline, explicit_form
         _note("note: --print-stack-trace only applies to -j; the report shows call sites when the dumps have stacks")
 
 
-def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list) -> list:
+OUTPUT_FLAGS = {DATABASE: "-o", TIMELINE: "--timeline", HTML: "--html"}
+
+
+def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list,
+                  html: Optional[Path] = None) -> list:
     targets = [plan_output(path, kind, force=force, input_roots=inputs)
-               for path, kind in ((output, DATABASE), (timeline, TIMELINE)) if path is not None]
-    if len(targets) == 2 and os.path.realpath(targets[0].path) == os.path.realpath(targets[1].path):
-        raise OutputError(f"{output}: -o and --timeline name the same file")
+               for path, kind in ((output, DATABASE), (timeline, TIMELINE), (html, HTML)) if path is not None]
+    for i, first in enumerate(targets):
+        for second in targets[i + 1:]:
+            if os.path.realpath(first.path) == os.path.realpath(second.path):
+                raise OutputError(f"{first.path}: {OUTPUT_FLAGS[first.kind]} and {OUTPUT_FLAGS[second.kind]} name the same file")
     return targets
 
 

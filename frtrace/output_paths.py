@@ -23,6 +23,7 @@ from .sniff import FileKind, classify_file
 
 DATABASE = "database"
 TIMELINE = "timeline"
+HTML = "html"
 # suffix -> (kind of output, format written); longest suffixes first so .json.gz wins over .gz
 FORMATS_BY_SUFFIX = (
     (".json.gz", TIMELINE, "gzip timeline JSON"),
@@ -32,6 +33,8 @@ FORMATS_BY_SUFFIX = (
     (".sqlite3", DATABASE, "SQLite"),
     (".sqlite", DATABASE, "SQLite"),
     (".db", DATABASE, "SQLite"),
+    (".html", HTML, "HTML report"),
+    (".htm", HTML, "HTML report"),
 )
 
 
@@ -41,7 +44,7 @@ class OutputError(Exception):
 
 class OutputTarget(NamedTuple):
     path: Path
-    kind: str  # DATABASE or TIMELINE
+    kind: str  # DATABASE, TIMELINE or HTML
     format: str  # as FORMATS_BY_SUFFIX names it: pickle, SQLite, timeline JSON, ...
     force: bool
 

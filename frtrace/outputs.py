@@ -16,8 +16,9 @@ from typing import Iterable, Optional
 
 from .database import build_database
 from .diagnosis import Diagnosis
+from .html_report import write_html
 from .model import TABLE_TYPES
-from .output_paths import OutputError, OutputTarget, plan_output, refuse_input_files, write_atomically
+from .output_paths import HTML, OutputError, OutputTarget, plan_output, refuse_input_files, write_atomically
 from .pipeline import Analysis
 from .sqlite_export import write_sqlite
 from .timeline import write_timeline
@@ -45,7 +46,7 @@ def _write_pickle(target: OutputTarget, analysis: Analysis) -> None:
 
 def write_output(target, kind: str, analysis: Analysis, diagnosis: Diagnosis, *, force: bool = False,
                  ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = ()) -> Path:
-    """Write a database (`kind="database"`) or timeline (`kind="timeline"`) file to
+    """Write a database (`kind="database"`), timeline (`kind="timeline"`) or HTML report (`kind="html"`) file to
     `target`: an OutputTarget, or a path to check here."""
     if not isinstance(target, OutputTarget):
         target = plan_output(Path(target), kind, force=force)
@@ -69,7 +70,9 @@ def write_output(target, kind: str, analysis: Analysis, diagnosis: Diagnosis, *,
 
 
 def _write(target: OutputTarget, analysis: Analysis, diagnosis: Diagnosis, ranks, pg_filters) -> None:
-    if target.kind == "timeline":
+    if target.kind == HTML:
+        write_atomically(target, lambda tmp: write_html(tmp, analysis, diagnosis))
+    elif target.kind == "timeline":
         write_atomically(target, lambda tmp: write_timeline(tmp, analysis, diagnosis, ranks, pg_filters,
                                                             compress=target.compressed))
     elif target.is_sqlite:

@@ -83,3 +83,45 @@ def _escape(char: str) -> str:
     if code < 0x100:
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def seq_label(collective_seq_id: Optional[int], p2p_seq_id: Optional[int]) -> str:
+    """`#4` for a collective, `p2p #7` for a send or recv (from the two numbers)."""
+    return f"p2p #{p2p_seq_id}" if collective_seq_id is None else f"#{collective_seq_id}"
+
+
+def groups_text(names: Iterable[str], desc: str) -> str:
+    """`group 5 (tp)`, `groups 1-4 (tp)` (numeric names fold like ranks), `groups a, b (tp)`,
+    or `12 groups (tp)`: the groups a folded row of ranks is in."""
+    names = tuple(names)
+    if len(names) == 1:
+        return group_text(names[0], desc)
+    suffix = f" ({desc})" if desc else ""
+    if all(n.isascii() and n.isdigit() for n in names):
+        return f"groups {fold_ranks(int(n) for n in names)}{suffix}"
+    if len(names) <= 3:
+        return f"groups {', '.join(names)}{suffix}"
+    return f"{len(names)} groups{suffix}"
+
+
+def duration_text(ns: int) -> str:
+    """`0.6 ms`, `350 ms`, `12.3 s`, `4.2 min`, `1.5 h`."""
+    if ns < 10_000_000:
+        return f"{ns / 1e6:.1f} ms"
+    if ns < 1_000_000_000:
+        return f"{ns / 1e6:.0f} ms"
+    seconds = ns / 1e9
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def span_text(low_ns: int, high_ns: int) -> str:
+    """`12.3 s`, or `1.0 s-4.2 s` for a range."""
+    low, high = duration_text(low_ns), duration_text(high_ns)
+    if low == high:
+        return low
+    (low_number, low_unit), (high_number, high_unit) = low.split(" "), high.split(" ")
+    return f"{low_number}-{high}" if low_unit == high_unit else f"{low}-{high}"
