@@ -298,12 +298,13 @@ def _print_raw_entries(opts: RawOptions, started: float):
     if not found.files:
         _fail(f"no Flight Recorder dump files found in {', '.join(str(p) for p in opts.inputs)}")
     files = found.files
-    if opts.rank_ranges is not None:
-        files = select_files(files, lambda rank: any(rank in span for span in opts.rank_ranges))
+    spans = opts.rank_ranges
+    if spans is not None:
+        files = select_files(files, lambda rank: any(rank in span for span in spans))
     _note_ranks_without_files(found.files, opts.rank_ranges)
     if not files:
-        ranks = [rank for rank, _ in found.files]
-        _note(f"note: --selected-ranks: no dump file of those ranks (files for ranks {fold_ranks(ranks)})")
+        present = [rank for rank, _ in found.files]
+        _note(f"note: --selected-ranks: no dump file of those ranks (files for ranks {fold_ranks(present)})")
         _emit("No entries match the selected ranks and groups.\n")
         return _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
     if opts.per_rank is False and len(files) > SIDE_BY_SIDE_MAX:
@@ -321,7 +322,7 @@ def _print_raw_entries(opts: RawOptions, started: float):
         _note(f"skipped {issue}")
     if not loaded.dumps:
         _fail("no usable dump among " + ", ".join(str(path) for _, path in files[:3]))
-    ranks = None
+    ranks: Optional[list] = None
     if opts.rank_ranges is not None:
         ranks = ranks_in(opts.rank_ranges, layout.ranks_found + layout.ranks_missing)
     if opts.print_stack and not any(d.has_frames for d in loaded.dumps):

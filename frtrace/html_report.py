@@ -18,7 +18,7 @@ from .pipeline import Analysis
 from .report import _loaded_line, finding_details, rank_headers, rank_row_cells, rank_view_notes
 from .standings import NO_DUMP, GroupCell, RankView, StandingRow, rank_view
 from .util import fold_ranks, plural
-from .wording import group_label, groups_text
+from .wording import group_label, groups_text, seq_label
 
 # Beyond this many classes of groups the grid shows the first ones and says so.
 GRID_COLUMNS = 24
@@ -125,7 +125,8 @@ def _cell(cell: Optional[GroupCell], row: StandingRow) -> str:
     where = groups_text(cell.pg_names, cell.group_class.desc)
     if cell.blocked_here:
         op = row.blocked_in
-        seq = f"#{op.collective_seq_id}" if op.collective_seq_id is not None else f"p2p #{op.p2p_seq_id}"
+        assert op is not None  # a rank blocked here is blocked in an op
+        seq = seq_label(op.collective_seq_id, op.p2p_seq_id)
         extra = f" · {cell.behind} behind" if cell.behind else ""
         return (f'<td class="c-blocked" title="{_e(where)}"><b>blocked</b> {_e(op.op)} {_e(seq)}'
                 f'<small>{_e(op.state)}{_e(extra)}</small></td>')

@@ -100,7 +100,7 @@ def _walk_files(root: Path) -> Iterable[Path]:
 
 
 def _expand_inputs(inputs: Sequence[Path], issues: list) -> list:
-    files = []
+    files: list[Path] = []
     for item in inputs:
         if item.is_dir():
             files.extend(_walk_files(item))
@@ -211,7 +211,7 @@ def discover_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None, al
         if prefix is None and _naming_family(cand.prefix) != family:
             skipped.append(LoadIssue(str(cand.path), f"name does not follow the dump naming {family.replace('#', 'N')}<rank>"))
         else:
-            chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))
+            chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))  # type: ignore[arg-type]  # None until _times_known
     files, notes = _one_generation(_times_known(chosen), skipped, all_generations)
     return Discovery(sorted(files), skipped, family.replace("#", "N"), notes)
 
@@ -406,7 +406,8 @@ class _Normaliser:
             self.dtypes(output_dtypes, "output_dtypes"),
         )
         readable = None not in fields
-        shapes = Shapes(*(() if f is None else f for f in fields), readable)
+        sizes_in, dtypes_in, sizes_out, dtypes_out = (() if f is None else f for f in fields)
+        shapes = Shapes(sizes_in, dtypes_in, sizes_out, dtypes_out, readable)
         shapes = self.shapes.setdefault(shapes, shapes)
         if key is not None:
             self.shapes[key] = shapes
@@ -445,7 +446,7 @@ class _Normaliser:
             frame = Frame(
                 self.text(raw.get("name"), "frame name", "?"),
                 self.text(raw.get("filename"), "frame filename", "?"),
-                self.integer(raw.get("line"), "frame line", 0),
+                self.integer(raw.get("line"), "frame line", 0) or 0,
             )
             frames.append(self.frames.setdefault(frame, frame))
         stack = tuple(frames)
@@ -968,7 +969,8 @@ def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_byte
     found under `inputs` (as given)."""
     results = [result for _, result in iter_dump_files(files, workers=workers, max_bytes=max_bytes,
                                                         progress=progress, on_dump=on_dump)]
-    dumps, errors = [], []
+    dumps: list[RankDump] = []
+    errors: list[LoadIssue] = []
     for result in results:
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))

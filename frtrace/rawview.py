@@ -240,6 +240,8 @@ def relative_time(ns: Optional[int], newest_ns: Optional[int]) -> str:
 
 def wall_clock(ns: Optional[int]) -> str:
     """`2025-06-01 12:00:03.120 UTC`, or `?` for a time no clock could show."""
+    if ns is None:
+        return "?"
     try:
         moment = datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc)
     except (TypeError, ValueError, OverflowError, OSError):
@@ -260,7 +262,7 @@ def rank_block_lines(rank: int, dump, pg_filters: Iterable[str] = (), last: Opti
     read. `stacks` numbers the stacks of the entries shown; those not shown before
     follow the block."""
     if isinstance(dump, LoadIssue):
-        yield f"rank {rank}: {printable(dump.path)} could not be read: {clip(dump.reason, 200)}"
+        yield f"rank {rank}: {printable(dump.path)} could not be read: {clip(dump.problem, 200)}"
         return
     filters = frozenset(pg_filters)
     entries = dump.entries

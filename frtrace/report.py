@@ -94,7 +94,7 @@ def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
 
 
 def _match_counts(analysis: Analysis) -> dict:
-    states = Counter()
+    states: Counter[str] = Counter()
     for match in analysis.matches.collectives:
         if match.disagreement is not None:
             states["mismatched"] += 1
@@ -153,6 +153,7 @@ def op_at_text(op: OpAt, groups: tuple) -> str:
 def rank_row_cells(row: StandingRow, view: RankView) -> tuple:
     """The per-rank view's row as strings (unescaped), in RANK_HEADERS order."""
     if row.standing == BLOCKED:
+        assert row.blocked_in is not None  # a blocked row says what it is blocked in
         where, state = op_at_text(row.blocked_in, row.blocked_groups), row.blocked_in.state
         since = span_text(*row.since_ns) if row.since_ns else "unknown"
     else:
@@ -333,7 +334,8 @@ def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Opti
     if diagnosis.suspect_ranks:
         lines += [f"Suspect ranks: **{fold_ranks(diagnosis.suspect_ranks)}**", ""]
     if diagnosis.findings:
-        rows, per_group = [], Counter()
+        rows: list[tuple[str, ...]] = []
+        per_group: Counter[Optional[int]] = Counter()
         for finding in diagnosis.findings:
             per_group[finding.group_id] += 1
             if mismatch_cap is not None and per_group[finding.group_id] > mismatch_cap:
