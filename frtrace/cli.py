@@ -26,6 +26,7 @@ from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
 from .loader import InputError
 from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
+from .timeline import choose_ranks
 from .outputs import write_output
 from .pipeline import analyze
 from .rawview import render_raw_entries
@@ -136,7 +137,8 @@ class _Progress:
 @click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR_OR_FILE]...")
 @click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
-@click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
+@click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz): by default the ranks around the findings, or as many ranks as fit 100,000 entries.")
+@click.option("--timeline-all", is_flag=True, help="With --timeline, draw every rank, however large the file gets.")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
@@ -156,7 +158,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, timeline_all, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -185,6 +187,8 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     filters = _pg_filter_list(pg_filters)
     explicit_format = click.get_current_context().get_parameter_source("fmt") is not click.core.ParameterSource.DEFAULT
     _check_option_combinations(just_print, output, timeline, explicit_format, selected_ranks, pg_filters, print_stack)
+    if timeline_all and not timeline:
+        _note("note: --timeline-all only changes what --timeline draws")
     # Every output is checked before any dump is read: a bad -o fails now, not after the load.
     try:
         targets = _plan_outputs(output, timeline, force, inputs)
@@ -226,7 +230,7 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
         return _finish(EXIT_HEALTHY, verbose, started, load_seconds)
 
     diagnosis = diagnose(analysis)
-    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters)]
+    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters, timeline_all)]
     if fmt == "json":
         _emit(render_json(analysis, diagnosis))
     elif fmt == "markdown":
@@ -291,7 +295,8 @@ def _selected_job_ranks(rank_ranges: Optional[tuple], job_ranks: tuple) -> Optio
 WRITTEN_AS = {"pickle": "pickle of (types, db)", "SQLite": "SQLite database; -o NAME.pkl writes a pickle"}
 
 
-def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list) -> list:
+def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list,
+                   timeline_all: bool = False) -> list:
     """Write each output; the OutputErrors of those that failed (the report still follows)."""
     failed = []
     for target in targets:
@@ -299,11 +304,17 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
         if sys.stderr.isatty():  # a database of thousands of ranks takes a while
             _note(f"writing {target.path} ({what}) ...")
         try:
-            write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters)
+            write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters,
+                         timeline_all=timeline_all)
         except OutputError as exc:
             failed.append(exc)
             continue
         _note(f"wrote {target.path} ({what})")
+        if target.kind == TIMELINE:
+            # The same choice write_timeline made: what the trace leaves out, and how to get it.
+            note = choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note
+            if note:
+                _note(note)
     return failed
 
 
