@@ -29,6 +29,7 @@ from .diff_report import render_diff_json, render_diff_markdown, render_diff_tex
 from .loader import InputError, discover_dump_files, iter_dump_files, select_files
 from .model import LoadIssue
 from .output_paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
+from .timeline import choose_ranks
 from .outputs import write_output
 from .pipeline import analyze, match_files
 from .progress_diff import JobMismatch, diff_progress
@@ -147,7 +148,8 @@ class _Progress:
 @click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR_OR_FILE]...")
 @click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
-@click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
+@click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz): by default the ranks around the findings, or as many ranks as fit 100,000 entries.")
+@click.option("--timeline-all", is_flag=True, help="With --timeline, draw every rank, however large the file gets.")
 @click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report (.html): verdict, findings, a rank x group grid, where each rank is.")
 @click.option("--ranks", "ranks_only", is_flag=True, help="Print only the verdict and where each rank is (one row per class of ranks that stand alike).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
@@ -171,7 +173,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, html, ranks_only, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
             exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -208,6 +210,8 @@ def frtrace(dump_dirs, dirs, output, timeline, html, ranks_only, force, prefix, 
     if just_print and (html or ranks_only):
         raise click.UsageError(f"-j prints the raw entries only; it does not combine with {'--html' if html else '--ranks'} "
                                "(run frtrace twice)")
+    if timeline_all and not timeline:
+        _note("note: --timeline-all only changes what --timeline draws")
     # Every output is checked before any dump is read: a bad -o fails now, not after the load.
     try:
         targets = _plan_outputs(output, timeline, force, inputs, html)
@@ -249,7 +253,7 @@ def frtrace(dump_dirs, dirs, output, timeline, html, ranks_only, force, prefix, 
     ranks = _selected_job_ranks(rank_ranges, job_ranks)
 
     diagnosis = diagnose(analysis)
-    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters)]
+    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters, timeline_all)]
     if ranks_only:
         _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler()))
     elif fmt == "json":
@@ -446,7 +450,8 @@ def _selected_job_ranks(rank_ranges: Optional[tuple], job_ranks: tuple) -> Optio
 WRITTEN_AS = {"pickle": "pickle of (types, db)", "SQLite": "SQLite database; -o NAME.pkl writes a pickle"}
 
 
-def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list) -> list:
+def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list,
+                   timeline_all: bool = False) -> list:
     """Write each output; the OutputErrors of those that failed (the report still follows)."""
     failed = []
     for target in targets:
@@ -454,11 +459,17 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
         if sys.stderr.isatty():  # a database of thousands of ranks takes a while
             _note(f"writing {target.path} ({what}) ...")
         try:
-            write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters)
+            write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters,
+                         timeline_all=timeline_all)
         except OutputError as exc:
             failed.append(exc)
             continue
         _note(f"wrote {target.path} ({what})")
+        if target.kind == TIMELINE:
+            # The same choice write_timeline made: what the trace leaves out, and how to get it.
+            note = choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note
+            if note:
+                _note(note)
     return failed
 
 

@@ -45,9 +45,11 @@ def _write_pickle(target: OutputTarget, analysis: Analysis) -> None:
 
 
 def write_output(target, kind: str, analysis: Analysis, diagnosis: Diagnosis, *, force: bool = False,
-                 ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = ()) -> Path:
+                 ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
+                 timeline_all: bool = False) -> Path:
     """Write a database (`kind="database"`), timeline (`kind="timeline"`) or HTML report (`kind="html"`) file to
-    `target`: an OutputTarget, or a path to check here."""
+    `target`: an OutputTarget, or a path to check here. A timeline draws the ranks
+    `timeline.choose_ranks` picks (every rank with `timeline_all`)."""
     if not isinstance(target, OutputTarget):
         target = plan_output(Path(target), kind, force=force)
     # Pointing -o at a dump deserves that answer whatever its name.
@@ -57,7 +59,7 @@ def write_output(target, kind: str, analysis: Analysis, diagnosis: Diagnosis, *,
     # collection would only rescan the analysis's millions of live objects (2x slower).
     try:
         with cyclic_gc_paused():
-            _write(target, analysis, diagnosis, ranks, pg_filters)
+            _write(target, analysis, diagnosis, ranks, pg_filters, timeline_all)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             raise OutputError(f"no space left on device writing {path}") from None
@@ -69,12 +71,13 @@ def write_output(target, kind: str, analysis: Analysis, diagnosis: Diagnosis, *,
     return path
 
 
-def _write(target: OutputTarget, analysis: Analysis, diagnosis: Diagnosis, ranks, pg_filters) -> None:
+def _write(target: OutputTarget, analysis: Analysis, diagnosis: Diagnosis, ranks, pg_filters,
+           timeline_all: bool) -> None:
     if target.kind == HTML:
         write_atomically(target, lambda tmp: write_html(tmp, analysis, diagnosis))
     elif target.kind == "timeline":
         write_atomically(target, lambda tmp: write_timeline(tmp, analysis, diagnosis, ranks, pg_filters,
-                                                            compress=target.compressed))
+                                                            compress=target.compressed, draw_all=timeline_all))
     elif target.is_sqlite:
         write_atomically(target, lambda tmp: write_sqlite(tmp, analysis, diagnosis))
     else:

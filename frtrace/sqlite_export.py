@@ -2,7 +2,9 @@
 
 Takes a path (the temporary file `outputs.write_atomically` renames into place), the
 `Analysis` and the `Diagnosis`; returns nothing. Tables: `meta`, `ranks`, `groups`,
-`memberships`, `tracebacks`, `frames`, `collectives`, `ncclcalls`, `findings`. Ids
+`memberships`, `tracebacks`, `frames`, `collectives`, `ncclcalls`, `findings`, and
+`rank_positions` (where each rank stands in each of its groups, worked out from the
+dumps at export time, so "where is each rank" is a lookup, not a scan). Ids
 are the Database's own (`database.build_database`), so they join the same way as in
 the pickle; tuples (sizes, dtypes, rank lists) are stored as JSON text so that
 `json_extract` and `json_each` work on them.
@@ -25,13 +27,15 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
 from .database import build_database
 from .loader import parse_rank_from_name
-from .model import NCCLCall
+from .model import Entry, NCCLCall
+from .standing import blocked_at
 
 SCHEMA_VERSION = "frtrace.sqlite/1"
 
@@ -147,15 +151,40 @@ CREATE TABLE findings (
     message TEXT,
     evidence TEXT
 );
+CREATE TABLE rank_positions (
+    rank INTEGER NOT NULL REFERENCES ranks(rank),
+    group_id INTEGER NOT NULL REFERENCES groups(id),
+    pg_name TEXT,
+    pg_desc TEXT,
+    position TEXT NOT NULL,
+    blocked_here INTEGER NOT NULL,
+    blocked_call_id INTEGER REFERENCES ncclcalls(id),
+    blocked_op TEXT,
+    blocked_collective_seq_id INTEGER,
+    blocked_p2p_seq_id INTEGER,
+    blocked_state TEXT,
+    blocked_time_created_ns INTEGER,
+    blocked_time_started_ns INTEGER,
+    unfinished_after INTEGER,
+    last_completed_call_id INTEGER REFERENCES ncclcalls(id),
+    last_completed_op TEXT,
+    last_completed_collective_seq_id INTEGER,
+    last_completed_p2p_seq_id INTEGER,
+    last_completed_time_ns INTEGER,
+    newest_call_id INTEGER REFERENCES ncclcalls(id),
+    entries INTEGER NOT NULL,
+    PRIMARY KEY (rank, group_id)
+);
 """
 
 # Created after the rows are in: one sort per index instead of a b-tree update per row.
 INDEXES = """
 CREATE INDEX memberships_global_rank ON memberships(global_rank);
 CREATE INDEX collectives_group_seq ON collectives(group_id, collective_seq_id);
-CREATE INDEX ncclcalls_collective ON ncclcalls(collective_id);
+CREATE INDEX ncclcalls_collective ON ncclcalls(collective_id, time_created_ns, time_completed_ns, duration_ms);
 CREATE INDEX ncclcalls_group_seq ON ncclcalls(group_id, collective_seq_id);
-CREATE INDEX ncclcalls_global_rank ON ncclcalls(global_rank);
+CREATE INDEX ncclcalls_group_state ON ncclcalls(group_id, state, retired);
+CREATE INDEX ncclcalls_global_rank ON ncclcalls(global_rank, time_created_ns);
 CREATE INDEX ncclcalls_traceback ON ncclcalls(traceback_id);
 CREATE INDEX findings_group ON findings(group_id);
 """
@@ -331,6 +360,78 @@ def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
         )
 
 
+class _Position(NamedTuple):
+    """Where one rank stands in one group, from its own entries of that group."""
+
+    rank: int
+    group_id: int
+    entries: tuple  # the rank's entries of the group, oldest first
+    blocked_index: int  # in `entries`: the oldest unfinished entry after the newest completed one (len: none)
+    last_completed: Optional[Entry]
+    blocked_here: bool  # the rank as a whole is blocked in `blocked`
+
+
+def _positions(analysis) -> list:
+    """One `_Position` per (rank with a dump, group it has entries of), by rank and group."""
+    layout = analysis.layout
+    out = []
+    for dump in layout.usable(analysis.load.dumps):
+        by_group: dict = defaultdict(list)
+        for entry in dump.entries:
+            gid = layout.group_of(entry.pg_name, dump.rank)
+            if gid is not None:
+                by_group[gid].append(entry)
+        at = blocked_at(dump.entries)
+        rank_blocked = dump.entries[at] if at < len(dump.entries) else None
+        for gid in sorted(by_group):
+            entries = tuple(by_group[gid])
+            index = blocked_at(entries)
+            done = next((e for e in reversed(entries[:index]) if e.completed), None)
+            here = index < len(entries) and entries[index] is rank_blocked
+            out.append(_Position(dump.rank, gid, entries, index, done, here))
+    return out
+
+
+def _call_ids(calls: list, wanted: set) -> dict:
+    """(rank, group id, record id) -> ncclcalls id, for the `wanted` keys only."""
+    found: dict = {}
+    for c in calls:
+        key = (c.global_rank, c.group_id, c.record_id)
+        if key in wanted and key not in found:
+            found[key] = c.id
+    return found
+
+
+def _seq_ids(entry: Optional[Entry]) -> tuple:
+    """(collective_seq_id, p2p_seq_id) with the one that does not number this op left NULL."""
+    if entry is None:
+        return None, None
+    return (None, entry.p2p_seq_id) if entry.is_p2p else (entry.collective_seq_id, None)
+
+
+def _position_rows(positions: list, groups: list, calls: list) -> Iterator[tuple]:
+    def key(p, e):
+        return None if e is None else (p.rank, p.group_id, e.record_id)
+
+    def blocked(p):
+        return p.entries[p.blocked_index] if p.blocked_index < len(p.entries) else None
+
+    wanted = {key(p, e) for p in positions for e in (blocked(p), p.last_completed, p.entries[-1]) if e is not None}
+    ids = _call_ids(calls, wanted)
+    names = {g.id: g for g in groups}
+    for p in positions:
+        group, b, done = names[p.group_id], blocked(p), p.last_completed
+        unfinished_after = sum(1 for e in p.entries[p.blocked_index + 1:] if not e.completed)
+        yield (
+            p.rank, p.group_id, group.name, group.desc, "blocked" if b is not None else "idle", int(p.blocked_here),
+            ids.get(key(p, b)), b and b.op, *_seq_ids(b), b and b.state,
+            b and b.time_created_ns, b and b.time_started_ns, unfinished_after,
+            ids.get(key(p, done)), done and done.op, *_seq_ids(done),
+            done and (done.time_completed_ns or done.time_created_ns),
+            ids.get(key(p, p.entries[-1])), len(p.entries),
+        )
+
+
 # --------------------------------------------------------------------------- writer
 
 
@@ -382,6 +483,8 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
         _insert(conn, "collectives", 18, lambda: _collective_rows(db.collectives, as_json))
         _insert(conn, "ncclcalls", len(NCCLCall._fields), lambda: _call_rows(db.ncclcalls))
         _insert(conn, "findings", 17, lambda: _finding_rows(diagnosis.findings, db.collectives))
+        positions = _positions(analysis)
+        _insert(conn, "rank_positions", 21, lambda: _position_rows(positions, db.groups, db.ncclcalls))
         for statement in _statements(INDEXES):
             conn.execute(statement)
         conn.execute("COMMIT")
