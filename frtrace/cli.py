@@ -29,6 +29,7 @@ from .output_paths import DATABASE, TIMELINE, OutputError, plan_output
 from .outputs import write_output
 from .pipeline import analyze
 from .rawview import render_raw_entries
+from .sources import as_input, is_url
 from .report import render_json, render_markdown, render_text
 from .util import parse_rank_ranges, ranks_in
 
@@ -133,8 +134,8 @@ class _Progress:
 
 
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR_OR_FILE]...")
-@click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
+@click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=str), metavar="[DIR_OR_FILE_OR_URL]...")
+@click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=str), help="Dump directory (searched recursively), file, archive (.tar, .tar.gz, .tgz, .zip) or URL (s3://, gs://, file://); repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
@@ -151,14 +152,15 @@ class _Progress:
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
 @click.option("--all-generations", is_flag=True, help="Read every dump found together, even of several incidents (by default only the newest complete generation).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
+@click.option("--scheduler", metavar="ADDRESS", help="Read the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers. Needs frtrace[dask].")
 @click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, selected_ranks, pg_filters, print_stack,
-            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
-            exit_zero, verbose, debug):
+            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, scheduler,
+            max_file_size, exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
 
@@ -168,9 +170,9 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
     started = time.monotonic()
     if sys.stdout is None:  # started with stdout closed (`frtrace DIR >&-`): say so before the work
         _fail("standard output is closed: nowhere to write the report")
-    inputs = list(dirs) + list(dump_dirs) or [_default_dump_dir()]
+    inputs = [as_input(item) for item in list(dirs) + list(dump_dirs)] or [_default_dump_dir()]
     for item in inputs:
-        if not os.path.lexists(item):
+        if not is_url(item) and not os.path.lexists(item):
             raise click.UsageError(f"{item}: no such directory or file")
     try:
         rank_ranges = parse_rank_ranges(selected_ranks, MAX_WORLD_SIZE) if selected_ranks is not None else None
@@ -197,6 +199,7 @@ def frtrace(dump_dirs, dirs, output, timeline, force, prefix, fmt, just_print, s
             inputs, prefix=prefix, world_size=world_size, workers=workers or (os.cpu_count() or 1),
             max_bytes=max_bytes, progress=progress,
             ft_group_world_size=group_world_size if transform_ft else None, all_generations=all_generations,
+            scheduler=scheduler,
         )
     except InputError as exc:
         progress.clear()
