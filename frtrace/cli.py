@@ -35,6 +35,7 @@ from .pipeline import analyze, match_files
 from .progress_diff import JobMismatch, diff_progress
 from .rawview import (DEFAULT_LAST, SIDE_BY_SIDE_MAX, RenderedBlock, StackNumbers, rank_block_lines, render_block,
                       side_by_side_lines)
+from .sources import as_input, is_url
 from .report import RANK_VIEW_RENDERERS, render_json, render_markdown, render_rank_view, render_text
 from .util import fold_ranks, parse_rank_ranges, ranks_in
 
@@ -145,8 +146,8 @@ class _Progress:
 
 
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=Path), metavar="[DIR_OR_FILE]...")
-@click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=Path), help="Dump directory (searched recursively) or file; repeatable.")
+@click.argument("dump_dirs", nargs=-1, type=click.Path(path_type=str), metavar="[DIR_OR_FILE_OR_URL]...")
+@click.option("-d", "--dir", "dirs", multiple=True, type=click.Path(path_type=str), help="Dump directory (searched recursively), file, archive (.tar, .tar.gz, .tgz, .zip) or URL (s3://, gs://, file://); repeatable.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the Database: .pkl pickle of (types, db); .sqlite/.sqlite3/.db SQLite.")
 @click.option("--timeline", type=click.Path(path_type=Path), help="Write a Perfetto / chrome://tracing timeline (.json or .json.gz): by default the ranks around the findings, or as many ranks as fit 100,000 entries.")
 @click.option("--timeline-all", is_flag=True, help="With --timeline, draw every rank, however large the file gets.")
@@ -168,14 +169,15 @@ class _Progress:
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
 @click.option("--all-generations", is_flag=True, help="Read every dump found together, even of several incidents (by default only the newest complete generation).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes that load dumps in parallel (default: number of cores).")
+@click.option("--scheduler", metavar="ADDRESS", help="Read the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers. Needs frtrace[dask].")
 @click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
-            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, max_file_size,
-            exit_zero, verbose, debug):
+            mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, scheduler,
+            max_file_size, exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
 
@@ -188,9 +190,9 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
     started = time.monotonic()
     if sys.stdout is None:  # started with stdout closed (`frtrace DIR >&-`): say so before the work
         _fail("standard output is closed: nowhere to write the report")
-    inputs = list(dirs) + list(dump_dirs) or [_default_dump_dir()]
+    inputs = [as_input(item) for item in list(dirs) + list(dump_dirs)] or [_default_dump_dir()]
     for item in inputs:
-        if not os.path.lexists(item):
+        if not is_url(item) and not os.path.lexists(item):
             raise click.UsageError(f"{item}: no such directory or file")
     try:
         rank_ranges = parse_rank_ranges(selected_ranks, MAX_WORLD_SIZE) if selected_ranks is not None else None
@@ -230,6 +232,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
             inputs, prefix=prefix, world_size=world_size, workers=workers or (os.cpu_count() or 1),
             max_bytes=max_bytes, progress=progress,
             ft_group_world_size=group_world_size if transform_ft else None, all_generations=all_generations,
+            scheduler=scheduler,
         )
     except InputError as exc:
         progress.clear()
@@ -291,7 +294,7 @@ def _print_raw_entries(opts: RawOptions, started: float):
     """-j: the side-by-side table for a few ranks, else one block per rank, written as
     each rank's file is read. Reads only the files of the selected ranks; no diagnosis."""
     try:
-        found = discover_dump_files([Path(p) for p in opts.inputs], opts.prefix, opts.all_generations)
+        found = discover_dump_files([as_input(p) for p in opts.inputs], opts.prefix, opts.all_generations, opts.max_bytes)
     except InputError as exc:
         _fail(str(exc))
     for note in found.notes:

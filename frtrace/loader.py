@@ -14,9 +14,11 @@ import functools
 import multiprocessing
 import operator
 import os
+import pickle
 import re
 import signal
 import stat
+import threading
 from collections import Counter, deque
 from array import array
 from concurrent.futures import ProcessPoolExecutor
@@ -30,7 +32,8 @@ from .entry_columns import Columns, SharedValues, columns_from_entries, columns_
 from .model import UNREADABLE_OP, Entry, Frame, LoadIssue, LoadResult, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .generations import DumpFile, SameRankTwice, choose_generation, describe, require_one_file_per_rank
 from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
-from .sniff import OWN_OUTPUTS, FileKind, classify_file
+from .sniff import OWN_OUTPUTS, FileKind, classify_file, classify_head
+from .sources import RefusedMember, Source, SourceError, as_input, expand_input, needs_expanding
 from .standing import keeps_only_active
 from .util import cyclic_gc_paused
 
@@ -99,10 +102,20 @@ def _walk_files(root: Path) -> Iterable[Path]:
                 yield Path(dirpath) / filename
 
 
-def _expand_inputs(inputs: Sequence[Path], issues: list) -> list:
-    files: list[Path] = []
+def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = None,
+                   max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None) -> list:
+    files: list = []
     for item in inputs:
-        if item.is_dir():
+        if needs_expanding(item):  # a URL or an archive: its objects or members (sources.py)
+            wanted = lambda name: parse_rank_from_name(name, prefix) is not None  # noqa: E731
+            problems: list = []
+            try:
+                files.extend(expand_input(item, max_bytes, wanted, problems))
+            except SourceError as exc:
+                raise InputError(str(exc)) from None
+            if refused is not None:
+                refused.extend(LoadIssue(str(where), problem) for where, problem in problems)
+        elif item.is_dir():
             files.extend(_walk_files(item))
         elif item.is_file():
             files.append(item)
@@ -138,7 +151,7 @@ def _pick_family(candidates: list) -> Optional[str]:
     for cand in candidates:
         by_family.setdefault(_naming_family(cand.prefix), []).append(cand)
     ranked = sorted(by_family, key=_family_score(Counter({f: len(c) for f, c in by_family.items()})), reverse=True)
-    kinds = {family: {classify_file(c.path) for c in by_family[family][:SNIFF_PER_FAMILY]} for family in ranked}
+    kinds = {family: {_classify(c.path) for c in by_family[family][:SNIFF_PER_FAMILY]} for family in ranked}
     for family in ranked:
         if FileKind.DUMP in kinds[family]:
             return family
@@ -157,7 +170,7 @@ def _is_own_output(cand: _Candidate, skipped: list) -> bool:
     """frtrace's Database, SQLite or timeline file left among the dumps (by its content)."""
     if not cand.path.name.lower().endswith(_OUTPUT_LIKE_SUFFIXES):
         return False
-    kind = classify_file(cand.path)
+    kind = _classify(cand.path)
     if kind in OWN_OUTPUTS:
         skipped.append(LoadIssue(str(cand.path), f"{kind.value} (an output of frtrace), not a dump"))
         return True
@@ -177,14 +190,27 @@ def _with_generation_tags(candidates: list) -> list:
     return tagged
 
 
+def _classify(path) -> FileKind:
+    """`classify_file` for a local path or a Source (an object in a store, an archive member)."""
+    if isinstance(path, Source):
+        try:
+            return classify_head(path.head())
+        except (OSError, ValueError, SourceError):
+            return FileKind.OTHER
+    return classify_file(path)
+
+
 class Discovery(NamedTuple):
     files: list  # [(rank, path)] sorted by rank
     skipped: list  # LoadIssue for each file not taken
     prefix: str  # the naming family, digits shown as N
     notes: list  # one line each for the user: several generations found, which one is read
+    # archive members refused by name or type, archives cut short: LoadIssue each (errors, not skips)
+    refused: tuple = ()
 
 
-def discover_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None, all_generations: bool = False) -> Discovery:
+def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_generations: bool = False,
+                        max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Discovery:
     """The dump files under `inputs`, one per rank, of the newest complete generation
     (see generations.py) unless `all_generations`.
 
@@ -193,8 +219,12 @@ def discover_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None, al
     reason, and so are frtrace's own outputs.
     """
     skipped: list = []
+    refused: list = []
     candidates = []
-    for path in _expand_inputs(inputs, skipped):
+    for path in _expand_inputs(inputs, skipped, refused, max_bytes, prefix):
+        if isinstance(path, RefusedMember) and not path.candidate:
+            refused.append(LoadIssue(str(path), path.reason))  # a link, a `..` name: never a rank's dump
+            continue
         parsed = parse_rank_from_name(path.name, prefix)
         if parsed is None:
             reason = "no rank number in the file name" if prefix is None else f"name does not start with {prefix!r}"
@@ -205,7 +235,7 @@ def discover_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None, al
     family = _naming_family(prefix) if prefix is not None else _pick_family(candidates) if candidates else None
     if family is None:
         skipped.extend(LoadIssue(str(c.path), "not a Flight Recorder dump") for c in candidates)
-        return Discovery([], skipped, prefix or "", [])
+        return Discovery([], skipped, prefix or "", [], tuple(refused))
     chosen = []
     for cand in candidates:
         if prefix is None and _naming_family(cand.prefix) != family:
@@ -213,10 +243,12 @@ def discover_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None, al
         else:
             chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))  # type: ignore[arg-type]  # None until _times_known
     files, notes = _one_generation(_times_known(chosen), skipped, all_generations)
-    return Discovery(sorted(files), skipped, family.replace("#", "N"), notes)
+    return Discovery(sorted(files), skipped, family.replace("#", "N"), notes, tuple(refused))
 
 
-def _mtime(path: Path) -> Optional[float]:
+def _mtime(path) -> Optional[float]:
+    if isinstance(path, Source):
+        return path.mtime
     try:
         info = os.stat(path)
     except OSError:
@@ -792,6 +824,8 @@ def _inputs_crowd_memory(paths: Sequence) -> bool:
         return False
     total = 0
     for path in paths:
+        if isinstance(path, Source):
+            continue  # not in this machine's page cache
         try:
             total += os.stat(path).st_size
         except OSError:
@@ -799,19 +833,44 @@ def _inputs_crowd_memory(paths: Sequence) -> bool:
     return total > CACHE_SHARE * memory
 
 
-def load_one(rank: int, path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False, *,
-             packed: bool = False, shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None):
+def _read_source(path, max_bytes: int, drop_from_cache: bool = False):
+    """The bytes of a dump file (a local path, or a Source: an object in a store, an
+    archive member), or a LoadIssue saying why they cannot be read."""
+    try:
+        if isinstance(path, Source):
+            return path.read(max_bytes)
+        return read_dump_file(path, max_bytes, drop_from_cache)
+    except OSError as exc:
+        return LoadIssue(str(path), f"cannot read ({exc.strerror or exc})")
+    except (ValueError, SourceError) as exc:
+        return LoadIssue(str(path), str(exc))
+
+
+def _decoding_is_capped() -> bool:
+    """Whether this process may lower its address-space limit while it decodes (see
+    safe_decode._address_space_cap): not while other threads run (a dask worker, or
+    fsspec's I/O thread). There, pickles are decoded in a forked single-threaded child
+    instead, so that the same limits hold, and the same results come out, everywhere."""
+    return threading.active_count() <= 1
+
+
+def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False, *,
+             packed: bool = False, shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None,
+             data: Optional[bytes] = None):
     """Read and normalise one file: a RankDump, or a LoadIssue saying why not.
 
+    `path` is a local path or a Source (sources.py); `data` its bytes when read already.
     `packed` leaves the entries in the compact form `_received` unpacks (for worker
     processes); `shared` holds the values the entries of all ranks share, and
     `memo` what other files of the same batch taught (see BatchMemo)."""
-    try:
-        data = read_dump_file(path, max_bytes, drop_from_cache)
-    except OSError as exc:
-        return LoadIssue(path, f"cannot read ({exc.strerror or exc})")
-    except ValueError as exc:
-        return LoadIssue(path, str(exc))
+    if data is None:
+        data = _read_source(path, max_bytes, drop_from_cache)
+        if isinstance(data, LoadIssue):
+            return data
+    path = str(path)
+    if (data[:1] == b"\x80" or data[:2] == b"\x1f\x8b") and not _decoding_is_capped():
+        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        return _received(result, shared or SharedValues()) if isinstance(result, RankDump) and not packed else result
     result = _loaded(data, rank, path, max_bytes, packed=packed, shared=shared, memo=memo)
     if result is _NEEDS_OWN_PROCESS:
         result = _loaded_in_own_process(data, rank, path, max_bytes)
@@ -852,10 +911,53 @@ def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
     """`_loaded` in a child process, packed for transfer: a pickle that crashes the C
     unpickler (see safe_decode.SAFE_TUPLE_OPCODES) then costs this one file. Forked where
     the platform can, so the child inherits `data` instead of receiving a copy."""
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    result, exitcode = _in_child(_load_isolated, data, rank, path, max_bytes)
+    if result is None:
+        return LoadIssue(path, f"pickle nested too deeply or otherwise hostile: decoding it crashed "
+                               f"a separate process ({_exit_reason(exitcode)})")
+    return result
+
+
+def _load_isolated(data: bytes, rank: int, path: str, max_bytes: int):
+    (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
+    return result
+
+
+def _in_child(function, *args) -> tuple:
+    """`(function(*args), None)` computed in a child process, or `(None, exit code)` when
+    the child died. Forked where the platform can (with os.fork, so that daemonic processes
+    such as dask's and multiprocessing's workers may do it too)."""
+    if not hasattr(os, "fork"):
+        return _in_spawned_child(function, *args)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, send, and leave without running any cleanup of the parent's
+        code = 1
+        try:
+            # If this process crashes, the parent names the file in one line: a fault handler
+            # inherited from it (python -X faulthandler, pytest) would add a traceback to stderr.
+            faulthandler.disable()
+            os.close(read_fd)
+            with open(write_fd, "wb", closefd=True) as pipe:
+                pickle.dump(function(*args), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with open(read_fd, "rb", closefd=True) as pipe:
+        payload = pipe.read()  # before waiting: a large result would fill the pipe
+    _, status = os.waitpid(pid, 0)
+    exitcode = os.waitstatus_to_exitcode(status)
+    if exitcode != 0 or not payload:
+        return None, exitcode
+    # The child is this program on data it checked: its own pickle of plain results.
+    return pickle.loads(payload), 0
+
+
+def _in_spawned_child(function, *args) -> tuple:
+    context = multiprocessing.get_context()
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_load_and_send, args=(data, rank, path, max_bytes, sender), daemon=True)
+    child = context.Process(target=_compute_and_send, args=(function, args, sender), daemon=True)
     child.start()
     sender.close()
     try:
@@ -865,18 +967,12 @@ def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
     finally:
         receiver.close()
     child.join()
-    if result is None:
-        return LoadIssue(path, f"pickle nested too deeply or otherwise hostile: decoding it crashed "
-                               f"a separate process ({_exit_reason(child.exitcode)})")
-    return result
+    return (result, 0) if result is not None else (None, child.exitcode)
 
 
-def _load_and_send(data: bytes, rank: int, path: str, max_bytes: int, sender) -> None:
-    # If this process crashes, the parent names the file in one line: a fault handler
-    # inherited from it (python -X faulthandler, pytest) would add a traceback to stderr.
+def _compute_and_send(function, args: tuple, sender) -> None:
     faulthandler.disable()
-    (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
-    sender.send(result)
+    sender.send(function(*args))
     sender.close()
 
 
@@ -892,9 +988,30 @@ def _exit_reason(exitcode: Optional[int]) -> str:
 def _load_batch_for_transfer(jobs: list) -> list:
     """`load_one` for a few files in a worker process. Entries travel to the parent as
     packed columns (arrays and small tables), which pickle at memory speed; an Entry per
-    entry would cost a pickle round trip each."""
+    entry would cost a pickle round trip each.
+
+    In a process running other threads (a dask worker), the files are read here, and
+    decoded in one forked single-threaded child per batch (see _decoding_is_capped)."""
+    if not _decoding_is_capped():
+        return _batch_in_own_process(jobs)
     memo = BatchMemo()
     return _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
+
+
+def _batch_in_own_process(jobs: list) -> list:
+    read = [_read_source(job[1], job[2], job[3] if len(job) > 3 else False) for job in jobs]
+    results, exitcode = _in_child(_decode_batch, jobs, read)
+    if results is None:  # cannot happen short of a bug or the OOM killer: name the files
+        reason = f"decoding crashed a separate process ({_exit_reason(exitcode)})"
+        return [data if isinstance(data, LoadIssue) else LoadIssue(str(job[1]), reason) for job, data in zip(jobs, read)]
+    return results
+
+
+def _decode_batch(jobs: list, read: list) -> list:
+    memo = BatchMemo()
+    return _for_transfer([data if isinstance(data, LoadIssue) else
+                          load_one(job[0], job[1], job[2], packed=True, memo=memo, data=data)
+                          for job, data in zip(jobs, read)])
 
 
 def _for_transfer(results: list) -> list:
@@ -941,19 +1058,22 @@ def load_dumps(
     progress: Optional[Callable[[int, int], None]] = None,
     on_dump: Optional[Callable[[RankDump], None]] = None,
     all_generations: bool = False,
+    runner: Optional[Callable] = None,
 ) -> LoadResult:
-    """Find and load every dump under `inputs` (directories or files): of the newest
-    complete generation only, unless `all_generations` (see discover_dump_files).
+    """Find and load every dump under `inputs` (directories, files, archives, URLs): of
+    the newest complete generation only, unless `all_generations` (see discover_dump_files).
     `selected_ranks` keeps only the files of those ranks (by the rank in their name),
     before any is decoded. `on_dump` is called in this process with each dump as it
-    arrives: work done there overlaps the workers'."""
-    found = discover_dump_files([Path(p) for p in inputs], prefix, all_generations)
+    arrives: work done there overlaps the workers'. `runner(jobs, progress, shared,
+    on_dump)` replaces the local process pool (cluster.DaskRunner); it returns the
+    results in job order and notes."""
+    found = discover_dump_files([as_input(p) for p in inputs], prefix, all_generations, max_bytes)
     files = found.files
     if selected_ranks is not None:
         wanted = set(selected_ranks)
         files = select_files(files, wanted.__contains__)
     return load_dump_files(files, found, workers=workers, max_bytes=max_bytes, progress=progress, on_dump=on_dump,
-                           inputs=tuple(str(p) for p in inputs))
+                           inputs=tuple(str(p) for p in inputs), runner=runner)
 
 
 def select_files(files: list, wanted: Callable[[int], bool]) -> list:
@@ -964,18 +1084,24 @@ def select_files(files: list, wanted: Callable[[int], bool]) -> list:
 
 def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
                     progress: Optional[Callable[[int, int], None]] = None,
-                    on_dump: Optional[Callable[[RankDump], None]] = None, inputs: tuple[str, ...] = ()) -> LoadResult:
+                    on_dump: Optional[Callable[[RankDump], None]] = None, inputs: tuple[str, ...] = (),
+                    runner: Optional[Callable] = None) -> LoadResult:
     """Load `files` (`(rank, path)` pairs, from `found.files` or a selection of them),
-    found under `inputs` (as given)."""
-    results = [result for _, result in iter_dump_files(files, workers=workers, max_bytes=max_bytes,
-                                                        progress=progress, on_dump=on_dump)]
+    found under `inputs` (as given), in this machine's processes or with `runner`."""
+    notes = list(found.notes)
+    if runner is None:
+        results = [result for _, result in iter_dump_files(files, workers=workers, max_bytes=max_bytes,
+                                                            progress=progress, on_dump=on_dump)]
+    else:
+        results, run_notes = runner(_jobs(files, max_bytes), progress, SharedValues(), on_dump)
+        notes += list(run_notes)
     dumps: list[RankDump] = []
-    errors: list[LoadIssue] = []
+    errors: list[LoadIssue] = list(found.refused)
     for result in results:
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))
     return LoadResult(dumps=dumps, skipped=found.skipped, errors=errors, prefix=found.prefix, failed_ranks=failed,
-                      notes=found.notes, inputs=inputs)
+                      notes=notes, inputs=inputs)
 
 
 def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -989,9 +1115,13 @@ def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_M
     `(rank, transform(rank, result))` instead, computed in the worker processes: when
     only a little of each dump is wanted (-j's newest entries of each rank), the dumps
     never travel to this process."""
+    return _run_jobs(_jobs(files, max_bytes), workers, progress, SharedValues(), on_dump, transform)
+
+
+def _jobs(files: list, max_bytes: int) -> list:
+    """One load job per `(rank, path)`: a local path travels as text, a Source as itself."""
     drop = _inputs_crowd_memory([path for _, path in files])
-    jobs = [(rank, str(path), max_bytes, drop) for rank, path in files]
-    return _run_jobs(jobs, workers, progress, SharedValues(), on_dump, transform)
+    return [(rank, path if isinstance(path, Source) else str(path), max_bytes, drop) for rank, path in files]
 
 
 def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
@@ -1001,6 +1131,22 @@ def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
     if any(config.ranks for config in dump.pg_config):
         dump.pg_config = tuple(config._replace(ranks=shared.rank_list(config.ranks)) if config.ranks else config
                                for config in dump.pg_config)
+
+
+def job_batches(jobs: list, workers: int) -> list:
+    """The jobs in batches of up to 16, a few per worker (each batch is one task), the
+    first few smaller (see _batches)."""
+    return _batches(jobs, max(1, min(16, len(jobs) // (8 * workers))))
+
+
+def take_batch(batch: list, results: list, total: int, shared: SharedValues, on_dump=None, progress=None) -> None:
+    """Receive a worker's batch of results into `results`, in this process (see _received)."""
+    for result in batch:
+        results.append(_received(result, shared))
+        if on_dump and isinstance(results[-1], RankDump):
+            on_dump(results[-1])
+    if progress:
+        progress(len(results), total)
 
 
 def _batches(jobs: list, size: int) -> list:
@@ -1032,7 +1178,7 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
                 progress(done, len(jobs))
             yield job[0], result
         return
-    batches = iter(_batches(jobs, max(1, min(16, len(jobs) // (8 * workers)))))
+    batches = iter(job_batches(jobs, workers))
     done = 0
     pool = ProcessPoolExecutor(max_workers=workers)
     finished = False

@@ -45,17 +45,30 @@ def analyze(
     progress: Optional[Callable[[int, int], None]] = None,
     ft_group_world_size: Optional[int] = None,
     all_generations: bool = False,
+    scheduler: Optional[str] = None,
 ) -> Analysis:
     """Load, build and match. Raises InputError when nothing usable was found.
 
     `ft_group_world_size` handles torchft dumps, whose pg_config ranks are local to
     each replica group of that many ranks. `all_generations` reads every generation of
-    dumps found together (see loader.discover_dump_files).
+    dumps found together (see loader.discover_dump_files). `scheduler` (a dask scheduler
+    address, or `local[:N]`) reads and normalises the files on a dask cluster's workers
+    instead of local processes (see cluster.py); the rest runs here either way.
     """
     # Each dump is dealt into its groups as it arrives, while the workers decode the next.
     dealt: dict = {}
-    loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress,
-                        on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)), all_generations=all_generations)
+    runner = None
+    if scheduler is not None:
+        from .cluster import DaskRunner  # dask is imported only when asked for
+
+        runner = DaskRunner.connect(scheduler)
+    try:
+        loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress,
+                            on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)),
+                            all_generations=all_generations, runner=runner)
+    finally:
+        if runner is not None:
+            runner.close()  # the workers' memory goes back before matching starts
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     if not loaded.dumps:

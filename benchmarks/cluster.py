@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The local process pool against --scheduler (a Dask cluster) on one job, alternating.
+
+    python benchmarks/cluster.py /tmp/frtrace-cluster-bench/r4096 --repeat 2 --workers 2
+    python -m frtrace.testing.synth /tmp/frtrace-cluster-bench/r4096 --world-size 4096 --tp 8 --pp 4 \\
+        --entries-per-rank 2000 --fault hang --fault-rank 1 --fault-step 100 --workers 2   # the job
+
+Each measurement is a fresh subprocess (`--one MODE`) that runs pipeline.analyze, diagnose and
+render_json in-process, and reports its wall time, its own peak RSS (RUSAGE_SELF: the client,
+not the workers), and the md5 of the JSON report, which must be the same for every mode. Modes:
+`pool` (--workers N local processes) and `dask` (a LocalCluster of N worker processes, started
+inside the measurement: its start-up is included and reported apart). Also measured once: the
+bytes that travel per rank (a job to a worker; a worker's result back, pickled as both paths
+send it). Prints a markdown table; standard library plus frtrace (and dask for `dask`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import pickle
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def one(mode: str, directory: str, workers: int) -> dict:
+    from frtrace.diagnosis import diagnose
+    from frtrace.pipeline import analyze
+    from frtrace.report import render_json
+
+    started = time.perf_counter()
+    connect_seconds = 0.0
+    scheduler = None
+    if mode == "dask":
+        from frtrace import cluster
+
+        connect = cluster.DaskRunner.connect
+
+        def timed_connect(address):
+            nonlocal connect_seconds
+            t0 = time.perf_counter()
+            runner = connect(address)
+            connect_seconds = time.perf_counter() - t0
+            return runner
+
+        cluster.DaskRunner.connect = timed_connect
+        scheduler = f"local:{workers}"
+    analysis = analyze([directory], workers=workers, scheduler=scheduler)
+    report = render_json(analysis, diagnose(analysis))
+    seconds = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"mode": mode, "seconds": seconds, "connect_seconds": connect_seconds, "client_peak_mb": peak_mb,
+            "md5": hashlib.md5(report.encode()).hexdigest(), "ranks": len(analysis.load.dumps),
+            "suspects": json.loads(report)["suspect_ranks"]}
+
+
+def transfer_bytes(directory: str, sample: int = 64) -> dict:
+    from frtrace.loader import DEFAULT_MAX_FILE_BYTES, _load_batch_for_transfer, discover_dump_files
+
+    files = discover_dump_files([Path(directory)]).files[:sample]
+    jobs = [(rank, str(path), DEFAULT_MAX_FILE_BYTES, False) for rank, path in files]
+    results = [_load_batch_for_transfer([job]) for job in jobs]
+    sizes = [Path(path).stat().st_size for _, path in files]
+    return {"file_bytes_per_rank": statistics.mean(sizes),
+            "job_bytes_per_rank": statistics.mean(len(pickle.dumps([job], protocol=5)) for job in jobs),
+            "result_bytes_per_rank": statistics.mean(len(pickle.dumps(r, protocol=5)) for r in results)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--one", choices=("pool", "dask"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one, args.directory, args.workers)))
+        return 0
+    rows = []
+    for repeat in range(args.repeat):
+        for mode in ("pool", "dask"):
+            done = subprocess.run([sys.executable, __file__, args.directory, "--workers", str(args.workers),
+                                   "--one", mode], capture_output=True, text=True)
+            if done.returncode:
+                print(done.stderr, file=sys.stderr)
+                return 1
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"[{time.strftime('%H:%M:%S')}] {rows[-1]}", file=sys.stderr, flush=True)
+    sizes = transfer_bytes(args.directory)
+    print(f"| run | mode | ranks | seconds (dask start-up) | client peak MB | report md5 |")
+    print("|---|---|---|---|---|---|")
+    for index, row in enumerate(rows):
+        startup = f" ({row['connect_seconds']:.1f})" if row["mode"] == "dask" else ""
+        print(f"| {index // 2 + 1} | {row['mode']} | {row['ranks']} | {row['seconds']:.1f}{startup} | "
+              f"{row['client_peak_mb']:.0f} | {row['md5'][:8]} |")
+    for repeat in range(args.repeat):
+        pool, dask = rows[2 * repeat], rows[2 * repeat + 1]
+        print(f"\nrun {repeat + 1}: dask/pool time {dask['seconds'] / pool['seconds']:.2f}, "
+              f"client memory {dask['client_peak_mb'] / pool['client_peak_mb']:.2f}")
+    print(f"\nper rank: file {sizes['file_bytes_per_rank'] / 1024:.0f} KiB, job sent {sizes['job_bytes_per_rank']:.0f} B, "
+          f"result back {sizes['result_bytes_per_rank'] / 1024:.1f} KiB")
+    print("identical reports:", len({row["md5"] for row in rows}) == 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

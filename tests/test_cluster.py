@@ -1,0 +1,148 @@
+"""--scheduler: reading the dumps on a real dask.distributed cluster gives the report the
+local process pool gives, byte for byte; a lost worker or an unreachable scheduler is one
+line, and what was read is analysed; without the extra, one line naming it.
+
+The clusters run in a subprocess each (a LocalCluster of 2 workers, in threads unless
+said otherwise): dask leaves threads behind, and this test process must stay single-threaded
+for the loader's address-space cap (see loader._decoding_is_capped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from frtrace.testing.synth import Fault, generate
+from helpers import run_cli, stderr_lines, write_job, write_synth_job, nccl_hang_dumps
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SECONDS = 180  # every subprocess here ends by then, whatever happens
+
+# Runs the CLI (CliRunner) once per argument list against a LocalCluster of 2 workers,
+# `{scheduler}` in an argument being its address; prints [{code, stdout, stderr}] as JSON.
+IN_CLUSTER = textwrap.dedent("""
+    import json, logging, os, sys
+    from click.testing import CliRunner
+    from distributed import LocalCluster
+    from frtrace.cli import frtrace
+    processes = os.environ.get("TEST_PROCESSES") == "1"
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None,
+                           silence_logs=logging.CRITICAL)
+    if os.environ.get("TEST_DOOMED"):
+        import cluster_tasks
+        from frtrace import cluster as frcluster
+        connect = frcluster.DaskRunner.connect
+        def doomed(address):
+            runner = connect(address)
+            runner.task = cluster_tasks.die_on_doomed_rank
+            return runner
+        frcluster.DaskRunner.connect = doomed
+    out = []
+    for args in json.loads(sys.argv[1]):
+        args = [a.replace("{scheduler}", cluster.scheduler_address) for a in args]
+        result = CliRunner().invoke(frtrace, args)
+        out.append({"code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr})
+    print(json.dumps(out))
+    sys.stdout.flush()
+    os._exit(0)  # no teardown of the cluster: this process is done
+""")
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def in_cluster(arg_lists: list, **env) -> list:
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    done = subprocess.run([sys.executable, "-c", IN_CLUSTER, json.dumps([[str(a) for a in args] for args in arg_lists])],
+                          capture_output=True, text=True, timeout=SECONDS, env=_env(**env))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def frtrace_process(args: list, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "frtrace", *map(str, args)], capture_output=True, text=True,
+                          timeout=SECONDS, env=_env(**env))
+
+
+@pytest.fixture(scope="module")
+def synth_job(tmp_path_factory) -> Path:
+    job = generate(64, tp=4, pp=2, steps=4, fault=Fault("hang", rank=5, group="tp", step=2), timing=True)
+    return write_synth_job(tmp_path_factory.mktemp("synth") / "job", job)
+
+
+def test_report_is_byte_identical_on_a_2_worker_cluster(synth_job):
+    local_json = run_cli([synth_job, "--format", "json", "--workers", "2"])
+    local_text = run_cli([synth_job, "--workers", "2"])
+    remote_json, remote_text = in_cluster([[synth_job, "--format", "json", "--scheduler", "{scheduler}"],
+                                           [synth_job, "--scheduler", "{scheduler}"]])
+    assert json.loads(local_json.stdout)["suspect_ranks"] == [5]
+    assert (remote_json["code"], remote_json["stdout"]) == (local_json.exit_code, local_json.stdout)
+    assert (remote_text["code"], remote_text["stdout"]) == (local_text.exit_code, local_text.stdout)
+    assert remote_json["stderr"] == local_json.stderr == ""
+
+
+def test_local_cluster_of_worker_processes_through_the_cli(synth_job):
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    local = run_cli([synth_job, "--format", "json", "--workers", "2"])
+    done = frtrace_process([synth_job, "--format", "json", "--scheduler", "local:2"])
+    assert (done.returncode, done.stdout) == (local.exit_code, local.stdout)
+    assert done.stderr == ""
+
+
+def test_a_worker_that_dies_is_one_line_and_the_rest_is_analysed(tmp_path):
+    directory = write_job(tmp_path / "job", nccl_hang_dumps(world=8, culprit=6))
+    (result,) = in_cluster([[directory, "--format", "json", "--scheduler", "{scheduler}"]],
+                           TEST_PROCESSES="1", TEST_DOOMED="1",
+                           DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
+    errors = [line for line in result["stderr"].splitlines() if "error:" in line]
+    assert len(errors) == 1 and "a dask worker died while reading them" in errors[0], result["stderr"]
+    report = json.loads(result["stdout"])
+    assert 3 in report["inputs"]["ranks_missing"]
+    assert 6 in report["inputs"]["ranks_found"] and len(report["inputs"]["ranks_found"]) >= 4
+
+
+def test_unreachable_scheduler_is_one_line_exit_2(tmp_path):
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    directory = write_job(tmp_path / "job", nccl_hang_dumps(world=2, culprit=1))
+    done = frtrace_process([directory, "--scheduler", "tcp://127.0.0.1:9"],
+                           DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [done.stderr.strip()]
+    assert "cannot reach the dask scheduler at tcp://127.0.0.1:9" in done.stderr
+
+
+def test_without_dask_the_error_names_the_extra(tmp_path, monkeypatch):
+    directory = write_job(tmp_path / "job", nccl_hang_dumps(world=2, culprit=1))
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    result = run_cli([directory, "--scheduler", "local:2"])
+    assert result.exit_code == 2
+    assert stderr_lines(result) == ["frtrace: error: --scheduler needs dask.distributed: install 'frtrace[dask]'"]
+
+
+def test_bad_local_worker_count_is_a_usage_error(tmp_path):
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    directory = write_job(tmp_path / "job", nccl_hang_dumps(world=2, culprit=1))
+    result = run_cli([directory, "--scheduler", "local:zero"])
+    assert result.exit_code == 2 and "local:N takes a number of workers" in result.stderr
+
+
+def test_the_plain_cli_path_imports_neither_dask_nor_fsspec(tmp_path):
+    directory = write_job(tmp_path / "job", nccl_hang_dumps(world=2, culprit=1))
+    code = ("import sys; from frtrace.cli import main; import frtrace.pipeline, frtrace.loader;"
+            "from click.testing import CliRunner; from frtrace.cli import frtrace as cmd;"
+            f"CliRunner().invoke(cmd, [{str(directory)!r}]);"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'fsspec', 's3fs', 'gcsfs'));"
+            "print(bad)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SECONDS, env=_env())
+    assert done.stdout.strip() == "[]", done.stderr
