@@ -148,7 +148,7 @@ def _link_into_place(tmp: str, path: Path) -> None:
         os.replace(tmp, path)
 
 
-def write_atomically(target: OutputTarget, write: Callable[[str], None]) -> None:
+def write_atomically(target: OutputTarget, write: Callable[[str], object]) -> None:
     """Call `write(tmp_path)`, then put the result at `target.path` (see module doc)."""
     path = target.path
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=_parent(path))

@@ -274,10 +274,17 @@ def _fsspec():
     return fsspec
 
 
+def _protocol(url: str) -> str:
+    """The scheme of a URL `is_url` accepted."""
+    match = _URL.match(url)
+    assert match is not None
+    return match["protocol"]
+
+
 def _filesystem(url: str):
     """`(filesystem, path)` for a URL; SourceError naming the extra when its package is missing."""
     fsspec = _fsspec()
-    protocol = _URL.match(url)["protocol"].lower()
+    protocol = _protocol(url).lower()
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError:
@@ -320,7 +327,7 @@ def _remote_mtime(info: dict) -> Optional[float]:
 def _list_url(url: str) -> list:
     """`[(url, size, mtime)]` of the objects under `url` (a prefix) or of that one object."""
     fs, path = _filesystem(url)
-    protocol = _URL.match(url)["protocol"]
+    protocol = _protocol(url)
 
     def listing():
         if not url.endswith("/") and fs.isfile(path):
@@ -484,7 +491,7 @@ def _zip_members(archive: str, handle, refused: list) -> list:
     if len(infos) > MAX_ARCHIVE_MEMBERS:
         refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
         infos = infos[:MAX_ARCHIVE_MEMBERS]
-    members = []
+    members: list = []  # ZipMember, or RefusedMember for what is never read
     for info in infos:
         name = _quoted_name(info.filename)
         problem = _member_problem(info.filename)

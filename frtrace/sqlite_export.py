@@ -267,7 +267,7 @@ def _meta_rows(analysis, diagnosis, root: Optional[str]) -> list:
 
 def _load_problems(load, root: Optional[str]) -> dict:
     """rank -> why its dump file could not be used, from the loader's errors."""
-    problems = {}
+    problems: dict[int, str] = {}
     for issue in load.errors:
         parsed = parse_rank_from_name(Path(issue.path).name, load.prefix or None)
         if parsed is not None:

@@ -51,7 +51,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
 from .batches import _batch_start
-from .model import Group
+from .model import Entry, Group
 from .util import fold_ranks
 from .wording import call_site, group_label
 
@@ -127,7 +127,7 @@ class _Track(NamedTuple):
 class _Slice(NamedTuple):
     start: int  # ns on the rank's own clock
     end: int
-    entry: object  # model.Entry (a batch's end marker for a batch)
+    entry: Entry  # a batch's end marker for a batch
     group_id: int
     start_source: str
     end_source: str
@@ -135,7 +135,7 @@ class _Slice(NamedTuple):
 
 
 class _Queued(NamedTuple):
-    entry: object
+    entry: Entry
     group_id: int
 
 
@@ -170,7 +170,8 @@ def choose_ranks(analysis, diagnosis, ranks: Optional[Iterable[int]] = None, *, 
     known = set(job)
     focus = [r for r in _focus_ranks(diagnosis) if r in known]
     candidates = focus or job
-    drawn, total = [], 0
+    drawn: list[int] = []
+    total = 0
     for rank in candidates:
         cost = max(1, sizes.get(rank, 0))
         if drawn and total + cost > budget:
@@ -192,9 +193,9 @@ def choose_ranks(analysis, diagnosis, ranks: Optional[Iterable[int]] = None, *, 
 # --------------------------------------------------------------------------- slices
 
 
-def _newest_ns(entries: tuple) -> Optional[int]:
-    """The newest timestamp a rank wrote: the closest thing to its dump time."""
-    newest = None
+def _newest_ns(entries: tuple[Entry, ...]) -> int:
+    """The newest timestamp a rank wrote (of at least one entry): the closest thing to its dump time."""
+    newest: Optional[int] = None
     for e in entries:
         top = e.time_created_ns
         if e.time_started_ns and e.time_started_ns > top:
@@ -205,6 +206,7 @@ def _newest_ns(entries: tuple) -> Optional[int]:
             top = e.time_created_ns + int(round(e.duration_ms * 1e6))
         if newest is None or top > newest:
             newest = top
+    assert newest is not None
     return newest
 
 
@@ -241,7 +243,8 @@ def _rank_ops(dump, layout, wanted: set) -> tuple:
     marker_of, members = _batches(entries) if any(e.name.is_coalesced_marker for e in entries) else ({}, {})
     previous: dict = {}  # group id -> (end of its previous op, whether that op finished)
     last: dict = {}  # group id -> index in `slices` of its previous op
-    slices, queued = [], []
+    slices: list[_Slice] = []
+    queued: list[_Queued] = []
     for i, entry in enumerate(entries):
         if i in marker_of:
             continue
@@ -440,7 +443,7 @@ class _Plan:
         self.job_ranks = len(usable) + len(layout.ranks_missing)
         # Origin and end over the whole job, so a narrowed trace keeps the same clock.
         starts, ends = [], []
-        self.rank_last = {}
+        self.rank_last: dict[int, int] = {}
         for dump in usable:
             if not dump.entries:
                 continue
@@ -632,7 +635,7 @@ def _open_text(path: str, compress: bool):
         raw = stack.enter_context(open(path, "wb"))
         if compress:
             # No file name or time in the gzip header: the same dumps give the same bytes.
-            raw = stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6))
+            raw = stack.enter_context(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6))  # type: ignore[arg-type]  # a binary file either way
         # A name holding a lone surrogate (a JSON '\udcff' escape in a dump, or a file name
         # that is not UTF-8) cannot be UTF-8: written as that same escape, it is still
         # valid JSON and reads back as the name the dump held.

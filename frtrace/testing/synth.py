@@ -124,7 +124,7 @@ from array import array
 from collections.abc import MutableMapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from ..util import cyclic_gc_paused
 
@@ -419,6 +419,7 @@ class _World:
         key = (group.idx, name, tag, tuple(shape), dtype, tuple(uneven_out or ()), api)
         op = self._ops.get(key)
         if op is None:
+            sig: tuple
             if uneven_out is not None:
                 ins, outs = [shape], [uneven_out]
                 sig = (None, name, dtype)  # shapes legitimately differ per rank
@@ -734,8 +735,8 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
     done = [0] * n
     t_issue = [array("q", bytes(8 * len(p))) for p in progs]
     t_end = [array("q", bytes(8 * len(p))) for p in progs]
-    coll_count = [{} for _ in range(n)]  # rank -> {group idx: collectives reached}
-    p2p_count = [{} for _ in range(n)]  # rank -> {(group idx, src, dst): sends or recvs reached}
+    coll_count: list[dict] = [{} for _ in range(n)]  # rank -> {group idx: collectives reached}
+    p2p_count: list[dict] = [{} for _ in range(n)]  # rank -> {(group idx, src, dst): sends or recvs reached}
     waiting: dict = {}  # instance key -> participants that reached it
     ready: list = []  # instance keys every participant has reached
     # A batch_isend_irecv completes on its rank once each of its sends and recvs has met its
@@ -745,6 +746,7 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
 
     def reach(r: int, op: _Op) -> None:
         """`op` is now rank r's next op, the one it waits in: count it towards its instance."""
+        key: tuple
         if op.kind == _COLL:
             counts = coll_count[r]
             k = counts[op.gidx] = counts.get(op.gidx, 0) + 1
@@ -1003,7 +1005,7 @@ class _DumpBuilder:
                 if not part.marker:
                     op_id[pg] += 1
                 if record_id >= first_kept and not (self.only_active and completed and (part.marker or not frozen)):
-                    progress = ((None, "scheduled", None, None, False) if frozen and not part.marker
+                    progress: tuple[Any, Any, Any, Any, Any] = ((None, "scheduled", None, None, False) if frozen and not part.marker
                                 else (duration, state, started_ns, completed_ns, completed))
                     entries.append(self._entry(part, fresh, record_id, pg, op.group.pg_tuple, tid, coll[pg],
                                                p2p[pg], op_id[pg], t0 + j * 6_000, *progress,
@@ -1062,7 +1064,7 @@ def _group_truth(group: Optional[_Group]) -> Optional[dict]:
 
 def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, params: dict) -> dict:
     blocked = sorted({r for r in range(world.world) if run.done[r] < len(run.progs[r])} | set(info.stalled))
-    truth = {
+    truth: dict[str, Any] = {
         "status": "healthy", "fault_kind": None, "suspect_ranks": [], "missing_dumps": [],
         "group": None, "collective_seq_id": None, "p2p_seq_id": None, "op": None,
         "description": "healthy job: every rank completed every operation",
@@ -1075,7 +1077,7 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
     kind, rank = fault.kind, fault.rank
     group = info.group
     gtext = f"group {group.name} ({group.desc}, ranks {_fold(group.ranks)})" if group else ""
-    if len(gtext) > 80:
+    if group and len(gtext) > 80:
         gtext = f"group {group.name} ({group.desc}, {len(group.ranks)} ranks)"
     truth.update(status="faults", fault_kind=_DIAGNOSIS[kind], suspect_ranks=[rank],
                  group=_group_truth(group), collective_seq_id=info.seq, op=info.op, tie=info.tie)
@@ -1097,6 +1099,7 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
         truth["description"] = (f"rank {rank} skipped {info.op} #{info.seq} in {gtext} and went on; "
                                 f"its peers wait in it")
     elif kind == "stuck":
+        assert group is not None  # a stuck op is in a group
         truth.update(suspect_ranks=list(group.ranks),
                      description=f"every member of {gtext} issued {info.op} #{info.seq} and none "
                                  f"completed it (network/GPU/NCCL)")
@@ -1184,7 +1187,7 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
     builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng,
                            coalesced_events=coalesced_events, watchdog_ms=watchdog_ms, pg_status=pg_status,
                            only_active=only_active, stalled=info.stalled, seed=seed)
-    present = [r for r in range(world_size) if not (info.delete_dump and r == fault.rank)]
+    present = [r for r in range(world_size) if not (info.delete_dump and fault is not None and r == fault.rank)]
     params = {"steps": steps, "timing": timing, "with_frames": with_frames, "buffer_size": buffer_size,
               "lookahead": lookahead, "seed": seed, "version": version, "p2p": p2p,
               "coalesced_events": coalesced_events, "watchdog_ms": watchdog_ms, "bubble_ms": bubble_ms,
