@@ -83,13 +83,16 @@ def _has_own_state(entry: Entry) -> bool:
 def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) -> tuple[Entry, ...]:
     """A dump that keeps only active entries still holds the ops of batches that finished:
     recorded without events, they never look finished, and their marker, which did, was
-    left out. pg_status says how far each group got (the sequence number of its last
-    finished work, a P2P number after P2P work): ops at or below it are marked retired.
-    Collectives of a group that also holds P2P ops are left as they are, as its
-    pg_status may count in P2P numbers there."""
-    p2p_groups = {e.pg_id for e in entries if e.is_p2p}
+    left out. Such ops are marked retired where the dump shows it: a P2P batch of two or
+    more ops whose marker (the record right after them) is gone; or pg_status, which
+    says how far each group got (the sequence number of its last finished work, a P2P
+    number after P2P work), is past them. Collectives of a group that also holds P2P
+    ops are not judged by pg_status, as it may count in P2P numbers there."""
     settled = list(entries)
-    for i, entry in enumerate(entries):
+    for i in _ops_of_finished_batches(entries):
+        settled[i] = entries[i]._replace(retired=True)
+    p2p_groups = {e.pg_id for e in entries if e.is_p2p}
+    for i, entry in enumerate(settled):
         status = pg_status.get(entry.pg_id)
         if entry.completed or status is None or status.last_completed is None:
             continue
@@ -102,3 +105,23 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
         if seq <= status.last_completed:
             settled[i] = entry._replace(retired=True)
     return tuple(settled)
+
+
+def _ops_of_finished_batches(entries: tuple[Entry, ...]) -> list[int]:
+    """Positions of the ops of P2P batches (two or more ops under one p2p_seq_id, no
+    marker held) whose marker's record, the one right after their last op, is gone."""
+    held = {e.record_id for e in entries}
+    batches: dict[tuple[str, int], list[int]] = {}
+    marked: set[tuple[str, int]] = set()
+    for i, entry in enumerate(entries):
+        if entry.is_p2p:
+            key = (entry.pg_name, entry.p2p_seq_id)
+            if entry.name.is_coalesced_marker:
+                marked.add(key)
+            else:
+                batches.setdefault(key, []).append(i)
+    finished = []
+    for key, ops in batches.items():
+        if len(ops) >= 2 and key not in marked and entries[ops[-1]].record_id + 1 not in held:
+            finished.extend(ops)
+    return finished

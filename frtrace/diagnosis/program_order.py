@@ -22,7 +22,7 @@ from typing import Optional
 from ..builder import Layout
 from ..matcher import GroupView, MatchResult, batch_signature
 from ..model import Entry, Group, RankDump
-from ..standing import batch_key
+from ..standing import batch_key, keeps_only_active
 from .finding import Finding, WentPast
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
@@ -60,7 +60,9 @@ class ProgramOrder:
 
     def __init__(self, dumps: list[RankDump], layout: Layout, matches: MatchResult):
         views = matches.views
-        self.entries = {d.rank: d.entries for d in dumps}
+        # A dump of only active entries holds no order of what the rank did, only holes
+        # where its finished ops were: such a rank neither judges nor is judged.
+        self.entries = {d.rank: d.entries for d in dumps if not keeps_only_active(d)}
         self.layout = layout
         self.views = {v.group.id: v for v in views}
         self.family = {v.group.id: _family(v.group) for v in views}
