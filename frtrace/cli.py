@@ -38,6 +38,7 @@ from .rawview import (DEFAULT_LAST, SIDE_BY_SIDE_MAX, RenderedBlock, StackNumber
 from .sources import as_input, is_url
 from .report import RANK_VIEW_RENDERERS, render_json, render_markdown, render_rank_view, render_text
 from .util import fold_ranks, parse_rank_ranges, ranks_in
+from .wording import printable
 
 EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 # What a shell reports for a process its signal ended: 128 + the signal number. CI must
@@ -193,7 +194,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
     inputs = [as_input(item) for item in list(dirs) + list(dump_dirs)] or [_default_dump_dir()]
     for item in inputs:
         if not is_url(item) and not os.path.lexists(item):
-            raise click.UsageError(f"{item}: no such directory or file")
+            raise click.UsageError(f"{printable(str(item))}: no such directory or file")
     try:
         rank_ranges = parse_rank_ranges(selected_ranks, MAX_WORLD_SIZE) if selected_ranks is not None else None
     except ValueError as exc:
@@ -506,8 +507,10 @@ def _silence_stdout() -> None:
 
 
 def _note(message: str) -> None:
+    """One line on stderr. It may quote dump strings or paths: escaped, so a file name
+    cannot drive the terminal or forge a line."""
     try:
-        click.echo(f"frtrace: {message}", err=True)
+        click.echo(f"frtrace: {printable(message)}", err=True)
     except (OSError, ValueError):  # stderr closed or its reader gone: nowhere left to say it
         pass
 
