@@ -348,3 +348,17 @@ def test_a_lone_dump_is_believed_about_its_world(tmp_path):
     directory = write_job(tmp_path / "job", {0: _claims_ranks(healthy_dumps(8), 0, 8)[0]})
     result, report = json_report([directory])
     assert report["inputs"]["world_size"] == 8 and report["inputs"]["ranks_missing"] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_thousands_of_same_described_groups_in_one_pg_config_are_read_in_linear_time():
+    # Issue 16 item 3: 24,000 groups of one description, the sibling index once took
+    # O(G^2) (188 s); every group's family is now read only when a finding asks.
+    from helpers import analyse_dicts, job
+
+    dumps = job({0: ["all_reduce"] * 4, 1: ["all_reduce"] * 4})
+    config = dumps[0]["pg_config"]
+    for i in range(24_000):
+        config[f"g{i}"] = {"name": f"g{i}", "desc": "tp", "ranks": "[0, 1]"}
+    analysis, diagnosis = analyse_dicts(dumps, render=False)
+    assert diagnosis.status == "healthy", diagnosis.verdict
+    assert len(analysis.layout.groups) == 24_001
