@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import io
 import multiprocessing
 import operator
 import os
@@ -950,8 +951,22 @@ def _in_child(function, *args) -> tuple:
     exitcode = os.waitstatus_to_exitcode(status)
     if exitcode != 0 or not payload:
         return None, exitcode
-    # The child is this program on data it checked: its own pickle of plain results.
-    return pickle.loads(payload), 0
+    # The child is this program on data it checked: its own pickle of its results, read
+    # back allowing this package's records and nothing else that could run code.
+    return _OwnResultUnpickler(io.BytesIO(payload)).load(), 0
+
+
+class _OwnResultUnpickler(pickle.Unpickler):
+    """Reads what a child of this process pickled: frtrace's own records (and the arrays
+    and sets they hold), never another module's callables."""
+
+    _ALLOWED = {("array", "array"), ("array", "_array_reconstructor"), ("builtins", "frozenset"),
+                ("builtins", "set"), ("builtins", "range"), ("builtins", "slice")}
+
+    def find_class(self, module: str, name: str):  # type: ignore[no-untyped-def]
+        if module.startswith("frtrace.") or (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"unexpected {module}.{name} in a child's result")
 
 
 def _in_spawned_child(function, *args) -> tuple:
