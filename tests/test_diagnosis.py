@@ -2,6 +2,7 @@
 and on synthetic NCCL-shaped jobs (frtrace.testing.synth), checked against their ground truth."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,17 @@ def test_larger_layouts_with_wrapped_buffers(tmp_path, world, tp, pp):
 def test_healthy_wrapped_job_stays_healthy(tmp_path):
     write_job(generate(16, tp=2, pp=2, steps=8, buffer_size=30, seed=3), tmp_path)
     assert diagnose(analyze([tmp_path])).status == "healthy"
+
+
+@pytest.mark.parametrize("scenario", ["healthy_8rank_mesh", "ring_wrap_uneven", "coalesced_healthy_json"])
+def test_a_healthy_gloo_job_missing_one_dump_is_inconclusive_not_a_fault(tmp_path, scenario):
+    # Every peer retired the op that needed the missing rank (on one, pg_status may lag its
+    # entries by an op): the dumps cannot say the rank hung, so no FAULT and no suspect.
+    job = tmp_path / scenario
+    shutil.copytree(GLOO / scenario, job)
+    for path in job.glob("rank_2*"):
+        path.unlink()
+    result = CliRunner().invoke(frtrace, [str(job), "--format", "json"])
+    report = json.loads(result.stdout)
+    assert (report["status"], report["suspect_ranks"], result.exit_code) == ("inconclusive", [], 3)
+    assert any(f["kind"] == "missing_dump" and 2 in f["ranks"] for f in report["findings"])

@@ -44,16 +44,17 @@ def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[Collec
 
 
 def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> Finding:
-    if _all_issuers_finished(view, frontier, reliable):
+    if _all_issuers_finished(view, frontier):
         return took_part_without_dump(view, frontier, reliable)
     return waited_on_without_dump(view, frontier, reliable)
 
 
-def _all_issuers_finished(view: GroupView, match: CollectiveMatch, reliable: bool) -> bool:
-    """Every rank that issued the op finished it: by its entry's state where the dumps
-    report states, or by its pg_status (which gloo keeps too, though its entries never
-    leave `scheduled`). A collective cannot finish without all its members."""
-    finished = set(match.completed_ranks) if reliable else set()
+def _all_issuers_finished(view: GroupView, match: CollectiveMatch) -> bool:
+    """Every rank that issued the op finished it: by its entry (its state, or on gloo,
+    whose entries never leave `scheduled`, its `retired` flag) or by its pg_status. A
+    collective cannot finish without all its members (gloo's retirements include ops that
+    timed out: see took_part_without_dump)."""
+    finished = set(match.completed_ranks)
     finished.update(r for r in match.issued
                     if r in view.streams and (view.streams[r].finished or -1) >= match.seq)
     return bool(match.issued) and finished >= set(match.issued)
