@@ -2,6 +2,7 @@
 and on synthetic NCCL-shaped jobs (frtrace.testing.synth), checked against their ground truth."""
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -122,10 +123,22 @@ def test_a_healthy_gloo_job_missing_one_dump_is_inconclusive_not_a_fault(tmp_pat
     # Every peer retired the op that needed the missing rank (on one, pg_status may lag its
     # entries by an op): the dumps cannot say the rank hung, so no FAULT and no suspect.
     job = tmp_path / scenario
-    shutil.copytree(GLOO / scenario, job)
+    shutil.copytree(GLOO / scenario, job, copy_function=shutil.copy)  # one mtime: one generation
     for path in job.glob("rank_2*"):
         path.unlink()
+    _lag_pg_status(next(job.glob("rank_1*")))
     result = CliRunner().invoke(frtrace, [str(job), "--format", "json"])
     report = json.loads(result.stdout)
     assert (report["status"], report["suspect_ranks"], result.exit_code) == ("inconclusive", [], 3)
     assert any(f["kind"] == "missing_dump" and 2 in f["ranks"] for f in report["findings"])
+
+
+def _lag_pg_status(path: Path) -> None:
+    """Rewrite a dump of ours so its pg_status says one collective less completed than its
+    entries retired (the watchdog had not caught up when it was dumped)."""
+    is_json = path.read_bytes()[:1] == b"{"
+    dump = json.loads(path.read_text()) if is_json else pickle.loads(path.read_bytes())
+    for status in dump["pg_status"].values():  # JSON dumps write the numbers as text
+        done = int(status["last_completed_collective"]) - 1
+        status["last_completed_collective"] = str(done) if is_json else done
+    path.write_text(json.dumps(dump)) if is_json else path.write_bytes(pickle.dumps(dump, protocol=2))
