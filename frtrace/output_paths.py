@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
-from .loader import DUMP_NAME_HINTS, parse_rank_from_name
+from .discovery import DUMP_NAME_HINTS, parse_rank_from_name
 from .sniff import FileKind, classify_file
 
 DATABASE = "database"

@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
 from .database import build_database
-from .loader import parse_rank_from_name
+from .discovery import parse_rank_from_name
 from .model import Entry, NCCLCall
 from .standing import blocked_at
 

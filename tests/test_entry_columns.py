@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frtrace.entry_columns import Coded, columns_from_entries, columns_from_raw, entries_from_columns, pack, unpack
-from frtrace.loader import _entries_one_by_one, _Normaliser, load_dumps, load_one
+from frtrace.loader import load_dumps, load_one
+from frtrace.normalise import _entries_one_by_one, _Normaliser
 from frtrace.model import Entry, Frame
 from frtrace.safe_decode import decode_dump_bytes
 from frtrace.testing.synth import Fault, encode_dump, generate
