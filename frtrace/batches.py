@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from itertools import compress
-from typing import Optional
+from typing import Optional, Sequence
 
 from .model import Entry, OpName, PgStatus
 
@@ -34,7 +34,7 @@ def settle_batches(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
 
 def _settle(entries: list[Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
     marker = entries[position]
-    start = _batch_start(entries, position)
+    start = batch_start(entries, position)
     if start == position:
         return  # a marker with no ops before it (they fell off the ring buffer): leave it be
     if entries[start].is_p2p:
@@ -47,7 +47,7 @@ def _settle(entries: list[Entry], position: int, p2p_names: dict[OpName, OpName]
                 time_completed_ns=marker.time_completed_ns, duration_ms=marker.duration_ms)
 
 
-def _batch_start(entries: list[Entry], position: int) -> int:
+def batch_start(entries: Sequence[Entry], position: int) -> int:
     """Where the batch the marker at `position` closes begins: the run of entries just
     before it in the marker's group that share one P2P sequence number (a P2P batch) or
     the marker's collective sequence number (a collective batch)."""

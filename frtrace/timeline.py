@@ -50,7 +50,7 @@ from collections import defaultdict
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
-from .batches import _batch_start
+from .batches import batch_start
 from .model import Entry, Group
 from .util import fold_ranks
 from .wording import call_site, group_label
@@ -229,7 +229,7 @@ def _batches(entries: tuple) -> tuple:
     members: dict = defaultdict(list)
     for position, entry in enumerate(entries):
         if entry.name.is_coalesced_marker:
-            for i in range(_batch_start(entries, position), position):  # type: ignore[arg-type]
+            for i in range(batch_start(entries, position), position):
                 marker_of[i] = position
                 members[position].append(entries[i])
     return marker_of, members
