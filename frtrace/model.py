@@ -137,6 +137,11 @@ class RankDump:
         return any(entry.frames for entry in self.entries)
 
 
+# What torch writes as a group's description when the program gave none: it says nothing
+# of what the group is for, so groups sharing it are no family.
+UNDESCRIBED = frozenset({"", "undefined"})
+
+
 class Group(NamedTuple):
     id: int
     name: str

@@ -233,3 +233,21 @@ def test_an_even_split_is_no_tie_when_the_absent_rank_waits_in_nothing():
     assert (finding.suspect_ranks, finding.tie, finding.evidence["idle_ranks"]) == ((1,), False, [1])
     assert "even split" not in finding.message
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))
+
+
+def _pair_tie(desc: str) -> dict:
+    # Ranks 0 and 1 disagree on their pair group's 2nd all_reduce; the other pair (2, 3)
+    # issued it as rank 1 did.
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": (desc, (0, 1)), "2": (desc, (2, 3))}
+    pair = ["all_reduce@1", "all_reduce@1"]
+    return job({0: ["all_reduce@1", ("all_reduce@1", {"sizes": ((32,),)})], 1: pair,
+                2: ["all_reduce@2", "all_reduce@2"], 3: ["all_reduce@2", "all_reduce@2"]}, groups=groups)
+
+
+def test_sibling_groups_break_a_tie_only_when_they_are_described_alike():
+    _, described = analyse_dicts(_pair_tie("tp"))
+    assert described.suspect_ranks == (0,)
+    # torch's "undefined" says nothing of what a group is for: no sibling, so a tie.
+    _, undescribed = analyse_dicts(_pair_tie("undefined"))
+    assert undescribed.suspect_ranks == (0, 1)
+    assert only(undescribed, "divergence.mismatch_tie").kind == "size_mismatch"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
-from ..model import Entry, RankDump
+from ..model import UNDESCRIBED, Entry, RankDump
 from ..pipeline import Analysis
 from ..standing import blocked_in
 from .finding import Finding
@@ -51,7 +51,7 @@ class Facts:
     def of(cls, analysis: Analysis) -> "Facts":
         families: dict[tuple[str, int], list[GroupView]] = defaultdict(list)
         for view in analysis.device.views:
-            if view.group.desc:
+            if view.group.desc not in UNDESCRIBED:
                 families[(view.group.desc, view.group.size)].append(view)
         blocked = blocked_in(analysis.dumps) if analysis.reliable else {}
         return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, dict(families))
@@ -69,7 +69,8 @@ class Facts:
     def siblings_of(self, view: GroupView) -> Siblings:
         # The family is read only when asked (a group with something to weigh): listing
         # it for every group would cost groups x family size.
-        return Siblings(self._families.get((view.group.desc, view.group.size), []), view.group.id, self.index)
+        family = [] if view.group.desc in UNDESCRIBED else self._families.get((view.group.desc, view.group.size), [])
+        return Siblings(family, view.group.id, self.index)
 
 
 def new_finding(kind: str, rule: str, view: Optional[GroupView], *, suspect_ranks: tuple[int, ...],

@@ -21,7 +21,7 @@ from typing import Optional
 
 from ..builder import Layout
 from ..matcher import GroupView, MatchResult, batch_signature
-from ..model import Entry, Group, RankDump
+from ..model import UNDESCRIBED, Entry, Group, RankDump
 from ..standing import batch_key, keeps_only_active
 from .finding import Finding, WentPast
 
@@ -539,7 +539,7 @@ def _shape(token: tuple) -> tuple:
 
 def _family(group: Group) -> tuple:
     """Groups of one family run the same program (the TP groups, the DP groups ...)."""
-    return (group.desc, group.size) if group.desc else ("", group.name, group.size)
+    return (group.desc, group.size) if group.desc not in UNDESCRIBED else ("", group.name, group.size)
 
 
 # --------------------------------------------------------------------------- roots
