@@ -281,6 +281,10 @@ def bench_size(args, ranks: int, torchfrtrace: Optional[str]) -> dict:
     bare["result"] = _json_stdout(runs / "bare.json")
     result["bare"] = bare
     result["entries"] = (bare["result"] or {}).get("entries")
+    log(f"{ranks} ranks: bare unpickle, two processes")
+    bare2 = run_measured([sys.executable, str(HERE / "bare_unpickle.py"), str(dumps), "--processes", "2"],
+                         runs / "bare2.json", runs / "bare2.err")
+    result["bare2"] = bare2
 
     log(f"{ranks} ranks: frtrace end to end")
     cli = run_measured([sys.executable, "-m", "frtrace", "-d", str(dumps), "--format", "json", *workers],
@@ -339,11 +343,12 @@ def _f(value, digits: int = 2) -> str:
 
 
 def table(results: list) -> str:
-    head = ["ranks", "entries", "dump MB", "bare unpickle s", "frtrace s", "peak MB", "tree MB",
-            *(f"{p} s" for p in PHASES), "torchfrtrace s", "tft peak MB", "speed-up", "× bare", "µs/entry", "verdict"]
+    head = ["ranks", "entries", "dump MB", "bare unpickle s", "bare ×2 procs s", "frtrace s", "peak MB", "tree MB",
+            *(f"{p} s" for p in PHASES), "torchfrtrace s", "tft peak MB", "speed-up", "× bare", "× bare ×2",
+            "µs/entry", "peak B/entry", "verdict"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---:|" * (len(head) - 1) + ":---|"]
     for r in results:
-        cli, bare = r["frtrace"], r["bare"]
+        cli, bare, bare2 = r["frtrace"], r["bare"], r.get("bare2")
         phase_s = ((r["phases"].get("result") or {}).get("seconds") or {})
         entries = r.get("entries")
         torch = r.get("torchfrtrace")
@@ -359,13 +364,16 @@ def table(results: list) -> str:
         ok = cli["rc"] in (0, 1, 3) and not cli["timeout"]
         cells = [
             f"{r['ranks']:,}", f"{entries:,}" if entries else "—", _f(r["dump_bytes"] / 1e6, 0),
-            _f(bare["wall_s"]), _f(cli["wall_s"]) + ("" if ok else f" (rc {cli['rc']})"),
+            _f(bare["wall_s"]), _f(bare2["wall_s"]) if bare2 else "—", _f(cli["wall_s"]) + ("" if ok else f" (rc {cli['rc']})"),
             # A run shorter than the sampling interval can slip past the sampler: the tree held
             # at least its largest process.
             _f(cli["peak_mb"], 0), _f(max(cli["tree_peak_mb"] or 0, cli["peak_mb"]), 0),
             *(_f(phase_s.get(p)) for p in PHASES), tft_s, tft_mb, speedup,
             f"{cli['wall_s'] / bare['wall_s']:.2f}×",
+            f"{cli['wall_s'] / bare2['wall_s']:.2f}×" if bare2 else "—",
             _f(cli["wall_s"] / entries * 1e6) if entries else "—",
+            # What frtrace held at its peak, per entry (its largest process: the main one).
+            _f(cli["peak_mb"] * 1e6 / entries, 0) if entries else "—",
             "ok" if cli["verdict_matches_truth"] else f"WRONG ({cli['status']}, {cli['suspect_ranks']})",
         ]
         rows.append("| " + " | ".join(cells) + " |")
