@@ -84,27 +84,49 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
     """A dump that keeps only active entries still holds the ops of batches that finished:
     recorded without events, they never look finished, and their marker, which did, was
     left out. Such ops are marked retired where the dump shows it: a P2P batch of two or
-    more ops whose marker (the record right after them) is gone; or pg_status, which
-    says how far each group got (the sequence number of its last finished work, a P2P
-    number after P2P work), is past them. Collectives of a group that also holds P2P
-    ops are not judged by pg_status, as it may count in P2P numbers there."""
+    more ops whose marker (the record right after them) is gone; or pg_status, which says
+    how far each group got, is past them. pg_status holds the sequence number of the
+    group's last work: a P2P number after P2P work, a collective number after a
+    collective (see `_counts_collectives`). A collective number past the one an op was
+    issued under says a later collective of the group finished, and the group's work
+    finishes in order."""
     settled = list(entries)
     for i in _ops_of_finished_batches(entries):
         settled[i] = entries[i]._replace(retired=True)
-    p2p_groups = {e.pg_id for e in entries if e.is_p2p}
+    counts_collectives = {pg_id: _counts_collectives(entries, pg_id, status) for pg_id, status in pg_status.items()}
     for i, entry in enumerate(settled):
         status = pg_status.get(entry.pg_id)
         if entry.completed or status is None or status.last_completed is None:
             continue
-        if entry.is_p2p:
-            seq = entry.p2p_seq_id
-        elif entry.pg_id in p2p_groups:
-            continue
-        else:
-            seq = entry.collective_seq_id
-        if seq <= status.last_completed:
+        numbering = counts_collectives[entry.pg_id]
+        if entry.is_p2p and numbering:
+            finished = entry.collective_seq_id < status.last_completed
+        elif entry.is_p2p:
+            finished = entry.p2p_seq_id <= status.last_completed
+        else:  # a collective: only when pg_status surely counts collectives
+            finished = bool(numbering) and entry.collective_seq_id <= status.last_completed
+        if finished:
             settled[i] = entry._replace(retired=True)
     return tuple(settled)
+
+
+def _counts_collectives(entries: tuple[Entry, ...], pg_id: int, status: PgStatus) -> Optional[bool]:
+    """Whether the group's pg_status is in collective numbers (True), P2P numbers (False),
+    or cannot be told (None). Its last enqueued work is the newest: a number below some op
+    the dump holds cannot be in that op's numbering."""
+    enqueued = status.last_enqueued
+    mine = [e for e in entries if e.pg_id == pg_id]
+    p2p = [e.p2p_seq_id for e in mine if e.is_p2p]
+    collectives = [e.collective_seq_id for e in mine if not e.is_p2p]
+    if not p2p:
+        return True  # no P2P work in the group: collective numbers
+    if enqueued is None:
+        return None
+    if enqueued < max(p2p):
+        return True
+    if collectives and enqueued < max(collectives):
+        return False
+    return None
 
 
 def _ops_of_finished_batches(entries: tuple[Entry, ...]) -> list[int]:

@@ -136,3 +136,20 @@ def test_an_only_active_dump_keeps_the_ops_of_finished_batches_and_they_are_no_f
     _, diagnosis = analyse_dicts({0: dump(held, configs, status), 1: dump([], configs, status)})
     assert not any(f.kind == "p2p_unmatched" for f in diagnosis.findings), diagnosis.verdict
     assert diagnosis.status == "healthy", diagnosis.verdict
+
+
+def test_pg_status_in_collective_numbers_settles_p2p_ops_a_later_collective_followed():
+    # Only active entries kept: rank 0 still holds single-op batches (their markers
+    # finished and were left out: records 11 and 21 are gone) of its pp group, whose last
+    # work was all_reduce #2 (pg_status 2 is below the ops' p2p #5 and #6, so it counts
+    # collectives). The ops were issued under collective #1: a later collective of the
+    # group finished after them, and the group's work finishes in order.
+    configs = {"0": ("default_pg", (0, 1)), "1": ("pp", (0, 1))}
+    status = {"1": {"last_enqueued_collective": 2, "last_started_collective": -1, "last_completed_collective": 2}}
+    def rank(first: str, second: str) -> dict:
+        return dump([rec(10, first, seq=1, pg=PP, pg_id=1, p2p_seq=5, state="scheduled"),
+                     rec(20, second, seq=1, pg=PP, pg_id=1, p2p_seq=6, state="scheduled")], configs, status)
+    # Rank 1's own ops of those batches all finished and were left out of its dump.
+    _, diagnosis = analyse_dicts({0: rank("send 0->1", "recv 0<-1"), 1: dump([], configs, status)})
+    assert not any(f.kind == "p2p_unmatched" for f in diagnosis.findings), diagnosis.verdict
+    assert diagnosis.status == "healthy", diagnosis.verdict
