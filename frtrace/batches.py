@@ -17,6 +17,7 @@ from itertools import compress
 from typing import Optional, Sequence
 
 from .model import Entry, OpName, PgStatus
+from .standing import mixes_numberings
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 
@@ -115,12 +116,14 @@ def _counts_collectives(entries: tuple[Entry, ...], pg_id: int, status: PgStatus
     or cannot be told (None). Its last enqueued work is the newest: a number below some op
     the dump holds cannot be in that op's numbering."""
     enqueued = status.last_enqueued
+    if mixes_numberings(status):
+        return None
     mine = [e for e in entries if e.pg_id == pg_id]
     p2p = [e.p2p_seq_id for e in mine if e.is_p2p]
     collectives = [e.collective_seq_id for e in mine if not e.is_p2p]
-    if not p2p:
-        return True  # no P2P work in the group: collective numbers
-    if enqueued is None:
+    if enqueued is None or not p2p:
+        # Without a P2P op held, P2P work may still have been the group's last (the dump
+        # of only active entries left it out): the numbering cannot be told.
         return None
     if enqueued < max(p2p):
         return True
@@ -130,18 +133,19 @@ def _counts_collectives(entries: tuple[Entry, ...], pg_id: int, status: PgStatus
 
 
 def _ops_of_finished_batches(entries: tuple[Entry, ...]) -> list[int]:
-    """Positions of the ops of P2P batches (two or more ops under one p2p_seq_id, no
-    marker held) whose marker's record, the one right after their last op, is gone."""
+    """Positions of the ops of batches (two or more ops under one p2p_seq_id, or one
+    collective_seq_id, of a group; no marker held) whose marker's record, the one right
+    after their last op, is gone: a plain op of its own records its own end, so two
+    ops under one number are a batch."""
     held = {e.record_id for e in entries}
-    batches: dict[tuple[str, int], list[int]] = {}
-    marked: set[tuple[str, int]] = set()
+    batches: dict[tuple[str, bool, int], list[int]] = {}
+    marked: set[tuple[str, bool, int]] = set()
     for i, entry in enumerate(entries):
-        if entry.is_p2p:
-            key = (entry.pg_name, entry.p2p_seq_id)
-            if entry.name.is_coalesced_marker:
-                marked.add(key)
-            else:
-                batches.setdefault(key, []).append(i)
+        key = (entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id)
+        if entry.name.is_coalesced_marker:
+            marked.add(key)
+        else:
+            batches.setdefault(key, []).append(i)
     finished = []
     for key, ops in batches.items():
         if len(ops) >= 2 and key not in marked and entries[ops[-1]].record_id + 1 not in held:

@@ -25,7 +25,8 @@ from itertools import chain, compress, repeat
 from typing import NamedTuple, Optional
 
 from .builder import Layout
-from .model import UNREADABLE_OP, Entry, Group, OpName, RankDump, Shapes
+from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
+from .standing import keeps_only_active, mixes_numberings
 
 _PG_NAME = operator.attrgetter("pg_name")
 _IS_P2P = operator.attrgetter("name.is_p2p")
@@ -228,7 +229,7 @@ def deal(dump: RankDump) -> dict:
     return dealt
 
 
-def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None) -> dict:
+def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, clipped: bool = False) -> dict:
     """group id -> RankStream for one rank (from `deal(dump)` when given)."""
     if dealt is None:
         dealt = deal(dump)
@@ -247,7 +248,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None) 
             collectives = _by_sequence(sorted((e for n in names for e in dealt[n].collectives), key=_INDEX))
             p2p = sorted((e for n in names for e in dealt[n].p2p), key=_INDEX)
             batched = frozenset().union(*(dealt[n].batched for n in names))
-        stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, dump.wrapped, uncertain, batched)
+        stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, clipped or dump.wrapped, uncertain, batched)
         if collectives:
             stream.first_seq = min(collectives)
             stream.last_seq = max(collectives)
@@ -269,16 +270,20 @@ def _by_sequence(entries: list) -> dict:
     return collectives
 
 
-def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> tuple:
+def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None, only_active: Optional[bool] = None) -> tuple:
     """GroupView per group; `dealt` maps id(dump) -> deal(dump) for dumps dealt already."""
     dealt = dealt or {}
+    # The job's dumps keep only active entries (a job-wide setting): then no rank's dump,
+    # not even an empty one, shows what it never issued; only its pg_status may.
+    if only_active is None:
+        only_active = any(map(keeps_only_active, dumps))
     streams_by_group: dict = defaultdict(dict)
     dumps_by_rank = {d.rank: d for d in dumps}
     # A rank dumped without its collectives (includeCollectives=False) tells no more about
     # them than a rank that left no dump, and is weighed the same way.
     dumped = {d.rank for d in dumps if d.has_entries}
     for dump in dumps:
-        for gid, stream in _rank_streams(dump, layout, dealt.get(id(dump))).items():
+        for gid, stream in _rank_streams(dump, layout, dealt.get(id(dump)), only_active).items():
             streams_by_group[gid][dump.rank] = stream
     views = []
     for group in layout.groups:
@@ -288,7 +293,7 @@ def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None) -> tu
                 # A member with a dump but no entries of this group: nothing fell off
                 # unless its buffer wrapped.
                 dump = dumps_by_rank[rank]
-                streams[rank] = RankStream(rank, {}, [], None, None, dump.wrapped, _gaps_are_unknown(dump))
+                streams[rank] = RankStream(rank, {}, [], None, None, only_active or dump.wrapped, _gaps_are_unknown(dump))
         no_dump = tuple(r for r in group.ranks if r not in dumped)
         _read_pg_status(streams, group.ranks, dumps_by_rank)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
@@ -311,13 +316,20 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     if not ids:
         return
     common = ids.most_common(1)[0][0]
+    statuses: dict[int, PgStatus] = {}
     for rank in members:
         member, dump = streams.get(rank), dumps.get(rank)
-        if member is None or dump is None or not dump.pg_status:
-            continue
-        first = _first_entry(member)
-        status = dump.pg_status.get(first.pg_id if first is not None else common)
-        if status is None or (has_p2p and not _newest_is_collective(member)):
+        if member is not None and dump is not None and dump.pg_status:
+            first = _first_entry(member)
+            status = dump.pg_status.get(first.pg_id if first is not None else common)
+            if status is not None:
+                statuses[rank] = status
+    # A member whose pg_status mixes numberings shows the group runs P2P work too, even when
+    # no dump holds a P2P op of it any more (dumps of only active entries leave them out).
+    has_p2p = has_p2p or any(mixes_numberings(status) for status in statuses.values())
+    for rank, status in statuses.items():
+        member = streams[rank]
+        if (has_p2p and not _newest_is_collective(member)) or mixes_numberings(status):
             continue
         member.enqueued = status.last_enqueued  # -1: it enqueued none
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
@@ -643,7 +655,7 @@ def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> Ma
     are taken from `result` as they are."""
     if not changed:
         return result
-    fresh = build_views([d for d in dumps if d.rank in changed], result.layout)
+    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=any(map(keeps_only_active, dumps)))
     touched = {view.group.id for view in fresh if any(rank in changed for rank in view.streams)}
     touched |= {view.group.id for view in result.views if any(rank in changed for rank in view.streams)}
     if not touched:

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .model import Entry, RankDump
+from .model import Entry, PgStatus, RankDump
+
+
+def mixes_numberings(status: PgStatus) -> bool:
+    """pg_status holds the sequence number of a group's last enqueued and last finished
+    work, each a P2P number after P2P work and a collective number after a collective.
+    More finished than enqueued cannot be in one numbering: the pending last work is of
+    one kind, the last finished of the other, and neither can be read against entries."""
+    return (status.last_enqueued is not None and status.last_completed is not None
+            and status.last_completed > status.last_enqueued)
 
 
 def completion_is_reliable(dumps: list[RankDump]) -> bool:

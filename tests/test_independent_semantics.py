@@ -153,3 +153,19 @@ def test_pg_status_in_collective_numbers_settles_p2p_ops_a_later_collective_foll
     _, diagnosis = analyse_dicts({0: rank("send 0->1", "recv 0<-1"), 1: dump([], configs, status)})
     assert not any(f.kind == "p2p_unmatched" for f in diagnosis.findings), diagnosis.verdict
     assert diagnosis.status == "healthy", diagnosis.verdict
+
+
+def test_a_pg_status_mixing_p2p_and_collective_numbers_is_not_read_as_collectives():
+    # Only active entries: rank 1 holds the pp group's all_reduce #2 and #3, pending; its
+    # pg_status says 3 enqueued but 4 finished: the 4 is a P2P number (the group runs
+    # sends and recvs too). Rank 0 holds nothing; its 4 is a P2P number as well, so it
+    # does not say rank 0 finished all_reduce #2, and rank 1 is no device stall.
+    configs = {"0": ("default_pg", (0, 1)), "1": ("pp", (0, 1))}
+    rank_0 = dump([], configs, {"1": {"last_enqueued_collective": 4, "last_started_collective": -1,
+                                      "last_completed_collective": 4}})
+    rank_1 = dump([rec(5, "all_reduce", seq=2, pg=PP, pg_id=1, state="scheduled"),
+                   rec(8, "all_reduce", seq=3, pg=PP, pg_id=1, state="scheduled")], configs,
+                  {"1": {"last_enqueued_collective": 3, "last_started_collective": -1, "last_completed_collective": 4}})
+    _, diagnosis = analyse_dicts({0: rank_0, 1: rank_1})
+    assert not any(f.rule == "frontier.stuck_on_device" for f in diagnosis.findings), diagnosis.verdict
+    assert diagnosis.status == "inconclusive", diagnosis.verdict
