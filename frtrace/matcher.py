@@ -26,7 +26,7 @@ from typing import NamedTuple, Optional
 
 from .builder import Layout
 from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
-from .standing import keeps_only_active, mixes_numberings
+from .standing import mixes_numberings, only_active_job
 
 _PG_NAME = operator.attrgetter("pg_name")
 _IS_P2P = operator.attrgetter("name.is_p2p")
@@ -276,7 +276,7 @@ def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None, only_
     # The job's dumps keep only active entries (a job-wide setting): then no rank's dump,
     # not even an empty one, shows what it never issued; only its pg_status may.
     if only_active is None:
-        only_active = any(map(keeps_only_active, dumps))
+        only_active = only_active_job(dumps)
     streams_by_group: dict = defaultdict(dict)
     dumps_by_rank = {d.rank: d for d in dumps}
     # A rank dumped without its collectives (includeCollectives=False) tells no more about
@@ -655,7 +655,7 @@ def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> Ma
     are taken from `result` as they are."""
     if not changed:
         return result
-    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=any(map(keeps_only_active, dumps)))
+    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=only_active_job(dumps))
     touched = {view.group.id for view in fresh if any(rank in changed for rank in view.streams)}
     touched |= {view.group.id for view in result.views if any(rank in changed for rank in view.streams)}
     if not touched:

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from .diagnosis import Diagnosis, Finding, kind
 from .pipeline import Analysis
 from .standings import BLOCKED, IDLE, NO_DUMP, NO_ENTRIES, OpAt, RankView, StandingRow, rank_view
+from .standing import only_active_job
 from .util import fold_ranks, plural
 from .wording import group_label, groups_text, printable, ranks_text, seq_label, span_text
 
@@ -35,7 +36,8 @@ def _inputs(analysis: Analysis) -> dict:
         "encodings": sorted({d.encoding for d in dumps}),
         "file_prefix": load.prefix,
         "entries": sum(len(d.entries) for d in dumps),
-        "ranks_wrapped": [d.rank for d in dumps if d.wrapped],
+        "ranks_wrapped": [] if only_active_job(dumps) else [d.rank for d in dumps if d.wrapped],
+        "ranks_only_active": [d.rank for d in dumps if d.entries] if only_active_job(dumps) else [],
         "ranks_without_entries": [d.rank for d in dumps if not d.entries],
         "has_stack_traces": any(d.has_frames for d in dumps),
         "groups": [
@@ -273,9 +275,13 @@ def _loaded_line(analysis: Analysis) -> str:
     ]
     if layout.ranks_missing:
         parts.append(f"No usable dump for {ranks_text(layout.ranks_missing)}.")
-    wrapped = [d.rank for d in dumps if d.wrapped]
+    only_active = [d.rank for d in dumps if d.entries] if only_active_job(dumps) else []
+    wrapped = [] if only_active else [d.rank for d in dumps if d.wrapped]
     if wrapped:
         parts.append(f"Ring buffer wrapped on {ranks_text(wrapped)}: only the overlap of windows was compared.")
+    if only_active:
+        parts.append(f"Only active entries dumped on {ranks_text(only_active)} (onlyActive): finished ops are left out, "
+                     "and pg_status says how far each group got.")
     unusable = _unusable_files(analysis)
     if unusable:
         parts.append(f"Skipped {plural(len(unusable), 'unusable file')}: " + "; ".join(str(e) for e in unusable[:5]))

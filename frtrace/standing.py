@@ -29,7 +29,7 @@ def completion_is_reliable(dumps: list[RankDump]) -> bool:
         for entry in dump.entries:
             if entry.state in ("started", "completed") or entry.time_completed_ns:
                 return True
-    return any(keeps_only_active(d) for d in dumps)
+    return only_active_job(dumps)
 
 
 def keeps_only_active(dump: RankDump) -> bool:
@@ -40,6 +40,12 @@ def keeps_only_active(dump: RankDump) -> bool:
     if not entries or dump.unreadable_entries or dump.backend == "gloo":
         return False
     return entries[-1].record_id - entries[0].record_id + 1 > len(entries)
+
+
+def only_active_job(dumps: list[RankDump]) -> bool:
+    """The job's dumps keep only active entries: a job-wide setting, so one dump showing it
+    (gaps in its record ids) speaks for all, even those whose few entries show no gap."""
+    return any(map(keeps_only_active, dumps))
 
 
 def blocked_at(entries: tuple[Entry, ...]) -> int:
