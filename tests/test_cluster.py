@@ -109,7 +109,9 @@ def test_a_worker_that_dies_is_one_line_and_the_rest_is_analysed(tmp_path):
     assert len(errors) == 1 and "a dask worker died while reading them" in errors[0], result["stderr"]
     report = json.loads(result["stdout"])
     assert 3 in report["inputs"]["ranks_missing"]
-    assert 6 in report["inputs"]["ranks_found"] and len(report["inputs"]["ranks_found"]) >= 4
+    # The tasks the dying worker held besides rank 3's are lost with it: which those are
+    # is up to dask's scheduling, so only how much survives is asserted.
+    assert 3 not in report["inputs"]["ranks_found"] and len(report["inputs"]["ranks_found"]) >= 4
 
 
 def test_unreachable_scheduler_is_one_line_exit_2(tmp_path):
