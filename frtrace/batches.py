@@ -94,7 +94,15 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
     settled = list(entries)
     for i in _ops_of_finished_batches(entries):
         settled[i] = entries[i]._replace(retired=True)
-    counts_collectives = {pg_id: _counts_collectives(entries, pg_id, status) for pg_id, status in pg_status.items()}
+    p2p_seqs: dict[int, list[int]] = {}
+    collective_seqs: dict[int, list[int]] = {}
+    for entry in entries:  # one pass: a dump holds few groups and many entries
+        if entry.is_p2p:
+            p2p_seqs.setdefault(entry.pg_id, []).append(entry.p2p_seq_id)
+        else:
+            collective_seqs.setdefault(entry.pg_id, []).append(entry.collective_seq_id)
+    counts_collectives = {pg_id: _counts_collectives(status, p2p_seqs.get(pg_id, []), collective_seqs.get(pg_id, []))
+                          for pg_id, status in pg_status.items()}
     for i, entry in enumerate(settled):
         status = pg_status.get(entry.pg_id)
         if entry.completed or status is None or status.last_completed is None:
@@ -111,17 +119,13 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
     return tuple(settled)
 
 
-def _counts_collectives(entries: tuple[Entry, ...], pg_id: int, status: PgStatus) -> Optional[bool]:
-    """Whether the group's pg_status is in collective numbers (True), P2P numbers (False),
-    or cannot be told (None). Its last enqueued work is the newest: a number below some op
-    the dump holds cannot be in that op's numbering."""
+def _counts_collectives(status: PgStatus, p2p: list[int], collectives: list[int]) -> Optional[bool]:
+    """Whether a group's pg_status is in collective numbers (True), P2P numbers (False),
+    or cannot be told (None), from the sequence numbers of the group's P2P ops and
+    collectives the dump holds. Its last enqueued work is the newest: a number below
+    some op the dump holds cannot be in that op's numbering."""
     enqueued = status.last_enqueued
-    if mixes_numberings(status):
-        return None
-    mine = [e for e in entries if e.pg_id == pg_id]
-    p2p = [e.p2p_seq_id for e in mine if e.is_p2p]
-    collectives = [e.collective_seq_id for e in mine if not e.is_p2p]
-    if enqueued is None or not p2p:
+    if mixes_numberings(status) or enqueued is None or not p2p:
         # Without a P2P op held, P2P work may still have been the group's last (the dump
         # of only active entries left it out): the numbering cannot be told.
         return None

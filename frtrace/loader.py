@@ -35,7 +35,7 @@ from .util import cyclic_gc_paused
 
 from .discovery import (DEFAULT_MAX_FILE_BYTES, Discovery, InputError, discover_dump_files, find_dump_files,
                         parse_rank_from_name)
-from .normalise import (DEFAULT_MAX_ENTRIES, BatchMemo, _normalised, _set_entries, normalise_dump,
+from .normalise import (DEFAULT_MAX_ENTRIES, BatchMemo, normalised_without_entries, set_entries, normalise_dump,
                         parse_profiling_name)
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_FILE_BYTES", "Discovery", "InputError", "discover_dump_files",
@@ -163,12 +163,12 @@ def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool =
         with cyclic_gc_paused():
             raw, encoding = decode_dump_bytes(data, max_bytes, isolated=isolated)
             del data
-            dump, columns = _normalised(raw, rank, path, encoding, memo)
+            dump, columns = normalised_without_entries(raw, rank, path, encoding, memo)
             del raw
             if packed:
                 dump.entries = pack(columns)
             else:
-                _set_entries(dump, columns, shared)
+                set_entries(dump, columns, shared)
             return dump
     except MayNestTooDeeply:
         return _NEEDS_OWN_PROCESS
@@ -328,7 +328,7 @@ def _as_array(ranks, arrays: dict) -> array:
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        _set_entries(result, unpack(result.entries), shared)
+        set_entries(result, unpack(result.entries), shared)
         _share_rank_lists(result, shared)
     return result
 

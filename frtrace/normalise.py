@@ -482,12 +482,12 @@ def _version(raw: dict, norm: _Normaliser) -> str:
 def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
     """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
     the data is not shaped like a dump at all."""
-    dump, columns = _normalised(raw, rank, path, encoding)
-    _set_entries(dump, columns)
+    dump, columns = normalised_without_entries(raw, rank, path, encoding)
+    set_entries(dump, columns)
     return dump
 
 
-def _set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues] = None) -> None:
+def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues] = None) -> None:
     """The dump's entries from `columns`, each coalesced batch settled as one unit, and in
     a dump of only active entries, those its pg_status says finished (see `batches`)."""
     dump.entries = settle_batches(entries_from_columns(columns, shared))
@@ -495,7 +495,7 @@ def _set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues
         dump.entries = settle_finished(dump.entries, dump.pg_status)
 
 
-def _normalised(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
+def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
                 max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
     """`(RankDump without its entries, Columns of its entries)`."""
     raw = _top_level_dict(raw)

@@ -21,29 +21,11 @@ from .finding import Finding
 ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
 
 
-def first_divergence(facts: Facts, view: GroupView) -> Optional[int]:
-    """Index in the group's matches of the first disagreement or op some members never
-    issued; None when the members agree on everything their dumps hold."""
-    for index, match in enumerate(facts.collectives_of(view)):
-        if match.disagreement is not None:
-            return index
-        if match.not_issued and not took_part_unrecorded(match, facts.reliable):
-            return index
-    return None
-
-
-def took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
-    """Every member that issued the op completed it, which a collective cannot do
-    without the rest of its members: the ones with no entry for it took part, their
-    dump just does not show it (dumped without collectives, or only active ops)."""
-    return reliable and bool(match.calls) and len(match.completed_ranks) == len(match.calls)
-
-
 def divergences(facts: Facts) -> list[Finding]:
     """The rule: each group's first divergence, as a mismatch or as ranks that never issued an op."""
     findings: list[Finding] = []
     for view in facts.device.views:
-        index = first_divergence(facts, view)
+        index = facts.divergence_at[view.group.id]
         if index is None:
             continue
         matches = facts.collectives_of(view)

@@ -46,6 +46,9 @@ class Facts:
     # rank -> (group name, is_p2p) of the op it is blocked in; empty without completion states
     blocked_in: dict[int, tuple[str, bool]]
     _families: dict[tuple[str, int], list[GroupView]]
+    # group id -> index in its matches of the first op members disagree on or some never
+    # issued (None: they agree on all they hold); read by the divergence and frontier rules
+    divergence_at: dict[int, Optional[int]]
 
     @classmethod
     def of(cls, analysis: Analysis) -> "Facts":
@@ -54,7 +57,11 @@ class Facts:
             if view.group.desc not in UNDESCRIBED:
                 families[(view.group.desc, view.group.size)].append(view)
         blocked = blocked_in(analysis.dumps) if analysis.reliable else {}
-        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, dict(families))
+        index = analysis.device.index
+        divergence_at = {view.group.id: _first_divergence(index.collectives_of.get(view.group.id, []), analysis.reliable)
+                         for view in analysis.device.views}
+        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, dict(families),
+                   divergence_at)
 
     @property
     def index(self) -> MatchIndex:
@@ -71,6 +78,22 @@ class Facts:
         # it for every group would cost groups x family size.
         family = [] if view.group.desc in UNDESCRIBED else self._families.get((view.group.desc, view.group.size), [])
         return Siblings(family, view.group.id, self.index)
+
+
+def _first_divergence(matches: list[CollectiveMatch], reliable: bool) -> Optional[int]:
+    for index, match in enumerate(matches):
+        if match.disagreement is not None:
+            return index
+        if match.not_issued and not took_part_unrecorded(match, reliable):
+            return index
+    return None
+
+
+def took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
+    """Every member that issued the op completed it, which a collective cannot do
+    without the rest of its members: the ones with no entry for it took part, their
+    dump just does not show it (dumped without collectives, or only active ops)."""
+    return reliable and bool(match.calls) and len(match.completed_ranks) == len(match.calls)
 
 
 def new_finding(kind: str, rule: str, view: Optional[GroupView], *, suspect_ranks: tuple[int, ...],

@@ -12,7 +12,6 @@ from typing import Any, Optional
 
 from ..matcher import CollectiveMatch, GroupView
 from ..wording import call_site, group_text, ranks_text
-from .divergence import first_divergence
 from .facts import Facts, new_finding, oldest_created
 from .finding import Finding
 
@@ -21,7 +20,7 @@ def frontiers(facts: Facts) -> list[Finding]:
     """The rule: per group without a divergence, its frontier op."""
     findings: list[Finding] = []
     for view in facts.device.views:
-        if first_divergence(facts, view) is not None:
+        if facts.divergence_at[view.group.id] is not None:
             continue
         frontier = _frontier(facts.collectives_of(view), facts.reliable)
         if frontier is None:

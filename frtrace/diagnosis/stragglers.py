@@ -17,8 +17,7 @@ from itertools import chain
 
 from ..matcher import CollectiveMatch
 from ..wording import ranks_text
-from .divergence import took_part_unrecorded
-from .facts import Facts, new_finding
+from .facts import Facts, new_finding, took_part_unrecorded
 from .finding import Finding
 
 STRAGGLER_MIN_MS = 10.0
