@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import operator
 from itertools import compress
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from .model import Entry, OpName, PgStatus
 from .standing import mixes_numberings
@@ -22,28 +22,36 @@ from .standing import mixes_numberings
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 
 
-def settle_batches(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
-    markers = list(compress(range(len(entries)), map(_IS_MARKER, entries)))
-    if not markers:
-        return entries
-    settled = list(entries)
+def batch_settlements(entries: Sequence[Entry], markers: Optional[Iterable[int]] = None) -> dict[int, Entry]:
+    """position -> the settled entry, for every entry a batch changes (`markers`: the
+    positions of the batches' end markers, when the caller knows them already)."""
+    if markers is None:
+        markers = compress(range(len(entries)), map(_IS_MARKER, entries))
+    changes: dict[int, Entry] = {}
     p2p_names: dict[OpName, OpName] = {}  # one shared renamed marker name per distinct name
     for position in markers:
-        _settle(settled, position, p2p_names)
-    return tuple(settled)
+        _settle(entries, changes, position, p2p_names)
+    return changes
 
 
-def _settle(entries: list[Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
+def settle_batches(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    """`entries` with every batch settled."""
+    changes = batch_settlements(entries)
+    return tuple(changes.get(i, entry) for i, entry in enumerate(entries)) if changes else entries
+
+
+def _settle(entries: Sequence[Entry], changes: dict[int, Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
     marker = entries[position]
     start = batch_start(entries, position)
     if start == position:
         return  # a marker with no ops before it (they fell off the ring buffer): leave it be
     if entries[start].is_p2p:
         name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
-        entries[position] = marker = marker._replace(name=name)
+        changes[position] = marker = marker._replace(name=name)
     for i in range(start, position):
-        if not _has_own_state(entries[i]):
-            entries[i] = entries[i]._replace(
+        entry = entries[i]
+        if not _has_own_state(entry):
+            changes[i] = entry._replace(
                 state=marker.state, retired=marker.retired, time_started_ns=marker.time_started_ns,
                 time_completed_ns=marker.time_completed_ns, duration_ms=marker.duration_ms)
 
@@ -81,7 +89,7 @@ def _has_own_state(entry: Entry) -> bool:
     return entry.state != "scheduled" or bool(entry.retired) or bool(entry.time_completed_ns) or bool(entry.time_started_ns)
 
 
-def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) -> tuple[Entry, ...]:
+def finished_settlements(entries: Sequence[Entry], pg_status: dict[int, PgStatus]) -> dict[int, Entry]:
     """A dump that keeps only active entries still holds the ops of batches that finished:
     recorded without events, they never look finished, and their marker, which did, was
     left out. Such ops are marked retired where the dump shows it: a P2P batch of two or
@@ -90,10 +98,9 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
     group's last work: a P2P number after P2P work, a collective number after a
     collective (see `_counts_collectives`). A collective number past the one an op was
     issued under says a later collective of the group finished, and the group's work
-    finishes in order."""
-    settled = list(entries)
-    for i in _ops_of_finished_batches(entries):
-        settled[i] = entries[i]._replace(retired=True)
+    finishes in order. Returns position -> the settled entry, for the entries it changes."""
+    entries = tuple(entries)  # read several times over: built once from a table
+    changes = {i: entries[i]._replace(retired=True) for i in _ops_of_finished_batches(entries)}
     p2p_seqs: dict[int, list[int]] = {}
     collective_seqs: dict[int, list[int]] = {}
     for entry in entries:  # one pass: a dump holds few groups and many entries
@@ -103,7 +110,8 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
             collective_seqs.setdefault(entry.pg_id, []).append(entry.collective_seq_id)
     counts_collectives = {pg_id: _counts_collectives(status, p2p_seqs.get(pg_id, []), collective_seqs.get(pg_id, []))
                           for pg_id, status in pg_status.items()}
-    for i, entry in enumerate(settled):
+    for i, entry in enumerate(entries):
+        entry = changes.get(i, entry)
         status = pg_status.get(entry.pg_id)
         if entry.completed or status is None or status.last_completed is None:
             continue
@@ -115,8 +123,8 @@ def settle_finished(entries: tuple[Entry, ...], pg_status: dict[int, PgStatus]) 
         else:  # a collective: only when pg_status surely counts collectives
             finished = bool(numbering) and entry.collective_seq_id <= status.last_completed
         if finished:
-            settled[i] = entry._replace(retired=True)
-    return tuple(settled)
+            changes[i] = entry._replace(retired=True)
+    return changes
 
 
 def _counts_collectives(status: PgStatus, p2p: list[int], collectives: list[int]) -> Optional[bool]:
@@ -136,7 +144,7 @@ def _counts_collectives(status: PgStatus, p2p: list[int], collectives: list[int]
     return None
 
 
-def _ops_of_finished_batches(entries: tuple[Entry, ...]) -> list[int]:
+def _ops_of_finished_batches(entries: Sequence[Entry]) -> list[int]:
     """Positions of the ops of batches (two or more ops under one p2p_seq_id, or one
     collective_seq_id, of a group; no marker held) whose marker's record, the one right
     after their last op, is gone: a plain op of its own records its own end, so two

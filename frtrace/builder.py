@@ -18,9 +18,10 @@ from __future__ import annotations
 import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional, Sequence
 
-from .model import Group, LoadIssue, Membership, PgConfig, RankDump
+from .entry_table import EntryTable
+from .model import Entry, Group, LoadIssue, Membership, PgConfig, RankDump
 from .util import plural
 
 DEFAULT_GROUP_NAME = "0"
@@ -83,12 +84,19 @@ class _GroupFacts:
     configured: dict  # rank -> ranks tuple from that rank's own pg_config
 
 
+def _groups_of_entries(entries: Sequence[Entry]) -> set:
+    """The (pg_name, pg_desc) pairs `entries` hold."""
+    if isinstance(entries, EntryTable):
+        return {static[:2] for static in entries.statics_in_use()}  # pg_name and pg_desc lead
+    return set(map(_GROUP_OF_ENTRY, entries))
+
+
 def _collect_facts(dumps: Iterable[RankDump], configs: dict) -> dict:
     """Per group name: descriptions, users and configured rank sets (`configs`: rank ->
     that rank's pg_config, already cleared of implausible ranks)."""
     facts: dict = defaultdict(lambda: _GroupFacts(Counter(), set(), {}))
     for dump in dumps:
-        for pg_name, pg_desc in set(map(_GROUP_OF_ENTRY, dump.entries)):
+        for pg_name, pg_desc in _groups_of_entries(dump.entries):
             fact = facts[pg_name]
             fact.users.add(dump.rank)
             fact.descs[pg_desc] += 1

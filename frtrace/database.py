@@ -12,6 +12,7 @@ the same dumps give identical tables.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Mapping
 
 from .matcher import CollectiveMatch, MatchResult, P2PMatch
 from .model import Collective, Database, Entry, NCCLCall, Traceback
@@ -64,7 +65,7 @@ def collective_state(match: CollectiveMatch) -> tuple:
     return "in_flight", None
 
 
-def _majority_entry(calls: dict) -> Entry:
+def _majority_entry(calls: Mapping) -> Entry:
     counts = Counter(entries[0].name.profiling_name for entries in calls.values())
     top = counts.most_common(1)[0][0]
     return next(entries[0] for _, entries in sorted(calls.items()) if entries[0].name.profiling_name == top)

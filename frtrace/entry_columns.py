@@ -23,6 +23,7 @@ from array import array
 from itertools import count, repeat
 from typing import NamedTuple, Optional, Sequence
 
+from .entry_table import EntryTable
 from .model import Entry
 
 _NONE = type(None)
@@ -41,6 +42,7 @@ _OPTIONAL_INT_FIELDS = ("time_discovered_started_ns", "time_discovered_completed
 # op name, shapes, state, stack): see SharedValues.
 _SHAREABLE_INTS = tuple(Entry._fields.index(f) for f in ("index", "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id"))
 _SHAREABLE_VALUES = tuple(Entry._fields.index(f) for f in ("pg_name", "pg_desc", "name", "shapes", "state", "frames"))
+_STATIC_POSITIONS = _SHAREABLE_VALUES
 _SMALL_INT_LIMIT = 1 << 16
 _CACHED_INTS = 257  # CPython keeps one object for each int below this already
 _EXAMPLE_ROUNDS = 6  # see _examples
@@ -376,6 +378,25 @@ def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None
             column = [column[0]] * len(column)  # one int object for a field all entries hold alike (timeout_ms)
         lists[position] = column
     return tuple(map(_new_entry, repeat(Entry), zip(*lists)))
+
+
+def entry_table(columns: Columns, shared: Optional[SharedValues] = None) -> EntryTable:
+    """The entries of `columns` as an EntryTable; with `shared`, its group names, op names,
+    shapes, states and stacks are the objects every rank shares."""
+    lists = list(columns.lists)
+    static = [lists[position] for position in _STATIC_POSITIONS]
+    if shared is not None:
+        static = [Coded(shared.values_of(c.table), c.codes) if isinstance(c, Coded) else shared.values_of(c)
+                  for c in static]
+    for position, column in enumerate(lists):
+        if isinstance(column, _Packed):
+            lists[position] = column.ints
+    if all(isinstance(c, Coded) for c in static) and all(c.codes is static[0].codes for c in static):
+        # One code per entry for all six: their tables read side by side are the static rows.
+        return EntryTable.from_columns(lists, static[0].codes, list(zip(*(c.table for c in static))))
+    for position, column in zip(_STATIC_POSITIONS, static):
+        lists[position] = column.values() if isinstance(column, Coded) else column
+    return EntryTable.from_columns(lists)
 
 
 # --------------------------------------------------------------------------- transfer

@@ -328,7 +328,8 @@ def _as_array(ranks, arrays: dict) -> array:
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        set_entries(result, unpack(result.entries), shared)
+        # A worker's RankDump carries its entries packed (see _loaded) until here.
+        set_entries(result, unpack(result.entries), shared)  # type: ignore[arg-type]
         _share_rank_lists(result, shared)
     return result
 

@@ -22,10 +22,12 @@ import operator
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from typing import NamedTuple, Optional
+from typing import Mapping, NamedTuple, Optional, Sequence
 
 from .builder import Layout
-from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
+from .entry_table import EntryTable
+from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, SeqMap, buckets_by_code, rows_where
 from .standing import mixes_numberings, only_active_job
 
 _PG_NAME = operator.attrgetter("pg_name")
@@ -36,10 +38,8 @@ _NAME = operator.attrgetter("name")
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 _STATE = operator.attrgetter("state")
-# Stands for "no entry" in a rank's column of batches: a batch whose one entry has no op,
-# no shapes and no state (so not "completed"), so a row holding it is never settled at once.
-_NO_BATCH = (Entry(-1, -1, "", "", -1, -1, -1, -1, OpName("", "", "", False), Shapes((), (), (), ()), "", None, 0,
-                   None, None, None, None, ()),)
+# Expected where the first rank holds no single entry: equal to no key, so never settled.
+_NEVER = object()
 _SEQ = operator.attrgetter("collective_seq_id")
 _P2P_SEQ = operator.attrgetter("p2p_seq_id")
 _INDEX = operator.attrgetter("index")
@@ -115,7 +115,7 @@ class Disagreement:
 class CollectiveMatch:
     group_id: int
     seq: int
-    calls: dict  # rank -> tuple[Entry, ...] (several for a coalesced batch)
+    calls: Mapping[int, tuple]  # rank -> its entries (several for a coalesced batch); LazyCalls when settled
     not_issued: tuple  # members whose window covers seq but who have no entry for it
     out_of_window: tuple  # members whose buffer no longer reaches back to seq
     no_dump: tuple
@@ -198,8 +198,8 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
 class DealtEntries(NamedTuple):
     """One rank's entries of one process group name, in order."""
 
-    collectives: list
-    by_sequence: dict  # collective_seq_id -> tuple of entries (several for a coalesced batch)
+    collectives: list  # rows of the rank's EntryTable
+    by_sequence: SeqMap  # collective_seq_id -> tuple of entries (several for a coalesced batch)
     p2p: list  # without the markers that close a batch
     batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
 
@@ -209,23 +209,24 @@ def deal(dump: RankDump) -> dict:
 
     Needs no layout, so the loader can run it on each dump as it arrives, while worker
     processes still decode the others. A rank holds thousands of entries in a handful of
-    groups: they are dealt into one list per (group, collective or P2P) in a single pass
-    in C, not entry by entry in Python."""
-    entries = dump.entries
-    pg_names = list(map(_PG_NAME, entries))
-    names = list(dict.fromkeys(pg_names))
+    groups: their rows are dealt into one list per (group, collective or P2P) in a single
+    pass in C over the table's codes, without building an Entry per row."""
+    table = EntryTable.from_entries(dump.entries)
+    statics, codes = table.statics, table.codes
+    names = list(dict.fromkeys(static[0] for static in table.statics_in_use()))
     # Bucket 2k holds the collectives of the k-th name, 2k+1 its P2P ops.
     first_bucket = {name: 2 * k for k, name in enumerate(names)}
-    buckets: list[list[Entry]] = [[] for _ in range(2 * len(names))]
-    keys = map(operator.add, map(first_bucket.__getitem__, pg_names), map(_IS_P2P, entries))
-    deque(map(list.append, map(buckets.__getitem__, keys), entries), maxlen=0)
+    bucket_of_code = [first_bucket.get(static[0], 0) + static[2].is_p2p for static in statics]
+    buckets = buckets_by_code(codes, bucket_of_code, 2 * len(names))
+    marker_codes = {code for code, static in enumerate(statics) if static[2].is_coalesced_marker}
     dealt = {}
     for k, name in enumerate(names):
         collectives, p2p = buckets[2 * k], buckets[2 * k + 1]
-        markers = list(map(_IS_MARKER, p2p))
-        batched = frozenset(map(_P2P_SEQ, compress(p2p, markers))) if any(markers) else frozenset()
-        p2p = list(compress(p2p, map(operator.not_, markers)))
-        dealt[name] = DealtEntries(collectives, _by_sequence(collectives), p2p, batched)
+        markers = rows_where(list(map(codes.__getitem__, p2p)), marker_codes) if marker_codes else []
+        batched = frozenset(table.field_at("p2p_seq_id", [p2p[m] for m in markers])) if markers else frozenset()
+        if markers:
+            p2p = [p2p[m] for m in sorted(set(range(len(p2p))) - set(markers))]
+        dealt[name] = DealtEntries(collectives, SeqMap(table, collectives), list(table.rows(p2p)), batched)
     return dealt
 
 
@@ -245,29 +246,13 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
             part = dealt[names[0]]
             collectives, p2p, batched = part.by_sequence, part.p2p, part.batched
         else:  # one group under several names: its entries, back in the rank's order
-            collectives = _by_sequence(sorted((e for n in names for e in dealt[n].collectives), key=_INDEX))
+            table = dealt[names[0]].by_sequence.table
+            collectives = SeqMap(table, sorted(row for n in names for row in dealt[n].collectives))
             p2p = sorted((e for n in names for e in dealt[n].p2p), key=_INDEX)
             batched = frozenset().union(*(dealt[n].batched for n in names))
-        stream = per_group[gid] = RankStream(dump.rank, collectives, p2p, None, None, clipped or dump.wrapped, uncertain, batched)
-        if collectives:
-            stream.first_seq = min(collectives)
-            stream.last_seq = max(collectives)
+        per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
+                                    clipped or dump.wrapped, uncertain, batched)
     return per_group
-
-
-def _by_sequence(entries: list) -> dict:
-    """collective_seq_id -> tuple of its entries (several for a coalesced batch), in order."""
-    seqs = list(map(_SEQ, entries))
-    collectives = dict(zip(seqs, zip(entries)))  # zip(entries) gives 1-tuples
-    if len(collectives) < len(entries):  # some sequence numbers hold batches: gather those
-        shared = {seq for seq, count in Counter(seqs).items() if count > 1}
-        # Gathered in lists, made tuples once: growing a tuple per entry is quadratic in
-        # the batch size, and a corrupt dump can put every entry under one number.
-        batches: dict = defaultdict(list)
-        for entry in compress(entries, map(shared.__contains__, seqs)):
-            batches[entry.collective_seq_id].append(entry)
-        collectives.update((seq, tuple(batch)) for seq, batch in batches.items())
-    return collectives
 
 
 def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None, only_active: Optional[bool] = None) -> tuple:
@@ -379,7 +364,7 @@ def _op_signature(entry: Entry) -> Optional[tuple]:
     return op, in_numel, out_numel, dtypes
 
 
-def batch_signature(entries: tuple, cache: Optional[dict] = None) -> Optional[tuple]:
+def batch_signature(entries: Sequence[Entry], cache: Optional[dict] = None) -> Optional[tuple]:
     """Signatures of a batch's ops, None when one of them cannot be read.
 
     With a `cache` (one per `match` call), equal signatures come back as one shared
@@ -464,15 +449,13 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     members = [r for r in view.group.ranks if r in streams]
     group_id, no_dump = view.group.id, view.no_dump
     strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    # One column per rank (its batch at each sequence number, or _NO_BATCH), read as rows.
-    columns = [list(map(table.get, seqs, repeat(_NO_BATCH))) for table in tables]
-    unsettled = _unsettled(columns)
+    unsettled = _unsettled([_keys_at(table, seqs) for table in tables])
     matches = []
-    for position, (seq, row) in enumerate(zip(seqs, zip(*columns))):
-        if position not in unsettled:  # every rank issued the same single op and completed it
-            matches.append(CollectiveMatch(group_id, seq, dict(zip(ranks, row)), (), (), no_dump, None, ranks))
+    for position, seq in enumerate(seqs):
+        if position not in unsettled:  # every rank issued the same op (or batch) and completed it
+            matches.append(CollectiveMatch(group_id, seq, LazyCalls(streams, seq), (), (), no_dump, None, ranks))
             continue
-        calls = {rank: batch for rank, batch in zip(ranks, row) if batch is not _NO_BATCH}
+        calls = {rank: batch for rank, batch in zip(ranks, map(_batch_at, tables, repeat(seq))) if batch}
         absence: dict[str, tuple[int, ...]] = {}
         if strays or len(calls) < len(members):
             absent = [rank for rank in members if rank not in calls]
@@ -485,26 +468,55 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     return matches
 
 
+def first_values(calls: Mapping[int, tuple], name: str) -> list:
+    """Field `name` of each rank's (first) entry in a collective's `calls`, in rank order:
+    read off the columns for a settled one, which the diagnosis samples by the thousand."""
+    if isinstance(calls, LazyCalls):
+        return calls.first_values(name)
+    return [getattr(batch[0], name) for batch in calls.values()]
+
+
+def _batch_at(table, seq: int) -> tuple:
+    return table.get(seq, ())
+
+
+def _keys_at(table, seqs: list) -> list:
+    """What the rank issued at each of `seqs` (see SeqMap.keys_at)."""
+    if isinstance(table, SeqMap):
+        return table.keys_at(seqs)
+    return [_key_of(table.get(seq, ())) for seq in seqs]
+
+
+def _key_of(batch: tuple):
+    if len(batch) == 1:
+        return _NAME_SHAPES_STATE(batch[0])
+    return BatchKey(map(_NAME_SHAPES_STATE, batch)) if batch else NOT_SINGLE
+
+
+def _completed_key(key):
+    """What every rank's key must be for the collective to be settled: the first rank's,
+    completed (for a batch: every entry of it)."""
+    if key is NOT_SINGLE:
+        return _NEVER
+    if isinstance(key, BatchKey):
+        return BatchKey((name, shapes, "completed") for name, shapes, _ in key)
+    return key[0], key[1], "completed"
+
+
 def _unsettled(columns: list) -> set:
-    """Positions of the rows of `columns` (one column of batches per rank, one row per
-    sequence number) that are not settled: settled is when every rank issued one entry,
-    with the same op name and shapes as the others, and says it completed. Most
+    """Positions of the rows of `columns` (one column of keys per rank, see `_keys_at`, one
+    row per sequence number) that are not settled: settled is when every rank issued one
+    entry (or one coalesced batch), with the same op names and shapes as the others, and
+    says each completed. Most
     collectives of a job are settled so, and this finds them a column at a time in C
     rather than rank by rank in Python. Equal values are shared objects (see the
-    loader), so comparing them mostly costs an identity check.
-
-    A rank's column usually agrees with the first rank's throughout, which one list
-    comparison shows; only a column that does not is searched for the rows it fails."""
+    loader), so comparing them mostly costs an identity check."""
     rows = range(len(columns[0]))
-    expected = [(name, shapes, "completed") for name, shapes, _ in map(_NAME_SHAPES_STATE, map(_FIRST, columns[0]))]
-    singles = [1] * len(rows)
+    expected = list(map(_completed_key, columns[0]))
     unsettled: set = set()
     for column in columns:
-        if list(map(len, column)) != singles:
-            unsettled.update(compress(rows, map(operator.ne, map(len, column), repeat(1))))
-        found = list(map(_NAME_SHAPES_STATE, map(_FIRST, column)))
-        if found != expected:
-            unsettled.update(compress(rows, map(operator.ne, found, expected)))
+        if column != expected:
+            unsettled.update(compress(rows, map(operator.ne, column, expected)))
     return unsettled
 
 

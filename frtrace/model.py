@@ -11,7 +11,7 @@ Everything here is immutable or slotted so millions of entries stay cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 
 class Frame(NamedTuple):
@@ -114,7 +114,7 @@ class RankDump:
     comm_lib_version: str
     pg_config: tuple  # tuple[PgConfig, ...]
     pg_status: dict  # rank-local pg_id -> PgStatus
-    entries: tuple  # tuple[Entry, ...] oldest first
+    entries: Sequence[Entry]  # oldest first: an EntryTable from the loader, or a tuple
     has_entries: bool  # False when the dump was taken without collectives
     warnings: tuple = ()
     # Entries dropped because where they stand (their collective_seq_id) could not be read.
@@ -122,10 +122,7 @@ class RankDump:
 
     @property
     def backend(self) -> str:
-        for entry in self.entries:
-            if entry.name.backend:
-                return entry.name.backend
-        return ""
+        return next((name.backend for name in self._static_values("name") if name.backend), "")
 
     @property
     def wrapped(self) -> bool:
@@ -134,7 +131,15 @@ class RankDump:
 
     @property
     def has_frames(self) -> bool:
-        return any(entry.frames for entry in self.entries)
+        return any(self._static_values("frames"))
+
+    def _static_values(self, name: str) -> list:
+        """The distinct values of one of an entry's static fields, in order of first use."""
+        from .entry_table import EntryTable  # here: entry_table builds on this module
+
+        if isinstance(self.entries, EntryTable):
+            return self.entries.static_values(name)
+        return list(dict.fromkeys(getattr(entry, name) for entry in self.entries))
 
 
 # What torch writes as a group's description when the program gave none: it says nothing

@@ -15,11 +15,11 @@ from collections import Counter
 
 
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Optional
 
-from .batches import settle_batches, settle_finished
-from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entries_from_columns
+from .batches import batch_settlements, finished_settlements
+from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entry_table
 from .model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .safe_decode import DecodeError
 
@@ -488,11 +488,21 @@ def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
 
 
 def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues] = None) -> None:
-    """The dump's entries from `columns`, each coalesced batch settled as one unit, and in
-    a dump of only active entries, those its pg_status says finished (see `batches`)."""
-    dump.entries = settle_batches(entries_from_columns(columns, shared))
+    """The dump's entries from `columns`, as an `EntryTable`: each coalesced batch settled
+    as one unit, and in a dump of only active entries, those its pg_status says finished
+    (see `batches`)."""
+    table = entry_table(columns, shared)
+    markers = [code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker]
+    if markers:
+        # Settling walks back from each marker entry by entry: on a tuple of the entries,
+        # built once, and not on the table, which builds an Entry for every read.
+        positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))
+        for row, entry in batch_settlements(tuple(table), positions).items():
+            table.replace(row, entry)
+    dump.entries = table
     if keeps_only_active(dump):
-        dump.entries = settle_finished(dump.entries, dump.pg_status)
+        for row, entry in finished_settlements(table, dump.pg_status).items():
+            table.replace(row, entry)
 
 
 def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,

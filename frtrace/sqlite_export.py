@@ -387,7 +387,7 @@ def _positions(analysis) -> list:
             entries = tuple(by_group[gid])
             index = blocked_at(entries)
             done = next((e for e in reversed(entries[:index]) if e.completed), None)
-            here = index < len(entries) and entries[index] is rank_blocked
+            here = index < len(entries) and entries[index] == rank_blocked
             out.append(_Position(dump.rank, gid, entries, index, done, here))
     return out
 

@@ -8,7 +8,9 @@ pipeline uses them to hand the diagnosis the entries as each rank's device got t
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
+from .entry_table import EntryTable
 from .model import Entry, PgStatus, RankDump
 
 
@@ -48,7 +50,7 @@ def only_active_job(dumps: list[RankDump]) -> bool:
     return any(map(keeps_only_active, dumps))
 
 
-def blocked_at(entries: tuple[Entry, ...]) -> int:
+def blocked_at(entries: Sequence[Entry]) -> int:
     """Index of the entry the rank is blocked in (len(entries) when it is in none): the
     oldest unfinished entry after the newest completed one. A rank's ops finish in the
     order it enqueued them, so an older unfinished entry followed by completed ones is
@@ -64,6 +66,13 @@ def batch_key(entry: Entry) -> tuple[str, bool, int]:
     return entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
 
 
+def batch_key_at(entries: Sequence[Entry], position: int) -> tuple[str, bool, int]:
+    """batch_key(entries[position]), read off the table's columns when it is one."""
+    if isinstance(entries, EntryTable):
+        return entries.batch_key(position)
+    return batch_key(entries[position])
+
+
 def without_queued_ops(dump: RankDump) -> RankDump:
     """The dump as the rank's GPU got it: without the ops the host only queued behind
     the one the rank is blocked in. The host enqueues ahead, so a stuck rank may list
@@ -77,10 +86,10 @@ def without_queued_ops(dump: RankDump) -> RankDump:
     if blocked >= len(entries) - 1:
         return dump
     batch = batch_key(entries[blocked])
-    behind = tuple(e for e in entries[blocked + 1:] if e.started or batch_key(e) == batch)
+    behind = [i for i in range(blocked + 1, len(entries)) if entries[i].started or batch_key(entries[i]) == batch]
     if len(behind) == len(entries) - blocked - 1:
         return dump
-    return replace(dump, entries=entries[: blocked + 1] + behind)
+    return replace(dump, entries=EntryTable.from_entries(entries).take([*range(blocked + 1), *behind]))
 
 
 def blocked_in(dumps: list[RankDump]) -> dict[int, tuple[str, bool]]:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
+from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch, first_values
 from ..model import UNDESCRIBED, Entry, RankDump
 from ..pipeline import Analysis
 from ..standing import blocked_in
@@ -119,4 +119,4 @@ def last_entry(view: GroupView, rank: int) -> Optional[Entry]:
 
 
 def oldest_created(match: CollectiveMatch) -> int:
-    return min(e[0].time_created_ns for e in match.calls.values())
+    return min(first_values(match.calls, "time_created_ns"))

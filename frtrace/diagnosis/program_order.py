@@ -22,7 +22,7 @@ from typing import Optional
 from ..builder import Layout
 from ..matcher import GroupView, MatchResult, batch_signature
 from ..model import UNDESCRIBED, Entry, Group, RankDump
-from ..standing import batch_key, keeps_only_active
+from ..standing import batch_key_at, keeps_only_active
 from .finding import Finding, WentPast
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
@@ -78,11 +78,11 @@ class ProgramOrder:
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
         self.collectives = matches.index.at
         self._p2p_of_group = matches.index.p2p_of
-        self._partners: dict = {}  # group id -> {id(send or recv entry): the entry at the other end}
+        self._partners: dict = {}  # group id -> {(rank, index of its send or recv): the entry at the other end}
         self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
         self._sibling_parts: dict = {}  # see sibling_part
 
-    def partner(self, group_id: int, entry: Entry) -> Optional[Entry]:
+    def partner(self, group_id: int, rank: int, entry: Entry) -> Optional[Entry]:
         """The entry at the other end of a send or recv of the group. Indexed per group
         on first use: a diagnosis asks about the few groups its findings are in."""
         partners = self._partners.get(group_id)
@@ -90,9 +90,9 @@ class ProgramOrder:
             partners = self._partners[group_id] = {}
             for pair in self._p2p_of_group.get(group_id, ()):
                 if pair.send is not None and pair.recv is not None:
-                    partners[id(pair.send)] = pair.recv
-                    partners[id(pair.recv)] = pair.send
-        return partners.get(id(entry))
+                    partners[(pair.src, pair.send.index)] = pair.recv
+                    partners[(pair.dst, pair.recv.index)] = pair.send
+        return partners.get((rank, entry.index))
 
     def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
         """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
@@ -110,7 +110,7 @@ class ProgramOrder:
             return None  # a sibling of another size plays no comparable part
         their_holder, their_absent = others[local_holder], others[local_absent]
         mine = self.find(their_holder, held)
-        partner = self.partner(sibling, self.entries[their_holder][mine]) if mine is not None else None
+        partner = self.partner(sibling, their_holder, self.entries[their_holder][mine]) if mine is not None else None
         token = self.token_of(their_absent, partner) if partner is not None else None
         return (their_absent, partner, token) if token is not None else None
 
@@ -119,17 +119,17 @@ class ProgramOrder:
     def position(self, rank: int, entry: Entry) -> Optional[int]:
         entries = self.entries.get(rank, ())
         i = entry.index
-        if i >= len(entries) or entries[i] is not entry:
+        if i >= len(entries) or entries[i] != entry:
             i = bisect_left(entries, entry.index, key=_entry_index)
-        return i if i < len(entries) and entries[i] is entry else None
+        return i if i < len(entries) and entries[i] == entry else None
 
     def _batch_bounds(self, rank: int, position: int) -> tuple:
         entries = self.entries[rank]
-        key = batch_key(entries[position])
+        key = batch_key_at(entries, position)
         start = end = position
-        while start > 0 and batch_key(entries[start - 1]) == key:
+        while start > 0 and batch_key_at(entries, start - 1) == key:
             start -= 1
-        while end + 1 < len(entries) and batch_key(entries[end + 1]) == key:
+        while end + 1 < len(entries) and batch_key_at(entries, end + 1) == key:
             end += 1
         return start, end
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collections import defaultdict
 from itertools import chain
 
-from ..matcher import CollectiveMatch
+from ..matcher import CollectiveMatch, first_values
 from ..wording import ranks_text
 from .facts import Facts, new_finding, took_part_unrecorded
 from .finding import Finding
@@ -75,7 +75,7 @@ def _arrival_lateness(match: CollectiveMatch) -> dict[int, float]:
     arrival; with two members it is the earlier one, as a median of two would make
     both ranks half late and half early."""
     ranks = match.calls.keys()
-    created = [batch[0].time_created_ns for batch in match.calls.values()]
+    created = first_values(match.calls, "time_created_ns")
     on_time = min(created) if len(created) == 2 else statistics.median(created)
     return dict(zip(ranks, [(t - on_time) / 1e6 for t in created]))
 

@@ -1,0 +1,335 @@
+"""One rank's entries held as columns, read as `Entry` tuples only when asked for.
+
+Takes `Columns` (from the loader's fast path, a worker's packed columns, or plain Entry
+tuples); returns an `EntryTable`, a read-only `Sequence[Entry]`. An Entry tuple with its
+ints costs some 300 bytes; here an entry costs one code (its group, op, shapes, state and
+stack together: a row of a small table shared across the rank's entries) and one machine
+word per other field, about 90 bytes, and a `tuple` of Entry is built only for the rows
+someone reads (a finding, `-j`, an export).
+
+Every field keeps the exact value the loader normalised: ints of any size, None,
+bools, floats. A column whose values fit a machine array (None written as a sentinel no
+value holds) is stored in one; any other column stays a list.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from array import array
+from itertools import repeat
+from typing import Iterator, Optional, Sequence, Union, overload
+
+from .model import Entry
+
+_NONE = type(None)
+_new_entry = tuple.__new__
+# The fields that make up an entry's static part, stored as one code per entry.
+STATIC_FIELDS = ("pg_name", "pg_desc", "name", "shapes", "state", "frames")
+_STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
+_OTHER_POSITIONS = tuple(i for i in range(len(Entry._fields)) if i not in _STATIC_POSITIONS)
+_COLUMN_OF = {Entry._fields[position]: k for k, position in enumerate(_OTHER_POSITIONS)}
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
+
+
+class _Same:
+    """A column whose every value is one object (`timeout_ms`; the start and end times of
+    a dump recorded without them)."""
+
+    __slots__ = ("value", "length")
+
+    def __init__(self, value, length: int) -> None:
+        self.value, self.length = value, length
+
+    def __getitem__(self, row: int):
+        return self.value
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self) -> Iterator:
+        return repeat(self.value, self.length)
+
+
+class _Column:
+    """One non-static field: `values` (an array, a range or a list) and, for an array that
+    stands for other values (None, bools), `decode`, which maps a stored value to its own."""
+
+    __slots__ = ("values", "decode")
+
+    def __init__(self, values: Union[array, range, list, _Same], decode: Optional[dict] = None) -> None:
+        self.values = values
+        self.decode = decode
+
+    def read(self, row: int):
+        value = self.values[row]
+        return self.decode.get(value, value) if self.decode else value
+
+    def read_rows(self, rows: Sequence[int]) -> list:
+        if isinstance(self.values, _Same):
+            return [self.values.value] * len(rows)
+        return self._decoded(list(map(self.values.__getitem__, rows)))
+
+    def read_all(self) -> list:
+        return self._decoded(list(self.values))
+
+    def _decoded(self, values: list) -> list:
+        return list(map(self.decode.get, values, values)) if self.decode else values
+
+    def write(self, row: int, value) -> None:
+        if isinstance(self.values, array) and _fits(self.values.typecode, value, self.decode):
+            self.values[row] = _encoded(value, self.decode)
+            return
+        if isinstance(self.values, range) and type(value) is int and value == self.values[row]:
+            return
+        self.values, self.decode = self.read_all(), None  # a value the array cannot hold: a list
+        self.values[row] = value
+
+    def nbytes(self) -> int:
+        if isinstance(self.values, array):
+            return self.values.itemsize * len(self.values)
+        return 8 * len(self.values) if isinstance(self.values, list) else 0
+
+
+def _fits(typecode: str, value, decode: Optional[dict]) -> bool:
+    if value is None:
+        return decode is not None and None in decode.values()
+    if typecode == "q":
+        return type(value) is int and _INT64_MIN < value <= _INT64_MAX
+    if typecode == "d":
+        return type(value) is float and not math.isnan(value) and value != _FLOAT_NONE
+    if typecode == "b":
+        return type(value) is bool
+    return False
+
+
+def _encoded(value, decode: Optional[dict]):
+    if decode:
+        for stored, meant in decode.items():
+            if meant is value:  # None, True, False: identity, since 1 == True
+                return stored
+    return value
+
+
+_BOOLS = {-1: None, 0: False, 1: True}
+
+
+def _all_alike(values: Sequence) -> bool:
+    """Every value equal to the first, and of its type (1, 1.0 and True are equal)."""
+    first = values[0]
+    if first is None or isinstance(values, array):
+        return values.count(first) == len(values)
+    return values.count(first) == len(values) and set(map(type, values)) == {type(first)} \
+        and not (isinstance(first, float) and math.isnan(first))
+
+
+def column_of(values: Sequence) -> _Column:
+    """The most compact column holding exactly `values` (their types kept too)."""
+    if isinstance(values, range):
+        return _Column(values)
+    if values and _all_alike(values):
+        return _Column(_Same(values[0], len(values)))
+    if isinstance(values, array) and values.typecode == "q":
+        return _Column(values)
+    values = list(values)
+    kinds = set(map(type, values))
+    has_none = _NONE in kinds
+    present = [v for v in values if v is not None] if has_none else values
+    if kinds <= {int, _NONE} and (not present or (min(present) > _INT64_MIN and max(present) <= _INT64_MAX)):
+        if not has_none:
+            return _Column(array("q", values))
+        return _Column(array("q", [_INT64_MIN if v is None else v for v in values]), {_INT64_MIN: None})
+    if kinds <= {bool, _NONE}:
+        return _Column(array("b", [-1 if v is None else int(v) for v in values]), _BOOLS)
+    if kinds <= {float, _NONE} and not any(math.isnan(v) or v == _FLOAT_NONE for v in present):
+        if not has_none:
+            return _Column(array("d", values))
+        return _Column(array("d", [_FLOAT_NONE if v is None else v for v in values]), {_FLOAT_NONE: None})
+    return _Column(values)
+
+
+class EntryTable(Sequence[Entry]):
+    """A rank's entries, oldest first, as columns (see module docstring). Read-only to
+    its users; the loader settles batches through `replace` before anyone reads it."""
+
+    __slots__ = ("_codes", "_statics", "_static_code", "_columns", "_length", "_readers")
+
+    def __init__(self, codes: array, statics: list, columns: list[_Column]) -> None:
+        self._codes = codes  # static row of each entry
+        self._statics = statics  # (pg_name, pg_desc, name, shapes, state, frames) per code
+        self._static_code: Optional[dict] = None  # built on the first `replace`
+        self._columns = columns  # one per field outside STATIC_FIELDS, in Entry order
+        self._length = len(codes)
+        self._readers: Optional[tuple] = None  # see _read
+
+    # ---- building
+
+    @classmethod
+    def from_columns(cls, lists: Sequence, codes: Optional[Sequence[int]] = None,
+                     statics: Optional[Sequence[tuple]] = None) -> "EntryTable":
+        """A table of the 18 columns `lists` (one per Entry field, in order). `codes` and
+        `statics`, when given, hold the static fields already coded; the static columns
+        of `lists` are then not read."""
+        if codes is None or statics is None:
+            codes, statics = _coded_statics([lists[i] for i in _STATIC_POSITIONS])
+        columns = [column_of(lists[i]) for i in _OTHER_POSITIONS]
+        return cls(codes if isinstance(codes, array) else array("I", codes), list(statics), columns)
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[Entry]) -> "EntryTable":
+        if isinstance(entries, EntryTable):
+            return entries
+        lists = [list(column) for column in zip(*entries)] if entries else [[] for _ in Entry._fields]
+        return cls.from_columns(lists)
+
+    def replace(self, row: int, entry: Entry) -> None:
+        """Store `entry` as row `row` (the loader, settling a batch)."""
+        static = tuple(map(entry.__getitem__, _STATIC_POSITIONS))
+        if self._static_code is None:
+            self._static_code = {value: code for code, value in enumerate(self._statics)}
+        code = self._static_code.get(static)
+        if code is None:
+            code = self._static_code[static] = len(self._statics)
+            self._statics.append(static)
+        self._codes[row] = code
+        for column, position in zip(self._columns, _OTHER_POSITIONS):
+            column.write(row, entry[position])
+        self._readers = None
+
+    def take(self, rows: Sequence[int]) -> "EntryTable":
+        """A table of the entries at `rows`, in that order (sharing this one's static rows)."""
+        columns = [column_of(column.read_rows(rows)) for column in self._columns]
+        return EntryTable(array("I", map(self._codes.__getitem__, rows)), list(self._statics), columns)
+
+    # ---- reading
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.rows(range(*index.indices(self._length)))
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("entry index out of range")
+        static = self._statics[self._codes[index]]
+        c = self._read(index)
+        return _new_entry(Entry, (
+            c[0], c[1], static[0], static[1], c[2], c[3], c[4], c[5], static[2], static[3], static[4], c[6],
+            c[7], c[8], c[9], c[10], c[11], static[5]))
+
+    def _read(self, row: int) -> list:
+        """The non-static fields of one row. One entry is read at a time all through the
+        diagnosis: the columns' values are fetched in one pass in C, and only the columns
+        that stand for other values (None, bools) are decoded in Python."""
+        if self._readers is None:
+            self._readers = (tuple(column.values for column in self._columns),
+                             tuple((k, column.decode) for k, column in enumerate(self._columns) if column.decode))
+        containers, decoders = self._readers
+        values = list(map(operator.getitem, containers, repeat(row, len(containers))))
+        for k, decode in decoders:
+            value = values[k]
+            values[k] = decode.get(value, value)
+        return values
+
+    def rows(self, rows: Sequence[int]) -> tuple:
+        """The entries at `rows`, built a column at a time."""
+        statics = list(map(self._statics.__getitem__, map(self._codes.__getitem__, rows)))
+        fields: list = [None] * len(Entry._fields)
+        for k, position in enumerate(_STATIC_POSITIONS):
+            fields[position] = map(operator.itemgetter(k), statics)
+        for column, position in zip(self._columns, _OTHER_POSITIONS):
+            fields[position] = column.read_rows(rows)
+        return tuple(map(_new_entry, repeat(Entry), zip(*fields)))
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.rows(range(self._length)))
+
+    def __reversed__(self) -> Iterator[Entry]:
+        return iter(self.rows(range(self._length - 1, -1, -1)))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, EntryTable):
+            other = tuple(other)
+        return isinstance(other, tuple) and tuple(self) == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other) -> tuple:
+        return tuple(self) + tuple(other)
+
+    def __repr__(self) -> str:
+        return f"EntryTable({self._length} entries)"
+
+    # ---- columns, for the matcher
+
+    def field(self, name: str) -> list:
+        """Every entry's `name` field, oldest first."""
+        position = Entry._fields.index(name)
+        if position in _STATIC_POSITIONS:
+            k = _STATIC_POSITIONS.index(position)
+            return [static[k] for static in map(self._statics.__getitem__, self._codes)]
+        return self._columns[_OTHER_POSITIONS.index(position)].read_all()
+
+    def value(self, name: str, row: int):
+        """One field (outside STATIC_FIELDS) of one entry, without building the Entry."""
+        return self._columns[_COLUMN_OF[name]].read(row)
+
+    def batch_key(self, row: int) -> tuple:
+        """standing.batch_key of the entry at `row`, without building the Entry."""
+        static = self._statics[self._codes[row]]
+        is_p2p = static[2].is_p2p
+        return static[0], is_p2p, self.value("p2p_seq_id" if is_p2p else "collective_seq_id", row)
+
+    def field_at(self, name: str, rows: Sequence[int]) -> list:
+        """The `name` field of the entries at `rows`."""
+        position = Entry._fields.index(name)
+        if position in _STATIC_POSITIONS:
+            k = _STATIC_POSITIONS.index(position)
+            return [self._statics[code][k] for code in map(self._codes.__getitem__, rows)]
+        return self._columns[_OTHER_POSITIONS.index(position)].read_rows(rows)
+
+    def int_field(self, name: str) -> Sequence[int]:
+        """An int field with no None, as stored (an array or a range, unconverted)."""
+        column = self._columns[_OTHER_POSITIONS.index(Entry._fields.index(name))]
+        return column.read_all() if column.decode else column.values  # type: ignore[return-value]
+
+    def static_values(self, name: str) -> list:
+        """The distinct values of a static field (see STATIC_FIELDS) that entries hold, in
+        the order they first appear."""
+        k = STATIC_FIELDS.index(name)
+        return list(dict.fromkeys(static[k] for static in self.statics_in_use()))
+
+    def statics_in_use(self) -> list:
+        """The static rows entries hold, in the order they first appear."""
+        return list(map(self._statics.__getitem__, dict.fromkeys(self._codes)))
+
+    @property
+    def codes(self) -> array:
+        """The static row of each entry (see `statics`)."""
+        return self._codes
+
+    @property
+    def statics(self) -> list:
+        """(pg_name, pg_desc, name, shapes, state, frames) of each code; do not change it."""
+        return self._statics
+
+    def nbytes(self) -> int:
+        """The bytes its columns take (the static rows not counted: shared objects)."""
+        return self._codes.itemsize * self._length + sum(column.nbytes() for column in self._columns)
+
+
+def _coded_statics(static_columns: list) -> tuple:
+    """(codes, distinct static rows) of the six static columns."""
+    keys = list(zip(*static_columns))
+    distinct = list(dict.fromkeys(keys))
+    code_of = {key: code for code, key in enumerate(distinct)}
+    return array("I", map(code_of.__getitem__, keys)), distinct

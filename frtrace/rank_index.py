@@ -1,0 +1,163 @@
+"""Lookups into one rank's `EntryTable` by sequence number, for the matcher.
+
+Takes an EntryTable and the rows of one group's collectives; returns a `SeqMap`, a
+read-only mapping collective_seq_id -> tuple of Entry (several for a coalesced batch)
+that holds two machine words per entry and builds Entry tuples only when one is read.
+`LazyCalls` is a collective's `calls` (rank -> its entries) for one that every member
+issued alike and completed, read from the members' SeqMaps on demand: most collectives
+of a job are such, and nobody reads them unless a finding, `-j` or an export asks.
+"""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from bisect import bisect_left, bisect_right
+from collections import deque
+from itertools import compress
+from typing import Iterator, Mapping, Optional, Sequence
+
+from .entry_table import EntryTable
+
+# Stands in a key column for a sequence number a rank holds no single entry of.
+NOT_SINGLE = object()
+
+
+def _ints(values: Sequence[int]) -> Sequence[int]:
+    """`values` in an int64 array when they fit (a corrupt dump may hold larger)."""
+    try:
+        return array("q", values)
+    except OverflowError:
+        return list(values)
+
+
+class SeqMap(Mapping[int, tuple]):
+    """collective_seq_id -> the rank's entries under it, oldest first (see module docstring)."""
+
+    __slots__ = ("table", "rows", "seqs", "contiguous")
+
+    def __init__(self, table: EntryTable, rows: Sequence[int]) -> None:
+        seqs = table.field_at("collective_seq_id", rows)
+        if not all(map(operator.le, seqs, seqs[1:])):
+            order = sorted(range(len(rows)), key=seqs.__getitem__)  # stable: a batch keeps its order
+            rows, seqs = [rows[k] for k in order], [seqs[k] for k in order]
+        self.table = table
+        self.rows = _ints(rows)
+        self.seqs = _ints(seqs)
+        # One entry per number, none skipped: then a number's row is found by subtraction.
+        self.contiguous = not seqs or seqs[-1] - seqs[0] == len(seqs) - 1 == len(set(seqs)) - 1
+
+    def _span(self, seq: int) -> tuple[int, int]:
+        if self.contiguous:
+            k = seq - self.seqs[0] if self.seqs else -1
+            return (k, k + 1) if 0 <= k < len(self.seqs) else (0, 0)
+        low = bisect_left(self.seqs, seq)
+        return low, bisect_right(self.seqs, seq, low)
+
+    def __getitem__(self, seq: int) -> tuple:
+        low, high = self._span(seq)
+        if low == high:
+            raise KeyError(seq)
+        if high == low + 1:
+            return (self.table[self.rows[low]],)
+        return self.table.rows(self.rows[low:high])
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        low, high = self._span(seq)
+        return low < high
+
+    def __iter__(self) -> Iterator[int]:
+        if self.contiguous:
+            return iter(range(self.seqs[0], self.seqs[-1] + 1)) if self.seqs else iter(())
+        return iter(dict.fromkeys(self.seqs))
+
+    def __len__(self) -> int:
+        return len(self.seqs) if self.contiguous else len(set(self.seqs))
+
+    def value_at(self, seq: int, name: str):
+        """Field `name` of the first entry under `seq`, without building it."""
+        low, high = self._span(seq)
+        if low == high:
+            raise KeyError(seq)
+        return self.table.value(name, self.rows[low])
+
+    @property
+    def first(self) -> Optional[int]:
+        return self.seqs[0] if self.seqs else None
+
+    @property
+    def last(self) -> Optional[int]:
+        return self.seqs[-1] if self.seqs else None
+
+    def keys_at(self, seqs: Sequence[int]) -> list:
+        """For each of `seqs` (sorted), what the rank issued under it: `(name, shapes,
+        state)` of its one entry, a `BatchKey` of those of a coalesced batch's entries, or
+        NOT_SINGLE when it holds none. Read off the codes, in C where the numbers line
+        up, without building an Entry."""
+        key_of_code = [(static[2], static[3], static[4]) for static in self.table.statics]
+        codes = self.table.codes
+        if self.contiguous and self.seqs:
+            own = list(map(key_of_code.__getitem__, map(codes.__getitem__, self.rows)))
+            first, last = self.seqs[0], self.seqs[-1]
+            if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and seqs[0] <= first and last <= seqs[-1]:
+                return [NOT_SINGLE] * (first - seqs[0]) + own + [NOT_SINGLE] * (seqs[-1] - last)
+        keys: list = []
+        for seq in seqs:
+            low, high = self._span(seq)
+            if high == low + 1:
+                keys.append(key_of_code[codes[self.rows[low]]])
+            else:
+                keys.append(BatchKey(key_of_code[codes[row]] for row in self.rows[low:high]) if high > low
+                            else NOT_SINGLE)
+        return keys
+
+
+class BatchKey(tuple):
+    """The keys of a coalesced batch's entries: never equal to one entry's key."""
+
+    __slots__ = ()
+
+
+class LazyCalls(Mapping[int, tuple]):
+    """rank -> entries at one sequence number, for every rank of `streams` (a GroupView's
+    RankStreams), read from their SeqMaps when asked."""
+
+    __slots__ = ("streams", "seq")
+
+    def __init__(self, streams: dict, seq: int) -> None:
+        self.streams = streams
+        self.seq = seq
+
+    def __getitem__(self, rank: int) -> tuple:
+        return self.streams[rank].collectives[self.seq]
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self.streams
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.streams)
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def first_values(self, name: str) -> list:
+        """Each rank's `name` field of its (first) entry, without building the entries."""
+        return [stream.collectives.value_at(self.seq, name) for stream in self.streams.values()]
+
+    def __repr__(self) -> str:
+        return f"LazyCalls(seq={self.seq}, ranks={list(self.streams)})"
+
+
+def rows_where(codes: Sequence[int], wanted_codes: set) -> list:
+    """The rows whose code is one of `wanted_codes`."""
+    return list(compress(range(len(codes)), map(wanted_codes.__contains__, codes)))
+
+
+def buckets_by_code(codes: Sequence[int], bucket_of_code: list, buckets: int) -> list[list[int]]:
+    """Rows dealt into `buckets` lists by `bucket_of_code[code]`, in one pass in C."""
+    dealt: list[list[int]] = [[] for _ in range(buckets)]
+    targets = map(dealt.__getitem__, map(bucket_of_code.__getitem__, codes))
+    deque(map(list.append, targets, range(len(codes))), maxlen=0)
+    return dealt
