@@ -6,7 +6,7 @@ then takes the loader's jobs and returns the same per-rank results the local pro
 pool does, in job order: each task is `loader._load_batch_for_transfer` on a few jobs,
 run by a worker that reads the files itself (a local or shared path, an object in a
 store through fsspec with the worker's own credentials, an archive member), and sends
-back the compact packed columns. Matching and diagnosis stay with the caller.
+back the compact entry tables. Matching and diagnosis stay with the caller.
 
 What cannot be read is reported, never fatal once loading started: a batch whose worker
 died (dask's KilledWorker after its retries) or that failed on the worker counts its

@@ -1,17 +1,16 @@
-"""Entries a column at a time: the loader's fast path and its compact form between processes.
+"""Entries a column at a time: the loader's fast path.
 
 Takes the raw entry dicts of one decoded dump (and the loader's per-file `_Normaliser`);
 returns `Columns`, one column per `Entry` field, or None when any field holds something
 other than what torch writes, in which case the loader goes entry by entry and says what
-it found. Also packs columns for the trip from a loader worker to the parent, and turns
-columns into `Entry` tuples there, sharing equal values across ranks (`SharedValues`).
+it found. Also turns columns into the `EntryTable` the loader keeps (`entry_table`), or
+into `Entry` tuples, sharing equal values across ranks (`SharedValues`).
 
 Why: a 4,096-rank job holds eight million entries. Checked one entry at a time in
 Python, each costs several microseconds. Here the checks run over whole columns in C
 (`map`, `set`, `array`), and an entry's static part (group, op, shapes, state, stack),
 which nearly always repeats an earlier entry's, is compared with that entry in C and
-only interned where it is new. Columns cross between processes as arrays and small
-tables, which pickle at memory speed.
+only interned where it is new.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ _SHAREABLE_INTS = tuple(Entry._fields.index(f) for f in ("index", "record_id", "
 _SHAREABLE_VALUES = tuple(Entry._fields.index(f) for f in ("pg_name", "pg_desc", "name", "shapes", "state", "frames"))
 _STATIC_POSITIONS = _SHAREABLE_VALUES
 _SMALL_INT_LIMIT = 1 << 16
-_CACHED_INTS = 257  # CPython keeps one object for each int below this already
 _EXAMPLE_ROUNDS = 6  # see _examples
 # Raw fields that make up an entry's static part, the same for most entries of one op.
 _STATIC_FIELDS = ("process_group", "profiling_name", "is_p2p", "input_sizes", "input_dtypes", "output_sizes",
@@ -342,8 +340,6 @@ class SharedValues:
         """The column with its ints replaced by the shared objects, when all are small enough:
         sequence numbers and record ids repeat across entries and ranks, and each int of
         its own would cost 28 bytes."""
-        if isinstance(column, _Packed):  # a worker has checked them
-            return list(map(self.ints.__getitem__, column.ints)) if column.small else column.ints
         if isinstance(column, range) and 0 <= column.start and column.stop <= _SMALL_INT_LIMIT and column.step == 1:
             return self.ints[column.start:column.stop]
         if not column or min(column) < 0 or max(column) >= _SMALL_INT_LIMIT:
@@ -366,8 +362,6 @@ def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None
     for position, column in enumerate(lists):
         if shared is not None and position in _SHAREABLE_INTS:
             column = shared.ints_of(column)
-        elif isinstance(column, _Packed):
-            column = column.ints
         elif isinstance(column, Coded):
             if shared is not None and position in _SHAREABLE_VALUES:
                 column = Coded(shared.values_of(column.table), column.codes)
@@ -388,70 +382,9 @@ def entry_table(columns: Columns, shared: Optional[SharedValues] = None) -> Entr
     if shared is not None:
         static = [Coded(shared.values_of(c.table), c.codes) if isinstance(c, Coded) else shared.values_of(c)
                   for c in static]
-    for position, column in enumerate(lists):
-        if isinstance(column, _Packed):
-            lists[position] = column.ints
     if all(isinstance(c, Coded) for c in static) and all(c.codes is static[0].codes for c in static):
         # One code per entry for all six: their tables read side by side are the static rows.
         return EntryTable.from_columns(lists, static[0].codes, list(zip(*(c.table for c in static))))
     for position, column in zip(_STATIC_POSITIONS, static):
         lists[position] = column.values() if isinstance(column, Coded) else column
     return EntryTable.from_columns(lists)
-
-
-# --------------------------------------------------------------------------- transfer
-
-
-def _pack(column: Sequence):
-    if isinstance(column, range):
-        return "r", column.start, column.stop
-    if isinstance(column, array):
-        if column and column[-1] - column[0] == len(column) - 1 and column == array("q", range(column[0], column[-1] + 1)):
-            return "r", column[0], column[-1] + 1  # record ids count up by one, as a rule
-        low, high = (min(column), max(column)) if column else (0, 0)
-        if 0 <= low and _CACHED_INTS <= high < _SMALL_INT_LIMIT:
-            return "s", column  # the parent may take shared ints for these (see SharedValues)
-        return "q", column
-    # None, booleans, floats, or (from the entry-by-entry path) anything: pickle writes
-    # these in C at a few bytes each, which is as cheap as any packing.
-    return "l", column
-
-
-def _unpack(packed) -> Sequence:
-    kind, data = packed[0], packed[1]
-    if kind == "r":
-        return range(data, packed[2])
-    if kind in ("s", "q"):
-        return _Packed(data, kind == "s")
-    if kind == "l":
-        return data
-    return Coded(data, packed[2])  # "c"
-
-
-class _Packed(NamedTuple):
-    """An int column from a worker, which has found whether its ints are worth sharing:
-    all in [_CACHED_INTS, _SMALL_INT_LIMIT)."""
-
-    ints: Sequence[int]
-    small: bool
-
-
-def pack(columns: Columns) -> tuple:
-    """A form of `columns` that pickles fast and small: arrays of ints, and tables of distinct
-    values with codes (one array of codes for all the columns that share them)."""
-    code_arrays: dict = {}
-    packed = []
-    for column in columns.lists:
-        if isinstance(column, Coded):
-            codes = code_arrays.get(id(column.codes))
-            if codes is None:
-                codes = code_arrays[id(column.codes)] = array("I", column.codes)
-            packed.append(("c", column.table, codes))
-        else:
-            packed.append(_pack(column))
-    return tuple(packed)
-
-
-def unpack(packed: tuple) -> Columns:
-    """The columns `pack` packed (turn them into entries with `entries_from_columns`)."""
-    return Columns(list(map(_unpack, packed)))

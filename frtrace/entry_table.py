@@ -31,6 +31,7 @@ _OTHER_POSITIONS = tuple(i for i in range(len(Entry._fields)) if i not in _STATI
 _COLUMN_OF = {Entry._fields[position]: k for k, position in enumerate(_OTHER_POSITIONS)}
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
+TABLE_FORMAT = 1  # of a pickled EntryTable (see EntryTable.__reduce__)
 
 
 class _Same:
@@ -163,7 +164,20 @@ class EntryTable(Sequence[Entry]):
         self._length = len(codes)
         self._readers: Optional[tuple] = None  # see _read
 
-    # ---- building
+    # ---- building and transfer
+
+    def __reduce__(self):
+        # Tables cross from loader workers (and cluster workers) to the main process:
+        # arrays and the few static rows pickle at memory speed. The format number lets
+        # a reader refuse a table written by another version of this module.
+        return _table_from_parts, (TABLE_FORMAT, self._codes, self._statics, self._columns)
+
+    def share(self, shared) -> None:
+        """Swap the static rows' values for the objects `shared` (SharedValues) keeps, one
+        per distinct value across ranks: tables built apart (in worker processes) hold
+        copies, and the matcher tells equal ops apart by identity first."""
+        self._statics = [tuple(map(shared.one_of, static)) for static in self._statics]
+        self._static_code = None
 
     @classmethod
     def from_columns(cls, lists: Sequence, codes: Optional[Sequence[int]] = None,
@@ -325,6 +339,12 @@ class EntryTable(Sequence[Entry]):
     def nbytes(self) -> int:
         """The bytes its columns take (the static rows not counted: shared objects)."""
         return self._codes.itemsize * self._length + sum(column.nbytes() for column in self._columns)
+
+
+def _table_from_parts(version: int, codes: array, statics: list, columns: list) -> EntryTable:
+    if version != TABLE_FORMAT:
+        raise ValueError(f"entry table format {version}, this version reads {TABLE_FORMAT}")
+    return EntryTable(codes, list(statics), columns)
 
 
 def _coded_statics(static_columns: list) -> tuple:

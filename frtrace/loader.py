@@ -26,7 +26,8 @@ from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 
-from .entry_columns import SharedValues, pack, unpack
+from .entry_columns import SharedValues
+from .entry_table import EntryTable
 from .model import Entry, LoadIssue, LoadResult, RankDump
 from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 
@@ -131,8 +132,8 @@ def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from
     """Read and normalise one file: a RankDump, or a LoadIssue saying why not.
 
     `path` is a local path or a Source (sources.py); `data` its bytes when read already.
-    `packed` leaves the entries in the compact form `_received` unpacks (for worker
-    processes); `shared` holds the values the entries of all ranks share, and
+    `packed` (in a worker process) leaves the entry table's values unshared: `_received`
+    shares them in the main process; `shared` holds the values the entries of all ranks share, and
     `memo` what other files of the same batch taught (see BatchMemo)."""
     if data is None:
         data = _read_source(path, max_bytes, drop_from_cache)
@@ -165,10 +166,9 @@ def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool =
             del data
             dump, columns = normalised_without_entries(raw, rank, path, encoding, memo)
             del raw
-            if packed:
-                dump.entries = pack(columns)
-            else:
-                set_entries(dump, columns, shared)
+            # In a worker (`packed`), the table's values are shared with other ranks' later,
+            # in the main process (see _received).
+            set_entries(dump, columns, None if packed else shared)
             return dump
     except MayNestTooDeeply:
         return _NEEDS_OWN_PROCESS
@@ -272,7 +272,7 @@ def _exit_reason(exitcode: Optional[int]) -> str:
 
 def _load_batch_for_transfer(jobs: list) -> list:
     """`load_one` for a few files in a worker process. Entries travel to the parent as
-    packed columns (arrays and small tables), which pickle at memory speed; an Entry per
+    EntryTables (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each.
 
     In a process running other threads (a dask worker), the files are read here, and
@@ -328,8 +328,8 @@ def _as_array(ranks, arrays: dict) -> array:
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        # A worker's RankDump carries its entries packed (see _loaded) until here.
-        set_entries(result, unpack(result.entries), shared)  # type: ignore[arg-type]
+        if isinstance(result.entries, EntryTable):
+            result.entries.share(shared)
         _share_rank_lists(result, shared)
     return result
 
