@@ -29,7 +29,9 @@ STATIC_FIELDS = ("pg_name", "pg_desc", "name", "shapes", "state", "frames")
 _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
 _OTHER_POSITIONS = tuple(i for i in range(len(Entry._fields)) if i not in _STATIC_POSITIONS)
 _COLUMN_OF = {Entry._fields[position]: k for k, position in enumerate(_OTHER_POSITIONS)}
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# The machine int arrays, narrowest first, with the range each holds.
+_INT_RANGES = {code: (-(1 << (8 * array(code).itemsize - 1)), (1 << (8 * array(code).itemsize - 1)) - 1)
+               for code in ("b", "h", "i", "q")}
 _FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
 TABLE_FORMAT = 1  # of a pickled EntryTable (see EntryTable.__reduce__)
 
@@ -79,7 +81,7 @@ class _Column:
         return list(map(self.decode.get, values, values)) if self.decode else values
 
     def write(self, row: int, value) -> None:
-        if isinstance(self.values, array) and _fits(self.values.typecode, value, self.decode):
+        if isinstance(self.values, array) and _fits(self.values, value, self.decode):
             self.values[row] = _encoded(value, self.decode)
             return
         if isinstance(self.values, range) and type(value) is int and value == self.values[row]:
@@ -93,16 +95,16 @@ class _Column:
         return 8 * len(self.values) if isinstance(self.values, list) else 0
 
 
-def _fits(typecode: str, value, decode: Optional[dict]) -> bool:
+def _fits(values: array, value, decode: Optional[dict]) -> bool:
+    """Whether `values` can hold `value` (and give it back as it is)."""
     if value is None:
         return decode is not None and None in decode.values()
-    if typecode == "q":
-        return type(value) is int and _INT64_MIN < value <= _INT64_MAX
-    if typecode == "d":
-        return type(value) is float and not math.isnan(value) and value != _FLOAT_NONE
-    if typecode == "b":
+    if decode is _BOOLS:
         return type(value) is bool
-    return False
+    if values.typecode == "d":
+        return type(value) is float and not math.isnan(value) and value != _FLOAT_NONE
+    low, high = _INT_RANGES[values.typecode]
+    return type(value) is int and low < value <= high  # the lowest value is kept for None
 
 
 def _encoded(value, decode: Optional[dict]):
@@ -125,6 +127,18 @@ def _all_alike(values: Sequence) -> bool:
         and not (isinstance(first, float) and math.isnan(first))
 
 
+def _int_column(values: Sequence, present: Sequence[int], has_none: bool) -> Optional[_Column]:
+    """`values` (ints, and None where `has_none`) in the narrowest array that holds them
+    and one value below them, which stands for None."""
+    low, high = min(present), max(present)
+    for typecode, (type_low, type_high) in _INT_RANGES.items():
+        if type_low < low and high <= type_high:
+            if not has_none:
+                return _Column(array(typecode, values))
+            return _Column(array(typecode, [type_low if v is None else v for v in values]), {type_low: None})
+    return None
+
+
 def column_of(values: Sequence) -> _Column:
     """The most compact column holding exactly `values` (their types kept too)."""
     if isinstance(values, range):
@@ -132,15 +146,15 @@ def column_of(values: Sequence) -> _Column:
     if values and _all_alike(values):
         return _Column(_Same(values[0], len(values)))
     if isinstance(values, array) and values.typecode == "q":
-        return _Column(values)
+        return (_int_column(values, values, False) if values else None) or _Column(values)
     values = list(values)
     kinds = set(map(type, values))
     has_none = _NONE in kinds
     present = [v for v in values if v is not None] if has_none else values
-    if kinds <= {int, _NONE} and (not present or (min(present) > _INT64_MIN and max(present) <= _INT64_MAX)):
-        if not has_none:
-            return _Column(array("q", values))
-        return _Column(array("q", [_INT64_MIN if v is None else v for v in values]), {_INT64_MIN: None})
+    if kinds <= {int, _NONE} and present:
+        column = _int_column(values, present, has_none)
+        if column is not None:
+            return column
     if kinds <= {bool, _NONE}:
         return _Column(array("b", [-1 if v is None else int(v) for v in values]), _BOOLS)
     if kinds <= {float, _NONE} and not any(math.isnan(v) or v == _FLOAT_NONE for v in present):
@@ -172,6 +186,13 @@ class EntryTable(Sequence[Entry]):
         # a reader refuse a table written by another version of this module.
         return _table_from_parts, (TABLE_FORMAT, self._codes, self._statics, self._columns)
 
+    def compact(self) -> None:
+        """Store again, as compactly as they now allow, the columns `replace` turned into
+        lists (settling a batch writes its marker's times over ops that had none)."""
+        self._columns = [column_of(column.read_all()) if isinstance(column.values, list) else column
+                         for column in self._columns]
+        self._readers = None
+
     def share(self, shared) -> None:
         """Swap the static rows' values for the objects `shared` (SharedValues) keeps, one
         per distinct value across ranks: tables built apart (in worker processes) hold
@@ -188,7 +209,7 @@ class EntryTable(Sequence[Entry]):
         if codes is None or statics is None:
             codes, statics = _coded_statics([lists[i] for i in _STATIC_POSITIONS])
         columns = [column_of(lists[i]) for i in _OTHER_POSITIONS]
-        return cls(codes if isinstance(codes, array) else array("I", codes), list(statics), columns)
+        return cls(_code_array(codes, len(statics)), list(statics), columns)
 
     @classmethod
     def from_entries(cls, entries: Sequence[Entry]) -> "EntryTable":
@@ -206,6 +227,8 @@ class EntryTable(Sequence[Entry]):
         if code is None:
             code = self._static_code[static] = len(self._statics)
             self._statics.append(static)
+            if code >= 1 << (8 * self._codes.itemsize):
+                self._codes = array("I", self._codes)
         self._codes[row] = code
         for column, position in zip(self._columns, _OTHER_POSITIONS):
             column.write(row, entry[position])
@@ -214,7 +237,8 @@ class EntryTable(Sequence[Entry]):
     def take(self, rows: Sequence[int]) -> "EntryTable":
         """A table of the entries at `rows`, in that order (sharing this one's static rows)."""
         columns = [column_of(column.read_rows(rows)) for column in self._columns]
-        return EntryTable(array("I", map(self._codes.__getitem__, rows)), list(self._statics), columns)
+        codes = array(self._codes.typecode, map(self._codes.__getitem__, rows))
+        return EntryTable(codes, list(self._statics), columns)
 
     # ---- reading
 
@@ -352,4 +376,9 @@ def _coded_statics(static_columns: list) -> tuple:
     keys = list(zip(*static_columns))
     distinct = list(dict.fromkeys(keys))
     code_of = {key: code for code, key in enumerate(distinct)}
-    return array("I", map(code_of.__getitem__, keys)), distinct
+    return _code_array(list(map(code_of.__getitem__, keys)), len(distinct)), distinct
+
+
+def _code_array(codes: Sequence[int], count: int) -> array:
+    """`codes` (each below `count`) in two bytes each where they fit, else four."""
+    return array("H" if count <= 1 << 16 else "I", codes)

@@ -499,10 +499,12 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
         positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))
         for row, entry in batch_settlements(tuple(table), positions).items():
             table.replace(row, entry)
+        table.compact()
     dump.entries = table
     if keeps_only_active(dump):
         for row, entry in finished_settlements(table, dump.pg_status).items():
             table.replace(row, entry)
+        table.compact()
 
 
 def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,

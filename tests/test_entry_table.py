@@ -1,0 +1,83 @@
+"""EntryTable keeps every value the loader normalised exactly (value and type), however
+compactly it stores them: None beside ints, bools, floats, ints of any size, values
+written over by a settled batch, rows taken out, and a trip through a pipe."""
+
+from __future__ import annotations
+
+import pickle
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frtrace.entry_table import EntryTable
+from frtrace.model import Entry, Frame, OpName, Shapes
+
+_NAMES = [OpName("nccl:all_reduce", "nccl", "all_reduce", False), OpName("nccl:send 0->1", "nccl", "send", True, 0, 1),
+          OpName("nccl:coalesced", "nccl", "coalesced", False, is_coalesced_marker=True)]
+_SHAPES = [Shapes(((4,),), ("Float",), ((4,),), ("Float",)), Shapes((), (), (), (), False)]
+_FRAMES = [(), (Frame("f", "a.py", 1), Frame("g", "b.py", 2))]
+
+# Values at and around the edges of every array the table may choose, and the sentinels it uses for None.
+_EDGE_INTS = [0, 1, -1, 127, -127, -128, 128, 32767, -32768, 2**31 - 1, -(2**31), 2**31, 2**63 - 1, -(2**63),
+              -(2**63) + 1, 2**64, -(2**70)]
+_ints = st.one_of(st.sampled_from(_EDGE_INTS), st.integers())
+_maybe_ints = st.one_of(st.none(), _ints)
+_maybe_floats = st.one_of(st.none(), st.floats(allow_nan=False), st.sampled_from([float("-inf"), -0.0, 0.0]))
+
+
+@st.composite
+def entries(draw):
+    count = draw(st.integers(min_value=1, max_value=40))
+    rows = []
+    for index in range(count):
+        rows.append(Entry(
+            draw(st.sampled_from([index, index + 1000, index * 7])), draw(_ints), draw(st.sampled_from(["0", "1", ""])),
+            draw(st.sampled_from(["default_pg", "tp"])), draw(st.one_of(_ints, st.just(0))), draw(_ints), draw(_ints),
+            draw(_ints), draw(st.sampled_from(_NAMES)), draw(st.sampled_from(_SHAPES)),
+            draw(st.sampled_from(["scheduled", "started", "completed"])), draw(st.one_of(st.none(), st.booleans())),
+            draw(_ints), draw(_maybe_ints), draw(_maybe_ints), draw(_maybe_floats), draw(_maybe_ints),
+            draw(st.sampled_from(_FRAMES))))
+    return rows
+
+
+def _same(left, right) -> bool:
+    """Equal, and of the same types field by field (True == 1 == 1.0 would pass ==)."""
+    return list(left) == list(right) and all(
+        [type(v) for v in a] == [type(v) for v in b] for a, b in zip(left, right))
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries())
+def test_table_gives_back_exactly_what_it_was_given(rows):
+    table = EntryTable.from_entries(rows)
+    assert len(table) == len(rows)
+    assert _same(tuple(table), rows)
+    assert _same([table[i] for i in range(len(rows))], rows)
+    assert _same(table[1::2], rows[1::2])
+    assert _same(tuple(pickle.loads(pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))), rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries(), entries(), st.data())
+def test_rows_written_over_and_taken_out_read_back_exactly(rows, others, data):
+    table = EntryTable.from_entries(rows)
+    expected = list(rows)
+    for other in others[: len(rows)]:
+        row = data.draw(st.integers(min_value=0, max_value=len(rows) - 1))
+        replacement = other._replace(index=expected[row].index)
+        table.replace(row, replacement)
+        expected[row] = replacement
+    assert _same(tuple(table), expected)
+    table.compact()
+    assert _same(tuple(table), expected)
+    taken = data.draw(st.lists(st.integers(min_value=0, max_value=len(rows) - 1), max_size=10))
+    assert _same(tuple(table.take(taken)), [expected[i] for i in taken])
+
+
+def test_a_healthy_ranks_entries_take_a_few_bytes_each():
+    rows = [Entry(i, i, "0", "default_pg", 0, i + 1, 0, i + 1, _NAMES[0], _SHAPES[0], "completed", True,
+                  1_761_000_000_000_000_000 + 1000 * i, None, None, None, 600000, _FRAMES[1]) for i in range(2000)]
+    table = EntryTable.from_entries(rows)
+    # codes (2) + pg_id (1) + two sequence numbers (2 each) + retired (1) + time created (8)
+    assert table.nbytes() <= 20 * len(rows)
+    assert _same(tuple(table), rows)
