@@ -234,6 +234,11 @@ class EntryTable(Sequence[Entry]):
             column.write(row, entry[position])
         self._readers = None
 
+    def cached(self) -> "CachedRows":
+        """A view that builds each Entry once, however often it is read (settling a batch
+        walks back over its entries from the marker, and then settles each)."""
+        return CachedRows(self)
+
     def take(self, rows: Sequence[int]) -> "EntryTable":
         """A table of the entries at `rows`, in that order (sharing this one's static rows)."""
         columns = [column_of(column.read_rows(rows)) for column in self._columns]
@@ -363,6 +368,25 @@ class EntryTable(Sequence[Entry]):
     def nbytes(self) -> int:
         """The bytes its columns take (the static rows not counted: shared objects)."""
         return self._codes.itemsize * self._length + sum(column.nbytes() for column in self._columns)
+
+
+class CachedRows(Sequence[Entry]):
+    """An EntryTable's entries, each built on its first read and kept (see EntryTable.cached)."""
+
+    def __init__(self, table: EntryTable) -> None:
+        self._table = table
+        self._built: dict[int, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self._table))))
+        entry = self._built.get(index)
+        if entry is None:
+            entry = self._built[index] = self._table[index]
+        return entry
 
 
 def _table_from_parts(version: int, codes: array, statics: list, columns: list) -> EntryTable:

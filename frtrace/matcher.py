@@ -27,7 +27,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 from .builder import Layout
 from .entry_table import EntryTable
 from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump
-from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, SeqMap, buckets_by_code, rows_where
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, rows_where
 from .standing import mixes_numberings, only_active_job
 
 _PG_NAME = operator.attrgetter("pg_name")
@@ -148,8 +148,37 @@ class P2PMatch:
     src: int  # global ranks
     dst: int
     ordinal: int  # position on the (src, dst) channel within the compared window
-    send: Optional[Entry]
-    recv: Optional[Entry]
+    # Where the send and the recv are: (EntryTable, row), or the Entry itself; None when
+    # the other end never posted it. Read them as `send` and `recv`.
+    send_at: Optional[tuple] = None
+    recv_at: Optional[tuple] = None
+
+    @property
+    def send(self) -> Optional[Entry]:
+        return entry_at(self.send_at)
+
+    @property
+    def recv(self) -> Optional[Entry]:
+        return entry_at(self.recv_at)
+
+    @property
+    def paired(self) -> bool:
+        return self.send_at is not None and self.recv_at is not None
+
+
+def entry_at(at: Optional[tuple]) -> Optional[Entry]:
+    """The entry a P2PMatch's `send_at` or `recv_at` points to."""
+    if at is None or isinstance(at, Entry):
+        return at
+    table, row = at
+    return table[row]
+
+
+def place_of(at: Optional[tuple]) -> Optional[int]:
+    """The position in its rank's entries of the op a P2PMatch's `send_at` or `recv_at` points to."""
+    if at is None:
+        return None
+    return at.index if isinstance(at, Entry) else at[1]
 
 
 @dataclass(slots=True)
@@ -200,7 +229,7 @@ class DealtEntries(NamedTuple):
 
     collectives: list  # rows of the rank's EntryTable
     by_sequence: SeqMap  # collective_seq_id -> tuple of entries (several for a coalesced batch)
-    p2p: list  # without the markers that close a batch
+    p2p: RowList  # without the markers that close a batch
     batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
 
 
@@ -226,7 +255,7 @@ def deal(dump: RankDump) -> dict:
         batched = frozenset(table.field_at("p2p_seq_id", [p2p[m] for m in markers])) if markers else frozenset()
         if markers:
             p2p = [p2p[m] for m in sorted(set(range(len(p2p))) - set(markers))]
-        dealt[name] = DealtEntries(collectives, SeqMap(table, collectives), list(table.rows(p2p)), batched)
+        dealt[name] = DealtEntries(collectives, SeqMap(table, collectives), RowList(table, p2p), batched)
     return dealt
 
 
@@ -248,7 +277,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
         else:  # one group under several names: its entries, back in the rank's order
             table = dealt[names[0]].by_sequence.table
             collectives = SeqMap(table, sorted(row for n in names for row in dealt[n].collectives))
-            p2p = sorted((e for n in names for e in dealt[n].p2p), key=_INDEX)
+            p2p = RowList(table, sorted(row for n in names for row in dealt[n].p2p.rows))
             batched = frozenset().union(*(dealt[n].batched for n in names))
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
                                     clipped or dump.wrapped, uncertain, batched)
@@ -600,11 +629,14 @@ def _deal_p2p(view: GroupView) -> tuple:
     sends: dict = defaultdict(list)
     recvs: dict = defaultdict(list)
     any_source: dict = defaultdict(list)
+    where: dict = {}  # id(op) -> where it is kept (see _places), for this group's matching only
     ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
     for rank, stream in view.streams.items():
         if not stream.p2p:
             continue
-        names = list(map(_NAME, stream.p2p))
+        ops = list(stream.p2p)
+        where.update(zip(map(id, ops), _places(stream.p2p, ops)))
+        names = stream.p2p.names() if isinstance(stream.p2p, RowList) else list(map(_NAME, ops))
         bucket_of = {}
         for name in {id(name): name for name in names}.values():
             ends = _channel_ends(view.group.ranks, rank, name)
@@ -615,12 +647,21 @@ def _deal_p2p(view: GroupView) -> tuple:
             else:  # recv
                 bucket = recvs[ends] if ends[0] is not None else any_source[ends[1]]
             bucket_of[id(name)] = bucket
-        deque(map(list.append, map(bucket_of.__getitem__, map(id, names)), stream.p2p), maxlen=0)
-    return sends, recvs, any_source
+        deque(map(list.append, map(bucket_of.__getitem__, map(id, names)), ops), maxlen=0)
+    return sends, recvs, any_source, where
+
+
+def _places(p2p, ops: list) -> list:
+    """Where each of a stream's P2P ops is kept: (table, row) for the rows of a table (the
+    matches then hold no Entry of their own), else the Entry itself."""
+    if isinstance(p2p, RowList):
+        return list(zip([p2p.table] * len(ops), p2p.rows))
+    return ops
 
 
 def _match_p2p(view: GroupView) -> list:
-    sends, recvs, any_source = _deal_p2p(view)
+    sends, recvs, any_source, where = _deal_p2p(view)
+    place = where.__getitem__
     group_id = view.group.id
     matches: list[P2PMatch] = []
     no_batches: frozenset[int] = frozenset()
@@ -637,10 +678,11 @@ def _match_p2p(view: GroupView) -> list:
         whole = not (src in view.streams and view.streams[src].clipped) and not (dst in view.streams and view.streams[dst].clipped)
         pair = _pair_in_order if whole else _pair_channel
         pairs = pair(plain_sends, plain_recvs) + pair(batched_sends, batched_recvs)
-        matches.extend(P2PMatch(group_id, src, dst, ordinal, send, recv) for ordinal, (send, recv) in enumerate(pairs))
+        matches.extend(P2PMatch(group_id, src, dst, ordinal, send and place(id(send)), recv and place(id(recv)))
+                       for ordinal, (send, recv) in enumerate(pairs))
     for dst, leftovers in sorted(any_source.items()):
         for ordinal, recv in enumerate(leftovers):
-            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, recv))
+            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, place(id(recv))))
     return matches
 
 

@@ -494,10 +494,8 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
     table = entry_table(columns, shared)
     markers = [code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker]
     if markers:
-        # Settling walks back from each marker entry by entry: on a tuple of the entries,
-        # built once, and not on the table, which builds an Entry for every read.
         positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))
-        for row, entry in batch_settlements(tuple(table), positions).items():
+        for row, entry in batch_settlements(table.cached(), positions).items():
             table.replace(row, entry)
         table.compact()
     dump.entries = table

@@ -18,6 +18,7 @@ from itertools import compress
 from typing import Iterator, Mapping, Optional, Sequence
 
 from .entry_table import EntryTable
+from .model import Entry
 
 # Stands in a key column for a sequence number a rank holds no single entry of.
 NOT_SINGLE = object()
@@ -118,6 +119,35 @@ class BatchKey(tuple):
     """The keys of a coalesced batch's entries: never equal to one entry's key."""
 
     __slots__ = ()
+
+
+class RowList(Sequence[Entry]):
+    """Some of a rank's entries (a group's P2P ops), oldest first, as rows of its table:
+    an Entry is built when one is read."""
+
+    __slots__ = ("table", "rows")
+
+    def __init__(self, table: EntryTable, rows: Sequence[int]) -> None:
+        self.table = table
+        self.rows = _ints(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return self.table.rows(self.rows[index])
+        return self.table[self.rows[index]]
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.table.rows(self.rows))
+
+    def __reversed__(self) -> Iterator[Entry]:
+        return iter(self.table.rows(self.rows[::-1]))
+
+    def names(self) -> list:
+        """Each entry's op name (an interned OpName), without building the entries."""
+        return self.table.field_at("name", self.rows)
 
 
 class LazyCalls(Mapping[int, tuple]):

@@ -104,7 +104,7 @@ def _match_counts(analysis: Analysis) -> dict:
             states["partial"] += 1
         else:
             states["agreed"] += 1
-    p2p_paired = sum(1 for p in analysis.matches.p2p if p.send is not None and p.recv is not None)
+    p2p_paired = sum(1 for p in analysis.matches.p2p if p.paired)
     return {
         "collectives": len(analysis.matches.collectives),
         "collectives_agreed": states["agreed"],

@@ -54,4 +54,4 @@ def test_a_group_recorded_under_two_names_keeps_the_rank_order(tmp_path):
     collectives = [e for e in dump.entries if not e.name.is_p2p]
     assert [e for batch in stream.collectives.values() for e in batch] == collectives
     assert list(stream.collectives) == list(dict.fromkeys(e.collective_seq_id for e in collectives))
-    assert stream.p2p == [e for e in dump.entries if e.name.is_p2p and not e.name.is_coalesced_marker]
+    assert list(stream.p2p) == [e for e in dump.entries if e.name.is_p2p and not e.name.is_coalesced_marker]

@@ -19,9 +19,10 @@ def unmatched_p2p(facts: Facts) -> list[Finding]:
     for view in facts.device.views:
         reported: set[tuple[int, int]] = set()
         for pair in facts.p2p_of(view):
-            present = pair.send or pair.recv
-            if present is None or (pair.send is None) == (pair.recv is None) or (pair.src, pair.dst) in reported:
+            if pair.paired or (pair.send_at is None and pair.recv_at is None) or (pair.src, pair.dst) in reported:
                 continue
+            present = pair.send or pair.recv
+            assert present is not None
             if facts.reliable and present.completed:
                 continue
             reported.add((pair.src, pair.dst))

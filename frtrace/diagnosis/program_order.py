@@ -20,7 +20,7 @@ from itertools import islice
 from typing import Optional
 
 from ..builder import Layout
-from ..matcher import GroupView, MatchResult, batch_signature
+from ..matcher import GroupView, MatchResult, batch_signature, entry_at, place_of
 from ..model import UNDESCRIBED, Entry, Group, RankDump
 from ..standing import batch_key_at, keeps_only_active
 from .finding import Finding, WentPast
@@ -78,21 +78,21 @@ class ProgramOrder:
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
         self.collectives = matches.index.at
         self._p2p_of_group = matches.index.p2p_of
-        self._partners: dict = {}  # group id -> {(rank, index of its send or recv): the entry at the other end}
+        self._partners: dict = {}  # group id -> {(rank, position of its send or recv): where the other end is}
         self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
         self._sibling_parts: dict = {}  # see sibling_part
 
-    def partner(self, group_id: int, rank: int, entry: Entry) -> Optional[Entry]:
-        """The entry at the other end of a send or recv of the group. Indexed per group
+    def partner(self, group_id: int, rank: int, position: int) -> Optional[Entry]:
+        """The entry at the other end of the rank's send or recv at `position` in the group. Indexed per group
         on first use: a diagnosis asks about the few groups its findings are in."""
         partners = self._partners.get(group_id)
         if partners is None:
             partners = self._partners[group_id] = {}
             for pair in self._p2p_of_group.get(group_id, ()):
-                if pair.send is not None and pair.recv is not None:
-                    partners[(pair.src, pair.send.index)] = pair.recv
-                    partners[(pair.dst, pair.recv.index)] = pair.send
-        return partners.get((rank, entry.index))
+                if pair.paired:
+                    partners[(pair.src, place_of(pair.send_at))] = pair.recv_at
+                    partners[(pair.dst, place_of(pair.recv_at))] = pair.send_at
+        return entry_at(partners.get((rank, position)))
 
     def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
         """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
@@ -110,7 +110,7 @@ class ProgramOrder:
             return None  # a sibling of another size plays no comparable part
         their_holder, their_absent = others[local_holder], others[local_absent]
         mine = self.find(their_holder, held)
-        partner = self.partner(sibling, their_holder, self.entries[their_holder][mine]) if mine is not None else None
+        partner = self.partner(sibling, their_holder, mine) if mine is not None else None
         token = self.token_of(their_absent, partner) if partner is not None else None
         return (their_absent, partner, token) if token is not None else None
 
