@@ -66,56 +66,87 @@ class Coded(NamedTuple):
         return list(map(self.table.__getitem__, self.codes))
 
 
-def _field(raw_entries: list, name: str) -> list:
-    return list(map(dict.get, raw_entries, repeat(name)))
+def _field(raw_entries: list, key: str) -> list:
+    return list(map(dict.get, raw_entries, repeat(key)))
+
+
+def _keys_held(raw_entries: list, names: tuple) -> dict:
+    """name -> the key object the dump itself holds for it, for those of `names` that the
+    first and the last entry hold (so most likely every entry).
+
+    A dict compares a key by identity before it compares characters, and the entries of a
+    decoded dump share their key objects (pickle writes each key once and refers back to
+    it; json's decoder keeps one of each): looked up by those, a field costs a fifth less."""
+    first, last = raw_entries[0], raw_entries[-1]
+    held = dict(zip(first, first))
+    return {name: held[name] for name in names if name in held and name in last}
 
 
 def _fields(raw_entries: list, names: tuple) -> dict:
     """name -> column of that field (None where an entry lacks it)."""
-    first, last = raw_entries[0], raw_entries[-1]
     # One itemgetter pass over the entries touches each dict once; a pass per field would
     # touch it twenty times. Fields that only some entries carry (duration_ms: completed,
     # timed entries only) are read one by one.
-    common = tuple(name for name in names if name in first and name in last)
+    keys = _keys_held(raw_entries, names)
     columns = {}
-    if len(common) > 1:
+    if len(keys) > 1:
         try:
-            columns = dict(zip(common, zip(*map(operator.itemgetter(*common), raw_entries))))
+            columns = dict(zip(keys, zip(*map(operator.itemgetter(*keys.values()), raw_entries))))
         except KeyError:  # not even those are in every entry
             columns = {}
     for name in names:
         if name not in columns:
-            columns[name] = _field(raw_entries, name)
+            columns[name] = _field(raw_entries, keys.get(name, name))
     return columns
 
 
-def _int_column(column: list, optional: bool = False) -> Optional[Sequence[int]]:
-    """The column as an int64 array (the list itself when optional and some values are None),
-    or None when a value is not an int as torch writes it (a bool, a float, a huge number).
+def _int_column(column: Sequence) -> Optional[array]:
+    """The column as an int64 array, or None when a value is not an int as torch writes it
+    (a bool, a float, a huge number).
 
-    Two passes in C: the set of types (bools and int subclasses are not `int`), then the
+    Two passes in C: the types (bools and int subclasses are not `int`), then the
     conversion, which finds numbers too large for 64 bits."""
-    kinds = set(map(type, column))
-    if kinds == {int}:
-        try:
-            return array("q", column)
-        except OverflowError:
-            return None
-    if not (optional and kinds <= {int, _NONE}):
+    if list(map(type, column)).count(int) != len(column):  # a list counts faster than a set grows
         return None
     try:
-        array("q", [value for value in column if value is not None])
+        return array("q", column)
+    except OverflowError:
+        return None
+
+
+def _optional_int_column(column: Sequence) -> Optional[Sequence[int]]:
+    """`_int_column` of a field that may be None: the column itself when some values are."""
+    if column[0] is not None:  # ints throughout, as a rule (timeout_ms)
+        ints = _int_column(column)
+        if ints is not None:
+            return ints
+    if _all_none(column):  # never observed (timing off): nothing to check
+        return column
+    if not set(map(type, column)) <= {int, _NONE}:
+        return None
+    try:
+        array("q", filter(None, column))  # skips the Nones (and zeros, which fit anyway)
     except OverflowError:
         return None
     return column
 
 
+def _all_none(column: Sequence) -> bool:
+    # Counting Nones finds them by identity: quicker than any check of their type or value
+    # (`0 in column` compares each None with 0).
+    return column[0] is None and column.count(None) == len(column)
+
+
 def _zero_means_none(column: Sequence) -> Sequence:
     # JSON writes 0 where pickle writes None: both mean "not observed".
-    return [value or None for value in column] if 0 in column else column
+    if _all_none(column) or 0 not in column:
+        return column
+    return [value or None for value in column]
 
 
-def _floats(column: list) -> bool:
+def _floats(column: Sequence) -> bool:
+    if _all_none(column):  # no durations (timing off)
+        return True
     kinds = set(map(type, column))
     if not kinds <= {float, _NONE}:
         return False
@@ -274,8 +305,9 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     if not raw_entries or set(map(type, raw_entries)) != {dict}:
         return None
     fields = _fields(raw_entries, _RAW_FIELDS)
+    record_ids = fields["record_id"]  # as read: cheaper to compare than the array's values
     for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
-        fields[name] = _int_column(fields[name], optional=name in _OPTIONAL_INT_FIELDS)
+        fields[name] = _int_column(fields[name]) if name in _INT_FIELDS else _optional_int_column(fields[name])
         if fields[name] is None:
             return None
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
@@ -284,9 +316,8 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     if static is None:
         return None
     pg_names, pg_descs, names, shapes, states, stacks = static
-    record_ids = fields["record_id"]
     columns = [
-        range(len(raw_entries)), record_ids, pg_names, pg_descs, fields["pg_id"],
+        range(len(raw_entries)), fields["record_id"], pg_names, pg_descs, fields["pg_id"],
         fields["collective_seq_id"], fields["p2p_seq_id"], fields["op_id"], names, shapes, states,
         fields["retired"], fields["time_created_ns"], _zero_means_none(fields["time_discovered_started_ns"]),
         _zero_means_none(fields["time_discovered_completed_ns"]), fields["duration_ms"], fields["timeout_ms"], stacks,
