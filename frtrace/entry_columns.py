@@ -28,14 +28,18 @@ from .model import Entry
 _NONE = type(None)
 _new_entry = tuple.__new__
 
-# Raw fields the fast path reads, and which of them must hold integers (or None as well).
-_RAW_FIELDS = (
-    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "is_p2p",
-    "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state", "retired", "time_created_ns",
-    "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "timeout_ms", "frames",
+# Raw fields the fast path reads a column at a time, and which of them must hold integers
+# (or None as well).
+_COLUMN_FIELDS = (
+    "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "is_p2p", "retired",
+    "time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "timeout_ms",
 )
 _INT_FIELDS = ("record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "time_created_ns")
 _OPTIONAL_INT_FIELDS = ("time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms")
+# Raw fields that make up an entry's static part besides its op name, the same for most
+# entries of one op in one group: read as one row (a tuple) per entry, compared whole.
+_ROW_FIELDS = ("process_group", "is_p2p", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state",
+               "frames")
 # Entry fields whose ints repeat across entries and ranks (index, record_id, pg_id, the two
 # sequence numbers, op_id), and those holding interned values (group name and description,
 # op name, shapes, state, stack): see SharedValues.
@@ -44,9 +48,6 @@ _SHAREABLE_VALUES = tuple(Entry._fields.index(f) for f in ("pg_name", "pg_desc",
 _STATIC_POSITIONS = _SHAREABLE_VALUES
 _SMALL_INT_LIMIT = 1 << 16
 _EXAMPLE_ROUNDS = 6  # see _examples
-# Raw fields that make up an entry's static part, the same for most entries of one op.
-_STATIC_FIELDS = ("process_group", "profiling_name", "is_p2p", "input_sizes", "input_dtypes", "output_sizes",
-                  "output_dtypes", "state", "frames")
 
 
 class Columns(NamedTuple):
@@ -66,56 +67,100 @@ class Coded(NamedTuple):
         return list(map(self.table.__getitem__, self.codes))
 
 
-def _field(raw_entries: list, name: str) -> list:
-    return list(map(dict.get, raw_entries, repeat(name)))
+def _field(raw_entries: list, key: str) -> list:
+    return list(map(dict.get, raw_entries, repeat(key)))
+
+
+def _keys_held(raw_entries: list, names: tuple) -> dict:
+    """name -> the key object the dump itself holds for it, for those of `names` that the
+    first and the last entry hold (so most likely every entry).
+
+    A dict compares a key by identity before it compares characters, and the entries of a
+    decoded dump share their key objects (pickle writes each key once and refers back to
+    it; json's decoder keeps one of each): looked up by those, a field costs a fifth less."""
+    first, last = raw_entries[0], raw_entries[-1]
+    held = dict(zip(first, first))
+    return {name: held[name] for name in names if name in held and name in last}
 
 
 def _fields(raw_entries: list, names: tuple) -> dict:
     """name -> column of that field (None where an entry lacks it)."""
-    first, last = raw_entries[0], raw_entries[-1]
     # One itemgetter pass over the entries touches each dict once; a pass per field would
-    # touch it twenty times. Fields that only some entries carry (duration_ms: completed,
+    # touch it thirteen times. Fields that only some entries carry (duration_ms: completed,
     # timed entries only) are read one by one.
-    common = tuple(name for name in names if name in first and name in last)
+    keys = _keys_held(raw_entries, names)
     columns = {}
-    if len(common) > 1:
+    if len(keys) > 1:
         try:
-            columns = dict(zip(common, zip(*map(operator.itemgetter(*common), raw_entries))))
+            columns = dict(zip(keys, zip(*map(operator.itemgetter(*keys.values()), raw_entries))))
         except KeyError:  # not even those are in every entry
             columns = {}
     for name in names:
         if name not in columns:
-            columns[name] = _field(raw_entries, name)
+            columns[name] = _field(raw_entries, keys.get(name, name))
     return columns
 
 
-def _int_column(column: list, optional: bool = False) -> Optional[Sequence[int]]:
-    """The column as an int64 array (the list itself when optional and some values are None),
-    or None when a value is not an int as torch writes it (a bool, a float, a huge number).
-
-    Two passes in C: the set of types (bools and int subclasses are not `int`), then the
-    conversion, which finds numbers too large for 64 bits."""
-    kinds = set(map(type, column))
-    if kinds == {int}:
+def _rows(raw_entries: list, names: tuple) -> list:
+    """A tuple per entry of the fields `names` (None where an entry lacks one)."""
+    # The static fields are compared a row at a time (see _examples): an itemgetter makes
+    # those rows directly, where columns would have to be zipped back into rows.
+    keys = _keys_held(raw_entries, names)
+    if len(keys) == len(names) > 1:
         try:
-            return array("q", column)
-        except OverflowError:
-            return None
-    if not (optional and kinds <= {int, _NONE}):
+            return list(map(operator.itemgetter(*keys.values()), raw_entries))
+        except KeyError:  # some entry in between lacks one
+            pass
+    return list(zip(*(_field(raw_entries, keys.get(name, name)) for name in names)))
+
+
+def _int_column(column: Sequence) -> Optional[array]:
+    """The column as an int64 array, or None when a value is not an int as torch writes it
+    (a bool, a float, a huge number).
+
+    Two passes in C: the types (bools and int subclasses are not `int`), then the
+    conversion, which finds numbers too large for 64 bits."""
+    if list(map(type, column)).count(int) != len(column):  # a list counts faster than a set grows
         return None
     try:
-        array("q", [value for value in column if value is not None])
+        return array("q", column)
+    except OverflowError:
+        return None
+
+
+def _optional_int_column(column: Sequence) -> Optional[Sequence[int]]:
+    """`_int_column` of a field that may be None: the column itself when some values are."""
+    if column[0] is not None:  # ints throughout, as a rule (timeout_ms)
+        ints = _int_column(column)
+        if ints is not None:
+            return ints
+    if _all_none(column):  # never observed (timing off): nothing to check
+        return column
+    if not set(map(type, column)) <= {int, _NONE}:
+        return None
+    try:
+        array("q", filter(None, column))  # skips the Nones (and zeros, which fit anyway)
     except OverflowError:
         return None
     return column
 
 
+def _all_none(column: Sequence) -> bool:
+    # Counting Nones finds them by identity: quicker than any check of their type or value
+    # (`0 in column` compares each None with 0).
+    return column[0] is None and column.count(None) == len(column)
+
+
 def _zero_means_none(column: Sequence) -> Sequence:
     # JSON writes 0 where pickle writes None: both mean "not observed".
-    return [value or None for value in column] if 0 in column else column
+    if _all_none(column) or 0 not in column:
+        return column
+    return [value or None for value in column]
 
 
-def _floats(column: list) -> bool:
+def _floats(column: Sequence) -> bool:
+    if _all_none(column):  # no durations (timing off)
+        return True
     kinds = set(map(type, column))
     if not kinds <= {float, _NONE}:
         return False
@@ -177,36 +222,40 @@ def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
     """`(example_of, needed)`: for every row, the position of an earlier (or its own) row
     equal to it; and, in ascending order, the positions that are their own example.
 
-    The entries of one op mostly repeat the same group, shapes, state and stack. Each row
-    is compared (in C: `==` on the raw values) with an example, the first row of the same
-    op (`owners`); rows unlike their example try again among themselves, for a few rounds.
-    The first entry holding any value is always its own example, so interning just the
-    `needed` rows, in order, validates the same raw values the entry-by-entry path would.
+    The entries of one op in one group mostly repeat the same group, shapes, state and stack.
+    Each row is compared (in C: `==` on the raw values) with an example, the first row of the
+    same owner (op name and pg_id); rows unlike their example try again among themselves,
+    for a few rounds. The first entry holding any value is always its own example, so
+    interning just the `needed` rows, in order, validates the same raw values the
+    entry-by-entry path would.
     """
-    example_of: list = []
-    needed: set = set()
-    todo: Sequence[int] = range(len(rows))
-    for _round in range(_EXAMPLE_ROUNDS):
-        first_at: dict = {}
-        try:
-            if not example_of:  # the first round: every row
-                examples = list(map(first_at.setdefault, owners, todo))
-                alike = list(map(operator.eq, rows, map(rows.__getitem__, examples)))
-            else:
-                examples = list(map(first_at.setdefault, map(owners.__getitem__, todo), todo))
-                alike = list(map(operator.eq, map(rows.__getitem__, todo), map(rows.__getitem__, examples)))
-        except Exception:  # noqa: BLE001 - unhashable or hostile values; the slow path judges them
-            return None
-        needed.update(first_at.values())
-        if not example_of:  # the first round: every row, in order; (own, example)[alike]
-            example_of = list(map(operator.getitem, zip(todo, examples), alike))
-        else:
-            for position, example, same in zip(todo, examples, alike):
-                if same:
-                    example_of[position] = example
-        todo = list(itertools.compress(todo, map(operator.not_, alike)))
+    first_at: dict = {}
+    try:
+        example_of = list(map(first_at.setdefault, owners, count()))
+        alike = list(map(operator.eq, rows, map(rows.__getitem__, example_of)))
+    except Exception:  # noqa: BLE001 - unhashable or hostile values; the slow path judges them
+        return None
+    needed = set(first_at.values())
+    if all(alike):  # as a rule
+        return example_of, sorted(needed)
+    # The rows unlike the first of their owner, a few in most dumps: a round each, in which
+    # the first of them (of each owner) is the example of the rest.
+    todo = list(itertools.compress(count(), map(operator.not_, alike)))
+    for _round in range(1, _EXAMPLE_ROUNDS):
         if len(todo) * 16 < len(rows):
             break
+        first_at = {}
+        try:
+            examples = list(map(first_at.setdefault, map(owners.__getitem__, todo), todo))
+            alike = list(map(operator.eq, map(rows.__getitem__, todo), map(rows.__getitem__, examples)))
+        except Exception:  # noqa: BLE001 - as above
+            return None
+        needed.update(first_at.values())
+        for position, example in itertools.compress(zip(todo, examples), alike):
+            example_of[position] = example
+        todo = list(itertools.compress(todo, map(operator.not_, alike)))
+    for position in todo:  # left over: their own example
+        example_of[position] = position
     needed.update(todo)
     return example_of, sorted(needed)
 
@@ -240,32 +289,34 @@ def _stacks(fields: dict, norm) -> Optional[list]:
     return _interned(keys, {}, lambda _, at: norm.stack(frames[at]))
 
 
-def _static_columns(fields: dict, norm) -> Optional[list]:
-    """Coded columns for pg_name, pg_desc, name, shapes, state and frames."""
+def _static_columns(fields: dict, rows: list, norm) -> Optional[list]:
+    """Coded columns for pg_name, pg_desc, name, shapes, state and frames, from the rows of
+    _ROW_FIELDS."""
     # `is_p2p` is the one field where equal raw values are judged apart (1 == True, but only
     # True makes a P2P op): equality between rows is only trusted when it holds bools.
     if not set(map(type, fields["is_p2p"])) <= {bool, _NONE}:
         return None
-    # The op name is what picks a row's example, so the two hold equal names already (and
-    # only str names pass the check of the rows interned below).
-    rows = list(zip(*(fields[name] for name in _STATIC_FIELDS if name != "profiling_name")))
-    examples = _examples(fields["profiling_name"], rows)
+    # The op name is part of what picks a row's example, so the two hold equal names already
+    # (and only str names pass the check of the rows interned below).
+    names = fields["profiling_name"]
+    examples = _examples(list(zip(names, fields["pg_id"])), rows)
     if examples is None:
         return None
     example_of, needed = examples
-    chosen = {name: list(map(fields[name].__getitem__, needed)) for name in _STATIC_FIELDS}
+    chosen: dict = dict(zip(_ROW_FIELDS, zip(*map(rows.__getitem__, needed))))
+    chosen["profiling_name"] = list(map(names.__getitem__, needed))
     groups = _groups(chosen, norm)
-    names = _op_names(chosen, norm) if groups else None
+    op_names = _op_names(chosen, norm) if groups else None
     if groups is None:
         return None
-    shapes = _shapes(chosen, norm) if names else None
+    shapes = _shapes(chosen, norm) if op_names else None
     states = _states(chosen, norm) if shapes else None
     stacks = _stacks(chosen, norm) if states else None
     if stacks is None:
         return None
     # One list of codes for all six columns: code i stands for the i-th needed row's values.
     codes = list(map(dict(zip(needed, count())).__getitem__, example_of))
-    return [Coded(values, codes) for values in (*groups, names, shapes, states, stacks)]
+    return [Coded(values, codes) for values in (*groups, op_names, shapes, states, stacks)]
 
 
 def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
@@ -273,20 +324,20 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     entry-by-entry path would; None when anything is unusual (that path then handles it)."""
     if not raw_entries or set(map(type, raw_entries)) != {dict}:
         return None
-    fields = _fields(raw_entries, _RAW_FIELDS)
+    fields = _fields(raw_entries, _COLUMN_FIELDS)
+    record_ids = fields["record_id"]  # as read: cheaper to compare than the array's values
     for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
-        fields[name] = _int_column(fields[name], optional=name in _OPTIONAL_INT_FIELDS)
+        fields[name] = _int_column(fields[name]) if name in _INT_FIELDS else _optional_int_column(fields[name])
         if fields[name] is None:
             return None
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
-    static = _static_columns(fields, norm)
+    static = _static_columns(fields, _rows(raw_entries, _ROW_FIELDS), norm)
     if static is None:
         return None
     pg_names, pg_descs, names, shapes, states, stacks = static
-    record_ids = fields["record_id"]
     columns = [
-        range(len(raw_entries)), record_ids, pg_names, pg_descs, fields["pg_id"],
+        range(len(raw_entries)), fields["record_id"], pg_names, pg_descs, fields["pg_id"],
         fields["collective_seq_id"], fields["p2p_seq_id"], fields["op_id"], names, shapes, states,
         fields["retired"], fields["time_created_ns"], _zero_means_none(fields["time_discovered_started_ns"]),
         _zero_means_none(fields["time_discovered_completed_ns"]), fields["duration_ms"], fields["timeout_ms"], stacks,

@@ -58,15 +58,19 @@ class _Unreadable(Exception):
 class BatchMemo:
     """What reading one file teaches about the next files of the same batch (a worker's
     batch, or an in-process load): stacks validated without a warning, which validating
-    again would give alike and say nothing about (~40 µs each), and parsed rank lists
-    (every rank lists the whole world: 6 ms to parse at 16,384 ranks)."""
+    again would give alike and say nothing about (~40 µs each), op names parsed from
+    profiling names (a pure function of the string, never a warning: ~5 µs each, a dozen
+    or so a file), and parsed rank lists (every rank lists the whole world: 6 ms to parse
+    at 16,384 ranks)."""
 
     clean_stacks: dict = field(default_factory=dict)
+    op_names: dict = field(default_factory=dict)
     rank_lists: dict = field(default_factory=dict)
 
 
 class _Normaliser:
-    """Per-file interning tables and the warnings collected while normalising.
+    """Per-file interning tables (op names: per batch, see BatchMemo) and the warnings
+    collected while normalising.
 
     The tables map raw values (as the file holds them) to validated, interned results,
     so the common entry costs a few dict lookups; only values not seen before are
@@ -76,11 +80,11 @@ class _Normaliser:
     def __init__(self, memo: Optional[BatchMemo] = None) -> None:
         self.strings: dict = {}
         self.groups: dict = {}
-        self.names: dict = {}
+        memo = BatchMemo() if memo is None else memo
+        self.names: dict = memo.op_names
         self.shapes: dict = {}
         self.frames: dict = {}
         self.stacks: dict = {}
-        memo = BatchMemo() if memo is None else memo
         self.clean_stacks: dict = memo.clean_stacks
         self.rank_lists: dict = memo.rank_lists
         self.warnings: Counter = Counter()
