@@ -19,6 +19,7 @@ across ranks (mostly an identity check); only the rest are compared rank by rank
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
@@ -148,37 +149,29 @@ class P2PMatch:
     src: int  # global ranks
     dst: int
     ordinal: int  # position on the (src, dst) channel within the compared window
-    # Where the send and the recv are: (EntryTable, row), or the Entry itself; None when
-    # the other end never posted it. Read them as `send` and `recv`.
-    send_at: Optional[tuple] = None
-    recv_at: Optional[tuple] = None
+    # Where the send and the recv are: a row of the sending (receiving) rank's table;
+    # no table when that end never posted it. Read them as `send` and `recv`: a job holds
+    # hundreds of thousands of pairs, and few are ever read.
+    send_table: Optional[EntryTable] = None
+    send_row: int = -1
+    recv_table: Optional[EntryTable] = None
+    recv_row: int = -1
 
     @property
     def send(self) -> Optional[Entry]:
-        return entry_at(self.send_at)
+        return None if self.send_table is None else self.send_table[self.send_row]
 
     @property
     def recv(self) -> Optional[Entry]:
-        return entry_at(self.recv_at)
+        return None if self.recv_table is None else self.recv_table[self.recv_row]
 
     @property
     def paired(self) -> bool:
-        return self.send_at is not None and self.recv_at is not None
+        return self.send_table is not None and self.recv_table is not None
 
-
-def entry_at(at: Optional[tuple]) -> Optional[Entry]:
-    """The entry a P2PMatch's `send_at` or `recv_at` points to."""
-    if at is None or isinstance(at, Entry):
-        return at
-    table, row = at
-    return table[row]
-
-
-def place_of(at: Optional[tuple]) -> Optional[int]:
-    """The position in its rank's entries of the op a P2PMatch's `send_at` or `recv_at` points to."""
-    if at is None:
-        return None
-    return at.index if isinstance(at, Entry) else at[1]
+    @property
+    def one_sided(self) -> bool:
+        return (self.send_table is None) != (self.recv_table is None)
 
 
 @dataclass(slots=True)
@@ -198,9 +191,30 @@ class MatchResult:
         return self._index
 
 
+class CollectiveLookup:
+    """(group id, seq) -> its CollectiveMatch, found by bisection in the group's matches
+    (sorted by seq): a dict keyed by the pairs took some 100 bytes per collective."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, collectives_of: dict[int, list[CollectiveMatch]]) -> None:
+        self._of = collectives_of
+
+    def get(self, key: tuple[int, int], default: Optional[CollectiveMatch] = None) -> Optional[CollectiveMatch]:
+        group_id, seq = key
+        matches = self._of.get(group_id)
+        if not matches:
+            return default
+        i = bisect_left(matches, seq, key=_MATCH_SEQ)
+        return matches[i] if i < len(matches) and matches[i].seq == seq else default
+
+
+_MATCH_SEQ = operator.attrgetter("seq")
+
+
 @dataclass(frozen=True, slots=True)
 class MatchIndex:
-    at: dict[tuple[int, int], CollectiveMatch]  # (group id, seq) -> its match
+    at: CollectiveLookup  # (group id, seq) -> its match
     collectives_of: dict[int, list[CollectiveMatch]]  # group id -> its matches, by seq
     p2p_of: dict[int, list[P2PMatch]]  # group id -> its pairs, by channel and order
 
@@ -212,8 +226,7 @@ class MatchIndex:
         p2p_of: dict[int, list[P2PMatch]] = defaultdict(list)
         for pair in result.p2p:
             p2p_of[pair.group_id].append(pair)
-        at = {(m.group_id, m.seq): m for m in result.collectives}
-        return cls(at, dict(collectives_of), dict(p2p_of))
+        return cls(CollectiveLookup(dict(collectives_of)), dict(collectives_of), dict(p2p_of))
 
 
 # --------------------------------------------------------------------------- streams
@@ -652,11 +665,11 @@ def _deal_p2p(view: GroupView) -> tuple:
 
 
 def _places(p2p, ops: list) -> list:
-    """Where each of a stream's P2P ops is kept: (table, row) for the rows of a table (the
-    matches then hold no Entry of their own), else the Entry itself."""
-    if isinstance(p2p, RowList):
-        return list(zip([p2p.table] * len(ops), p2p.rows))
-    return ops
+    """(table, row) of each of a stream's P2P ops: a match keeps where its ops are, not
+    Entry objects of its own."""
+    if not isinstance(p2p, RowList):
+        p2p = RowList(EntryTable.from_entries(ops), range(len(ops)))
+    return list(zip([p2p.table] * len(ops), p2p.rows))
 
 
 def _match_p2p(view: GroupView) -> list:
@@ -678,12 +691,16 @@ def _match_p2p(view: GroupView) -> list:
         whole = not (src in view.streams and view.streams[src].clipped) and not (dst in view.streams and view.streams[dst].clipped)
         pair = _pair_in_order if whole else _pair_channel
         pairs = pair(plain_sends, plain_recvs) + pair(batched_sends, batched_recvs)
-        matches.extend(P2PMatch(group_id, src, dst, ordinal, send and place(id(send)), recv and place(id(recv)))
+        matches.extend(P2PMatch(group_id, src, dst, ordinal, *_at(send, place), *_at(recv, place))
                        for ordinal, (send, recv) in enumerate(pairs))
     for dst, leftovers in sorted(any_source.items()):
         for ordinal, recv in enumerate(leftovers):
-            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, place(id(recv))))
+            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, -1, *place(id(recv))))
     return matches
+
+
+def _at(op: Optional[Entry], place) -> tuple:
+    return (None, -1) if op is None else place(id(op))
 
 
 def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:

@@ -19,7 +19,7 @@ def unmatched_p2p(facts: Facts) -> list[Finding]:
     for view in facts.device.views:
         reported: set[tuple[int, int]] = set()
         for pair in facts.p2p_of(view):
-            if pair.paired or (pair.send_at is None and pair.recv_at is None) or (pair.src, pair.dst) in reported:
+            if not pair.one_sided or (pair.src, pair.dst) in reported:
                 continue
             present = pair.send or pair.recv
             assert present is not None

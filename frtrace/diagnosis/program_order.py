@@ -20,7 +20,7 @@ from itertools import islice
 from typing import Optional
 
 from ..builder import Layout
-from ..matcher import GroupView, MatchResult, batch_signature, entry_at, place_of
+from ..matcher import GroupView, MatchResult, batch_signature
 from ..model import UNDESCRIBED, Entry, Group, RankDump
 from ..standing import batch_key_at, keeps_only_active
 from .finding import Finding, WentPast
@@ -90,9 +90,10 @@ class ProgramOrder:
             partners = self._partners[group_id] = {}
             for pair in self._p2p_of_group.get(group_id, ()):
                 if pair.paired:
-                    partners[(pair.src, place_of(pair.send_at))] = pair.recv_at
-                    partners[(pair.dst, place_of(pair.recv_at))] = pair.send_at
-        return entry_at(partners.get((rank, position)))
+                    partners[(pair.src, pair.send_row)] = (pair.recv_table, pair.recv_row)
+                    partners[(pair.dst, pair.recv_row)] = (pair.send_table, pair.send_row)
+        other_end = partners.get((rank, position))
+        return other_end[0][other_end[1]] if other_end else None
 
     def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
         """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
