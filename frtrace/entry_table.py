@@ -34,6 +34,7 @@ _INT_RANGES = {code: (-(1 << (8 * array(code).itemsize - 1)), (1 << (8 * array(c
                for code in ("b", "h", "i", "q")}
 _FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
 TABLE_FORMAT = 1  # of a pickled EntryTable (see EntryTable.__reduce__)
+_FEW_ROWS = 8  # up to this many rows are read one by one (see EntryTable.rows)
 
 
 class _Same:
@@ -168,7 +169,7 @@ class EntryTable(Sequence[Entry]):
     """A rank's entries, oldest first, as columns (see module docstring). Read-only to
     its users; the loader settles batches through `replace` before anyone reads it."""
 
-    __slots__ = ("_codes", "_statics", "_static_code", "_columns", "_length", "_readers")
+    __slots__ = ("_codes", "_statics", "_static_code", "_columns", "_length", "_readers", "_in_use")
 
     def __init__(self, codes: array, statics: list, columns: list[_Column]) -> None:
         self._codes = codes  # static row of each entry
@@ -177,6 +178,7 @@ class EntryTable(Sequence[Entry]):
         self._columns = columns  # one per field outside STATIC_FIELDS, in Entry order
         self._length = len(codes)
         self._readers: Optional[tuple] = None  # see _read
+        self._in_use: Optional[list] = None  # see statics_in_use
 
     # ---- building and transfer
 
@@ -198,7 +200,7 @@ class EntryTable(Sequence[Entry]):
         per distinct value across ranks: tables built apart (in worker processes) hold
         copies, and the matcher tells equal ops apart by identity first."""
         self._statics = [tuple(map(shared.one_of, static)) for static in self._statics]
-        self._static_code = None
+        self._static_code = self._in_use = None
 
     @classmethod
     def from_columns(cls, lists: Sequence, codes: Optional[Sequence[int]] = None,
@@ -232,7 +234,7 @@ class EntryTable(Sequence[Entry]):
         self._codes[row] = code
         for column, position in zip(self._columns, _OTHER_POSITIONS):
             column.write(row, entry[position])
-        self._readers = None
+        self._readers = self._in_use = None
 
     def cached(self) -> "CachedRows":
         """A view that builds each Entry once, however often it is read (settling a batch
@@ -284,7 +286,10 @@ class EntryTable(Sequence[Entry]):
         return values
 
     def rows(self, rows: Sequence[int]) -> tuple:
-        """The entries at `rows`, built a column at a time."""
+        """The entries at `rows`, built a column at a time (a few, one by one: reading
+        every column for them would cost more)."""
+        if len(rows) <= _FEW_ROWS:
+            return tuple(map(self.__getitem__, rows))
         statics = list(map(self._statics.__getitem__, map(self._codes.__getitem__, rows)))
         fields: list = [None] * len(Entry._fields)
         for k, position in enumerate(_STATIC_POSITIONS):
@@ -353,7 +358,9 @@ class EntryTable(Sequence[Entry]):
 
     def statics_in_use(self) -> list:
         """The static rows entries hold, in the order they first appear."""
-        return list(map(self._statics.__getitem__, dict.fromkeys(self._codes)))
+        if self._in_use is None:
+            self._in_use = list(map(self._statics.__getitem__, dict.fromkeys(self._codes)))
+        return self._in_use
 
     @property
     def codes(self) -> array:

@@ -143,7 +143,8 @@ class RowList(Sequence[Entry]):
         return iter(self.table.rows(self.rows))
 
     def __reversed__(self) -> Iterator[Entry]:
-        return iter(self.table.rows(self.rows[::-1]))
+        # One by one: readers of the newest ops stop after a few (program order's history).
+        return map(self.table.__getitem__, reversed(self.rows))
 
     def names(self) -> list:
         """Each entry's op name (an interned OpName), without building the entries."""

@@ -164,6 +164,8 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
         matches = full.index.collectives_of.get(view.group.id, [])
         finished = _newest_finished(view, matches)
         for match in matches:
+            if len(match.completed_ranks) == len(match.calls):
+                continue  # every member that issued it finished it: nobody holds it
             done = set(match.completed_ranks) | set(match.finished_unseen)
             holders = tuple(r for r in match.issued if r not in done)
             if holders and any(finished.get(r, -1) > match.seq for r in done):
@@ -174,10 +176,12 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
 
 def _newest_finished(view: GroupView, matches: list[CollectiveMatch]) -> dict[int, int]:
     """rank -> the newest collective of the group it is known to have finished."""
-    newest = {rank: stream.finished for rank, stream in view.streams.items() if stream.finished is not None}
-    for match in matches:
-        for rank in match.completed_ranks:
-            newest[rank] = max(newest.get(rank, -1), match.seq)
+    newest: dict[int, int] = {}
+    for match in matches:  # by seq: the last a rank completed is its newest
+        newest.update(dict.fromkeys(match.completed_ranks, match.seq))
+    for rank, stream in view.streams.items():
+        if stream.finished is not None:
+            newest[rank] = max(newest.get(rank, -1), stream.finished)
     return newest
 
 
