@@ -14,14 +14,15 @@ import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import compress
+from itertools import compress, groupby, repeat
 from typing import Iterator, Mapping, Optional, Sequence
 
 from .entry_table import EntryTable
 from .model import Entry
 
-# Stands in a key column for a sequence number a rank holds no single entry of.
+# Stands in a key column for a sequence number a rank holds no entry of.
 NOT_SINGLE = object()
+_FIRST = operator.itemgetter(0)
 
 
 def _ints(values: Sequence[int]) -> Sequence[int]:
@@ -99,20 +100,21 @@ class SeqMap(Mapping[int, tuple]):
         up, without building an Entry."""
         key_of_code = [(static[2], static[3], static[4]) for static in self.table.statics]
         codes = self.table.codes
+        row_keys = list(map(key_of_code.__getitem__, map(codes.__getitem__, self.rows)))
         if self.contiguous and self.seqs:
-            own = list(map(key_of_code.__getitem__, map(codes.__getitem__, self.rows)))
             first, last = self.seqs[0], self.seqs[-1]
             if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and seqs[0] <= first and last <= seqs[-1]:
-                return [NOT_SINGLE] * (first - seqs[0]) + own + [NOT_SINGLE] * (seqs[-1] - last)
-        keys: list = []
-        for seq in seqs:
-            low, high = self._span(seq)
-            if high == low + 1:
-                keys.append(key_of_code[codes[self.rows[low]]])
-            else:
-                keys.append(BatchKey(key_of_code[codes[row]] for row in self.rows[low:high]) if high > low
-                            else NOT_SINGLE)
-        return keys
+                return [NOT_SINGLE] * (first - seqs[0]) + row_keys + [NOT_SINGLE] * (seqs[-1] - last)
+        # Otherwise each number's key is looked up in a table of the rank's own: a batch
+        # (several rows under one number, which the sorted rows hold side by side) gets
+        # the keys of all its rows.
+        own = dict(zip(self.seqs, row_keys))
+        if len(own) < len(row_keys):
+            for seq, rows in groupby(zip(self.seqs, row_keys), key=_FIRST):
+                batch = [key for _, key in rows]
+                if len(batch) > 1:
+                    own[seq] = BatchKey(batch)
+        return list(map(own.get, seqs, repeat(NOT_SINGLE)))
 
 
 class BatchKey(tuple):
