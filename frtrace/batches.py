@@ -12,81 +12,98 @@ filed with its batch's P2P ops: it is not a collective.
 
 from __future__ import annotations
 
+import functools
 import operator
 from itertools import compress
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
-from .model import Entry, OpName, PgStatus
-from .standing import mixes_numberings
+from .model import Entry, OpName, PgStatus, says_more_than_scheduled
+from .standing import batch_key, mixes_numberings
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 
 
-def batch_settlements(entries: Sequence[Entry], markers: Optional[Iterable[int]] = None) -> dict[int, Entry]:
-    """position -> the settled entry, for every entry a batch changes (`markers`: the
-    positions of the batches' end markers, when the caller knows them already)."""
+def batch_settlements(entries: Sequence[Entry], markers: Optional[Iterable[int]] = None,
+                      facts: Optional[Callable[[int], tuple]] = None,
+                      own_state: Optional[Callable[[int], bool]] = None) -> dict[int, Entry]:
+    """position -> the settled entry, for every entry a batch changes. A caller that can
+    tell without building entries gives `markers` (the positions of the batches' end
+    markers), `facts` (`batch_facts` of a position) and `own_state` (whether the entry at
+    a position has a state of its own)."""
     if markers is None:
         markers = compress(range(len(entries)), map(_IS_MARKER, entries))
+    if facts is None:
+        facts = functools.partial(_facts_of, entries)
+    if own_state is None:
+        own_state = functools.partial(_own_state_of, entries)
     changes: dict[int, Entry] = {}
     p2p_names: dict[OpName, OpName] = {}  # one shared renamed marker name per distinct name
     for position in markers:
-        _settle(entries, changes, position, p2p_names)
+        _settle(entries, facts, own_state, changes, position, p2p_names)
     return changes
 
 
-def settle_batches(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
-    """`entries` with every batch settled."""
-    changes = batch_settlements(entries)
-    return tuple(changes.get(i, entry) for i, entry in enumerate(entries)) if changes else entries
+def _own_state_of(entries: Sequence[Entry], position: int) -> bool:
+    return _has_own_state(entries[position])
 
 
-def _settle(entries: Sequence[Entry], changes: dict[int, Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
-    marker = entries[position]
-    start = batch_start(entries, position)
+def _settle(entries: Sequence[Entry], facts: Callable[[int], tuple], own_state: Callable[[int], bool],
+            changes: dict[int, Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
+    start = _batch_start(facts, position)
     if start == position:
         return  # a marker with no ops before it (they fell off the ring buffer): leave it be
-    if entries[start].is_p2p:
+    marker = entries[position]
+    if facts(start)[2][1]:  # the batch's ops are P2P
         name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
         changes[position] = marker = marker._replace(name=name)
     for i in range(start, position):
-        entry = entries[i]
-        if not _has_own_state(entry):
+        if not own_state(i):
+            entry = entries[i]
             changes[i] = entry._replace(
                 state=marker.state, retired=marker.retired, time_started_ns=marker.time_started_ns,
                 time_completed_ns=marker.time_completed_ns, duration_ms=marker.duration_ms)
+
+
+def batch_facts(entry: Entry) -> tuple:
+    """What finding a batch's bounds reads of an entry: (pg_name, is it a batch's end
+    marker, its batch_key, its collective_seq_id). EntryTable.batch_facts reads the same
+    off the columns."""
+    return entry.pg_name, entry.name.is_coalesced_marker, batch_key(entry), entry.collective_seq_id
+
+
+def _facts_of(entries: Sequence[Entry], position: int) -> tuple:
+    return batch_facts(entries[position])
 
 
 def batch_start(entries: Sequence[Entry], position: int) -> int:
     """Where the batch the marker at `position` closes begins: the run of entries just
     before it in the marker's group that share one P2P sequence number (a P2P batch) or
     the marker's collective sequence number (a collective batch)."""
-    marker = entries[position]
-    start = position
-    previous: Optional[Entry] = entries[position - 1] if position else None
-    if previous is None or previous.pg_name != marker.pg_name or previous.name.is_coalesced_marker:
+    return _batch_start(functools.partial(_facts_of, entries), position)
+
+
+def _batch_start(facts: Callable[[int], tuple], position: int) -> int:
+    if position == 0:
         return position
-    if previous.is_p2p:
-        key = previous.p2p_seq_id
-        while start > 0 and _in_p2p_batch(entries[start - 1], marker.pg_name, key):
-            start -= 1
-    else:
-        while start > 0 and _in_collective_batch(entries[start - 1], marker.pg_name, marker.collective_seq_id):
-            start -= 1
+    marker_pg, _, _, marker_seq = facts(position)
+    pg, is_marker, key, _ = facts(position - 1)
+    if pg != marker_pg or is_marker:
+        return position
+    # A P2P batch is the run of ops under the previous op's P2P number; a collective
+    # batch the run of collectives (not markers) under the marker's own number.
+    wanted, markers_end_it = (key, False) if key[1] else ((marker_pg, False, marker_seq), True)
+    start = position
+    while start > 0:
+        _, is_marker, key, _ = facts(start - 1)
+        if key != wanted or (markers_end_it and is_marker):
+            break
+        start -= 1
     return start
-
-
-def _in_p2p_batch(entry: Entry, pg_name: str, p2p_seq: int) -> bool:
-    return entry.pg_name == pg_name and entry.is_p2p and entry.p2p_seq_id == p2p_seq
-
-
-def _in_collective_batch(entry: Entry, pg_name: str, seq: int) -> bool:
-    return (entry.pg_name == pg_name and not entry.is_p2p and not entry.name.is_coalesced_marker
-            and entry.collective_seq_id == seq)
 
 
 def _has_own_state(entry: Entry) -> bool:
     """The op's entry says more than `scheduled` (producers that record each op's events)."""
-    return entry.state != "scheduled" or bool(entry.retired) or bool(entry.time_completed_ns) or bool(entry.time_started_ns)
+    return says_more_than_scheduled(entry.state, entry.retired, entry.time_started_ns, entry.time_completed_ns)
 
 
 def finished_settlements(entries: Sequence[Entry], pg_status: dict[int, PgStatus]) -> dict[int, Entry]:

@@ -20,7 +20,7 @@ from array import array
 from itertools import repeat
 from typing import Iterator, Optional, Sequence, Union, overload
 
-from .model import Entry
+from .model import Entry, says_more_than_scheduled
 
 _NONE = type(None)
 _new_entry = tuple.__new__
@@ -236,11 +236,6 @@ class EntryTable(Sequence[Entry]):
             column.write(row, entry[position])
         self._readers = self._in_use = None
 
-    def cached(self) -> "CachedRows":
-        """A view that builds each Entry once, however often it is read (settling a batch
-        walks back over its entries from the marker, and then settles each)."""
-        return CachedRows(self)
-
     def take(self, rows: Sequence[int]) -> "EntryTable":
         """A table of the entries at `rows`, in that order (sharing this one's static rows)."""
         columns = [column_of(column.read_rows(rows)) for column in self._columns]
@@ -337,6 +332,19 @@ class EntryTable(Sequence[Entry]):
         is_p2p = static[2].is_p2p
         return static[0], is_p2p, self.value("p2p_seq_id" if is_p2p else "collective_seq_id", row)
 
+    def batch_facts(self, row: int) -> tuple:
+        """batches.batch_facts of the entry at `row`, without building the Entry."""
+        static = self._statics[self._codes[row]]
+        name = static[2]
+        seq = self.value("collective_seq_id", row)
+        key = (static[0], True, self.value("p2p_seq_id", row)) if name.is_p2p else (static[0], False, seq)
+        return static[0], name.is_coalesced_marker, key, seq
+
+    def has_own_state(self, row: int) -> bool:
+        """model.says_more_than_scheduled of the entry at `row`, without building the Entry."""
+        return says_more_than_scheduled(self._statics[self._codes[row]][4], self.value("retired", row),
+                                        self.value("time_started_ns", row), self.value("time_completed_ns", row))
+
     def field_at(self, name: str, rows: Sequence[int]) -> list:
         """The `name` field of the entries at `rows`."""
         position = Entry._fields.index(name)
@@ -375,25 +383,6 @@ class EntryTable(Sequence[Entry]):
     def nbytes(self) -> int:
         """The bytes its columns take (the static rows not counted: shared objects)."""
         return self._codes.itemsize * self._length + sum(column.nbytes() for column in self._columns)
-
-
-class CachedRows(Sequence[Entry]):
-    """An EntryTable's entries, each built on its first read and kept (see EntryTable.cached)."""
-
-    def __init__(self, table: EntryTable) -> None:
-        self._table = table
-        self._built: dict[int, Entry] = {}
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return tuple(self[i] for i in range(*index.indices(len(self._table))))
-        entry = self._built.get(index)
-        if entry is None:
-            entry = self._built[index] = self._table[index]
-        return entry
 
 
 def _table_from_parts(version: int, codes: array, statics: list, columns: list) -> EntryTable:

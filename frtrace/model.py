@@ -91,6 +91,13 @@ class Entry(NamedTuple):
         return self.state == "started" or bool(self.time_started_ns)
 
 
+def says_more_than_scheduled(state: str, retired: Optional[bool], time_started_ns: Optional[int],
+                             time_completed_ns: Optional[int]) -> bool:
+    """Whether an op's entry records events of its own: an op inside a coalesced batch
+    stays `scheduled` with none (see batches)."""
+    return state != "scheduled" or bool(retired) or bool(time_completed_ns) or bool(time_started_ns)
+
+
 class PgConfig(NamedTuple):
     name: str
     desc: str

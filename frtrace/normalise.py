@@ -499,7 +499,8 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
     markers = [code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker]
     if markers:
         positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))
-        for row, entry in batch_settlements(table.cached(), positions).items():
+        settled = batch_settlements(table, positions, table.batch_facts, table.has_own_state)
+        for row, entry in settled.items():
             table.replace(row, entry)
         table.compact()
     dump.entries = table

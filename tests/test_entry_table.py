@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from frtrace.batches import batch_settlements
+from frtrace.entry_columns import entry_table
 from frtrace.entry_table import EntryTable
 from frtrace.model import Entry, Frame, OpName, Shapes
+from frtrace.normalise import normalised_without_entries, set_entries
+from frtrace.safe_decode import decode_dump_bytes
+from frtrace.testing.synth import Fault, encode_dump, generate
 
 _NAMES = [OpName("nccl:all_reduce", "nccl", "all_reduce", False), OpName("nccl:send 0->1", "nccl", "send", True, 0, 1),
           OpName("nccl:coalesced", "nccl", "coalesced", False, is_coalesced_marker=True)]
@@ -81,3 +87,21 @@ def test_a_healthy_ranks_entries_take_a_few_bytes_each():
     # codes (2) + pg_id (1) + two sequence numbers (2 each) + retired (1) + time created (8)
     assert table.nbytes() <= 20 * len(rows)
     assert _same(tuple(table), rows)
+
+
+@pytest.mark.parametrize("p2p", ["batched", "mixed"])
+@pytest.mark.parametrize("timing", [False, True])
+def test_batches_settle_alike_on_the_table_and_on_entry_tuples(p2p, timing):
+    # The loader settles batches reading the table's columns; the same rule over Entry
+    # tuples must give the same entries (ops of a batch recorded `scheduled`, with no
+    # events of their own, take their marker's state; P2P batch markers become P2P).
+    job = generate(8, 2, 2, steps=4, timing=timing, p2p=p2p, coalesced_events="marker", buffer_size=60,
+                   fault=Fault("hang", rank=3, group="pp", step=3))
+    for rank, dump in sorted(job.dumps.items()):
+        raw, encoding = decode_dump_bytes(encode_dump(dump, "pickle"), 1 << 30)
+        loaded, columns = normalised_without_entries(raw, rank, "rank", encoding)
+        set_entries(loaded, columns)
+        plain = tuple(entry_table(columns))
+        changes = batch_settlements(plain)
+        assert changes, "the job has batches whose ops are only scheduled"
+        assert _same(tuple(loaded.entries), [changes.get(i, e) for i, e in enumerate(plain)])
