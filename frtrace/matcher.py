@@ -240,7 +240,6 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
 class DealtEntries(NamedTuple):
     """One rank's entries of one process group name, in order."""
 
-    collectives: list  # rows of the rank's EntryTable
     by_sequence: SeqMap  # collective_seq_id -> tuple of entries (several for a coalesced batch)
     p2p: RowList  # without the markers that close a batch
     batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
@@ -268,7 +267,7 @@ def deal(dump: RankDump) -> dict:
         batched = frozenset(table.field_at("p2p_seq_id", [p2p[m] for m in markers])) if markers else frozenset()
         if markers:
             p2p = [p2p[m] for m in sorted(set(range(len(p2p))) - set(markers))]
-        dealt[name] = DealtEntries(collectives, SeqMap(table, collectives), RowList(table, p2p), batched)
+        dealt[name] = DealtEntries(SeqMap(table, collectives), RowList(table, p2p), batched)
     return dealt
 
 
@@ -289,7 +288,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
             collectives, p2p, batched = part.by_sequence, part.p2p, part.batched
         else:  # one group under several names: its entries, back in the rank's order
             table = dealt[names[0]].by_sequence.table
-            collectives = SeqMap(table, sorted(row for n in names for row in dealt[n].collectives))
+            collectives = SeqMap(table, sorted(row for n in names for row in dealt[n].by_sequence.rows))
             p2p = RowList(table, sorted(row for n in names for row in dealt[n].p2p.rows))
             batched = frozenset().union(*(dealt[n].batched for n in names))
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,

@@ -26,11 +26,16 @@ _FIRST = operator.itemgetter(0)
 
 
 def _ints(values: Sequence[int]) -> Sequence[int]:
-    """`values` in an int64 array when they fit (a corrupt dump may hold larger)."""
-    try:
-        return array("q", values)
-    except OverflowError:
-        return list(values)
+    """`values` in the narrowest int array that holds them (rows of a 2,000-entry buffer
+    take two bytes), or a list when none does (a corrupt dump's sequence numbers)."""
+    if not values:
+        return array("h")
+    low, high = min(values), max(values)
+    for typecode in ("h", "i", "q"):
+        size = 8 * array(typecode).itemsize
+        if -(1 << (size - 1)) <= low and high < 1 << (size - 1):
+            return array(typecode, values)
+    return list(values)
 
 
 class SeqMap(Mapping[int, tuple]):
