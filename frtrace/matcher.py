@@ -490,23 +490,41 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     members = [r for r in view.group.ranks if r in streams]
     group_id, no_dump = view.group.id, view.no_dump
     strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    unsettled = _unsettled([_keys_at(table, seqs) for table in tables])
+    keys = [_keys_at(table, seqs) for table in tables]
+    unsettled = _unsettled(keys)
     matches = []
     for position, seq in enumerate(seqs):
         if position not in unsettled:  # every rank issued the same op (or batch) and completed it
             matches.append(CollectiveMatch(group_id, seq, LazyCalls(streams, seq), (), (), no_dump, None, ranks))
             continue
-        calls = {rank: batch for rank, batch in zip(ranks, map(_batch_at, tables, repeat(seq))) if batch}
+        issuers = _alike_and_completed(ranks, [column[position] for column in keys])
+        if issuers:  # the ranks that issued it did so alike and completed it: others lack it
+            calls: Mapping[int, tuple] = LazyCalls(streams, seq, issuers)
+            alike, completed, disagreement = True, issuers, None
+        else:
+            calls = {rank: batch for rank, batch in zip(ranks, map(_batch_at, tables, repeat(seq))) if batch}
+            alike, completed = _survey(calls)
+            disagreement = find_disagreement(calls, signature_cache, alike)
         absence: dict[str, tuple[int, ...]] = {}
         if strays or len(calls) < len(members):
             absent = [rank for rank in members if rank not in calls]
             why = [streams[r].absence(seq) for r in absent]
             absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
-        alike, completed = _survey(calls)
-        disagreement = find_disagreement(calls, signature_cache, alike)
         matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
                                        no_dump, disagreement, completed, absence.get("finished", ())))
     return matches
+
+
+def _alike_and_completed(ranks: tuple, row: list) -> tuple:
+    """The ranks holding the row's collective, when all of them issued the same op (or
+    batch) and completed it; () otherwise. Such a row, which some ranks do not hold
+    (their ring buffer does not reach back to it, or they never issued it), needs no
+    entry read to be judged."""
+    issuers = tuple(rank for rank, key in zip(ranks, row) if key is not NOT_SINGLE)
+    if not issuers:
+        return ()
+    expected = _completed_key(next(key for key in row if key is not NOT_SINGLE))
+    return issuers if all(key == expected for key in row if key is not NOT_SINGLE) else ()
 
 
 def first_values(calls: Mapping[int, tuple], name: str) -> list:

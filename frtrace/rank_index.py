@@ -159,33 +159,37 @@ class RowList(Sequence[Entry]):
 
 
 class LazyCalls(Mapping[int, tuple]):
-    """rank -> entries at one sequence number, for every rank of `streams` (a GroupView's
-    RankStreams), read from their SeqMaps when asked."""
+    """rank -> entries at one sequence number, for the ranks of `streams` (a GroupView's
+    RankStreams) that issued it (`ranks`, sorted; None: all of them), read from their
+    SeqMaps when asked."""
 
-    __slots__ = ("streams", "seq")
+    __slots__ = ("streams", "seq", "ranks")
 
-    def __init__(self, streams: dict, seq: int) -> None:
+    def __init__(self, streams: dict, seq: int, ranks: Optional[tuple] = None) -> None:
         self.streams = streams
         self.seq = seq
+        self.ranks = ranks
 
     def __getitem__(self, rank: int) -> tuple:
+        if self.ranks is not None and rank not in self.ranks:
+            raise KeyError(rank)
         return self.streams[rank].collectives[self.seq]
 
     def __contains__(self, rank: object) -> bool:
-        return rank in self.streams
+        return rank in (self.streams if self.ranks is None else self.ranks)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.streams)
+        return iter(self.streams if self.ranks is None else self.ranks)
 
     def __len__(self) -> int:
-        return len(self.streams)
+        return len(self.streams if self.ranks is None else self.ranks)
 
     def first_values(self, name: str) -> list:
         """Each rank's `name` field of its (first) entry, without building the entries."""
-        return [stream.collectives.value_at(self.seq, name) for stream in self.streams.values()]
+        return [self.streams[rank].collectives.value_at(self.seq, name) for rank in self]
 
     def __repr__(self) -> str:
-        return f"LazyCalls(seq={self.seq}, ranks={list(self.streams)})"
+        return f"LazyCalls(seq={self.seq}, ranks={list(self)})"
 
 
 def rows_where(codes: Sequence[int], wanted_codes: set) -> list:
