@@ -84,9 +84,10 @@ def _call_row(call_id: int, collective_id: int, group_id: int, rank: int, entry:
 
 def _p2p_rows(p2p: P2PMatch, collective_id: int, views) -> tuple:
     group = views[p2p.group_id].group
-    present = [(rank, e) for rank, e in ((p2p.src, p2p.send), (p2p.dst, p2p.recv)) if e is not None]
+    ends = ((p2p.src, p2p.send), (p2p.dst, p2p.recv))  # each built once (see P2PMatch)
+    present = [(rank, e) for rank, e in ends if e is not None]
     entry = present[0][1]
-    missing = tuple(r for r, e in ((p2p.src, p2p.send), (p2p.dst, p2p.recv)) if e is None and r >= 0)
+    missing = tuple(r for r, e in ends if e is None and r >= 0)
     completed = tuple(r for r, e in present if e.completed)
     state = "completed" if not missing and completed else ("partial" if missing else "in_flight")
     problem = None
@@ -109,17 +110,19 @@ def build_database(result: MatchResult) -> Database:
     calls: list[NCCLCall] = []
     for match in result.collectives:
         cid = len(collectives)
-        entry = _majority_entry(match.calls)
+        # Each entry built once: a settled collective's calls are read off the tables on demand.
+        match_calls = dict(sorted(match.calls.items()))
+        entry = _majority_entry(match_calls)
         shapes = entry.shapes
         state, problem = collective_state(match)
-        expected = tuple(sorted(set(match.calls) | set(match.not_issued) | set(match.no_dump)))
+        expected = tuple(sorted(set(match_calls) | set(match.not_issued) | set(match.no_dump)))
         collectives.append(Collective(
             cid, match.group_id, "collective", match.seq, None, entry.op,
             shapes.input_sizes, shapes.output_sizes, shapes.input_dtypes, shapes.output_dtypes,
             expected, match.issued, match.completed_ranks, match.not_issued, match.no_dump,
             match.out_of_window, state, problem,
         ))
-        for rank, entries in sorted(match.calls.items()):
+        for rank, entries in match_calls.items():
             for entry in entries:
                 calls.append(_call_row(len(calls), cid, match.group_id, rank, entry, tracebacks))
     for p2p in result.p2p:

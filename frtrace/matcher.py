@@ -535,6 +535,13 @@ def first_values(calls: Mapping[int, tuple], name: str) -> list:
     return [getattr(batch[0], name) for batch in calls.values()]
 
 
+def first_value(calls: Mapping[int, tuple], rank: int, name: str):
+    """Field `name` of the rank's (first) entry in a collective's `calls` (see first_values)."""
+    if isinstance(calls, LazyCalls):
+        return calls.first_value(rank, name)
+    return getattr(calls[rank][0], name)
+
+
 def _batch_at(table, seq: int) -> tuple:
     return table.get(seq, ())
 

@@ -188,6 +188,12 @@ class LazyCalls(Mapping[int, tuple]):
         """Each rank's `name` field of its (first) entry, without building the entries."""
         return [self.streams[rank].collectives.value_at(self.seq, name) for rank in self]
 
+    def first_value(self, rank: int, name: str):
+        """The rank's `name` field of its (first) entry, without building the entry."""
+        if rank not in self:
+            raise KeyError(rank)
+        return self.streams[rank].collectives.value_at(self.seq, name)
+
     def __repr__(self) -> str:
         return f"LazyCalls(seq={self.seq}, ranks={list(self)})"
 

@@ -47,10 +47,12 @@ import heapq
 import io
 import json
 from collections import defaultdict
-from typing import Iterable, Iterator, NamedTuple, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from . import __version__
 from .batches import batch_start
+from .entry_table import EntryTable
+from .matcher import first_value
 from .model import Entry, Group
 from .util import fold_ranks
 from .wording import call_site, group_label
@@ -193,21 +195,24 @@ def choose_ranks(analysis, diagnosis, ranks: Optional[Iterable[int]] = None, *, 
 # --------------------------------------------------------------------------- slices
 
 
-def _newest_ns(entries: tuple[Entry, ...]) -> int:
-    """The newest timestamp a rank wrote (of at least one entry): the closest thing to its dump time."""
-    newest: Optional[int] = None
-    for e in entries:
-        top = e.time_created_ns
-        if e.time_started_ns and e.time_started_ns > top:
-            top = e.time_started_ns
-        if e.time_completed_ns and e.time_completed_ns > top:
-            top = e.time_completed_ns
-        if e.duration_ms is not None and e.time_created_ns + int(round(e.duration_ms * 1e6)) > top:
-            top = e.time_created_ns + int(round(e.duration_ms * 1e6))
-        if newest is None or top > newest:
-            newest = top
-    assert newest is not None
+def _newest_ns(entries: Sequence[Entry]) -> int:
+    """The newest timestamp a rank wrote (of at least one entry): the closest thing to its
+    dump time. Read a field at a time: every rank's is needed, for the trace's clock."""
+    created = _field(entries, "time_created_ns")
+    newest = max(created)
+    for name in ("time_started_ns", "time_completed_ns"):
+        newest = max(newest, max(filter(None, _field(entries, name)), default=newest))
+    durations = _field(entries, "duration_ms")
+    if any(d is not None for d in durations):
+        newest = max(newest, max(c + int(round(d * 1e6)) for c, d in zip(created, durations) if d is not None))
     return newest
+
+
+def _field(entries: Sequence[Entry], name: str) -> list:
+    """Every entry's `name` field, off the table's column when `entries` is one."""
+    if isinstance(entries, EntryTable):
+        return entries.field(name)
+    return [getattr(entry, name) for entry in entries]
 
 
 def _end_of(entry, start: int, next_entry, dump_time: int) -> tuple:
@@ -447,7 +452,7 @@ class _Plan:
         for dump in usable:
             if not dump.entries:
                 continue
-            starts.append(min(e.time_created_ns for e in dump.entries))
+            starts.append(min(_field(dump.entries, "time_created_ns")))
             self.rank_last[dump.rank] = _newest_ns(dump.entries)
             ends.append(self.rank_last[dump.rank])
         self.origin = min(starts) if starts else 0
@@ -564,7 +569,9 @@ def _flow_events(plan: _Plan, w: _Writer, anchors: dict) -> Iterator[dict]:
     for match in plan.analysis.matches.collectives:
         if match.group_id not in plan.wanted:
             continue
-        ends = [anchors[(r, es[0].index)] for r, es in match.calls.items() if (r, es[0].index) in anchors]
+        # Only drawn ranks have anchors: the others' entries are never read.
+        keys = [(r, first_value(match.calls, r, "index")) for r in match.calls if r in plan.drawn]
+        ends = [anchors[key] for key in keys if key in anchors]
         if len(ends) < 2:
             continue
         ends.sort(key=lambda a: (a[2], a[0]))
@@ -573,8 +580,8 @@ def _flow_events(plan: _Plan, w: _Writer, anchors: dict) -> Iterator[dict]:
             flow_id += 1
             yield from _flow_pair(w, flow_id, name, "collective", source, target)
     for p2p in plan.analysis.matches.p2p:
-        if p2p.group_id not in plan.wanted or p2p.send is None or p2p.recv is None:
-            continue
+        if p2p.group_id not in plan.wanted or not p2p.paired or p2p.src not in plan.drawn or p2p.dst not in plan.drawn:
+            continue  # only drawn ranks have anchors
         source, target = anchors.get((p2p.src, p2p.send.index)), anchors.get((p2p.dst, p2p.recv.index))
         if source and target:
             flow_id += 1
