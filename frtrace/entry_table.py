@@ -1,15 +1,18 @@
 """One rank's entries held as columns, read as `Entry` tuples only when asked for.
 
-Takes `Columns` (from the loader's fast path, a worker's packed columns, or plain Entry
+Takes the columns of one rank's entries (from the loader's fast path, or plain Entry
 tuples); returns an `EntryTable`, a read-only `Sequence[Entry]`. An Entry tuple with its
 ints costs some 300 bytes; here an entry costs one code (its group, op, shapes, state and
 stack together: a row of a small table shared across the rank's entries) and one machine
-word per other field, about 90 bytes, and a `tuple` of Entry is built only for the rows
-someone reads (a finding, `-j`, an export).
+int per other field, each column in the narrowest array that holds it (about 20 bytes an
+entry on a healthy NCCL rank), and an Entry is built only for the rows someone reads (a
+finding, `-j`, an export). Loader workers build the table and send it as it is (a
+versioned pickle of arrays and the static rows).
 
 Every field keeps the exact value the loader normalised: ints of any size, None,
-bools, floats. A column whose values fit a machine array (None written as a sentinel no
-value holds) is stored in one; any other column stays a list.
+bools, floats. A column whose values fit a machine array (None written as a value no
+entry holds) is stored in one, a column of one value as that value; any other column
+stays a list.
 """
 
 from __future__ import annotations
