@@ -196,7 +196,7 @@ class EntryTable(Sequence[Entry]):
         lists (settling a batch writes its marker's times over ops that had none)."""
         self._columns = [column_of(column.read_all()) if isinstance(column.values, list) else column
                          for column in self._columns]
-        self._readers = None
+        self._readers = self._static_code = None  # the lookup `replace` built is not kept
 
     def share(self, shared) -> None:
         """Swap the static rows' values for the objects `shared` (SharedValues) keeps, one
