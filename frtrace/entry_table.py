@@ -21,7 +21,7 @@ import math
 import operator
 from array import array
 from itertools import repeat
-from typing import Iterator, Optional, Sequence, Union, overload
+from typing import Iterator, Mapping, Optional, Sequence, Union, overload
 
 from .model import Entry, says_more_than_scheduled
 
@@ -84,19 +84,30 @@ class _Column:
     def _decoded(self, values: list) -> list:
         return list(map(self.decode.get, values, values)) if self.decode else values
 
-    def write(self, row: int, value) -> None:
-        if isinstance(self.values, array) and _fits(self.values, value, self.decode):
-            self.values[row] = _encoded(value, self.decode)
+    def write(self, rows: Sequence[int], values: Sequence) -> None:
+        """Store `values` at `rows`: in place where the column can hold them as they are,
+        else after turning it into a list (once)."""
+        current = self.read_rows(rows)
+        if all(map(_same_value, current, values)):
+            return  # settling a batch leaves most fields as they were
+        if isinstance(self.values, array) and all(_fits(self.values, value, self.decode) for value in values):
+            for row, value in zip(rows, values):
+                self.values[row] = _encoded(value, self.decode)
             return
-        if isinstance(self.values, range) and type(value) is int and value == self.values[row]:
-            return
-        self.values, self.decode = self.read_all(), None  # a value the array cannot hold: a list
-        self.values[row] = value
+        if not isinstance(self.values, list):
+            self.values, self.decode = self.read_all(), None  # a value the array cannot hold
+        for row, value in zip(rows, values):
+            self.values[row] = value
 
     def nbytes(self) -> int:
         if isinstance(self.values, array):
             return self.values.itemsize * len(self.values)
         return 8 * len(self.values) if isinstance(self.values, list) else 0
+
+
+def _same_value(old, new) -> bool:
+    """The same value of the same type (1, 1.0 and True are equal, and all are stored apart)."""
+    return old is new or (type(old) is type(new) and old == new)
 
 
 def _fits(values: array, value, decode: Optional[dict]) -> bool:
@@ -223,20 +234,27 @@ class EntryTable(Sequence[Entry]):
         lists = [list(column) for column in zip(*entries)] if entries else [[] for _ in Entry._fields]
         return cls.from_columns(lists)
 
-    def replace(self, row: int, entry: Entry) -> None:
-        """Store `entry` as row `row` (the loader, settling a batch)."""
-        static = tuple(map(entry.__getitem__, _STATIC_POSITIONS))
+    def replace(self, changes: Mapping[int, Entry]) -> None:
+        """Store each entry of `changes` (row -> entry) as that row (the loader, settling
+        batches: in a job of batched P2P, half of a rank's entries)."""
+        if not changes:
+            return
         if self._static_code is None:
-            self._static_code = {value: code for code, value in enumerate(self._statics)}
-        code = self._static_code.get(static)
-        if code is None:
-            code = self._static_code[static] = len(self._statics)
-            self._statics.append(static)
-            if code >= 1 << (8 * self._codes.itemsize):
-                self._codes = array("I", self._codes)
-        self._codes[row] = code
+            # Keyed by the identity of the static values: a settled entry reuses the objects
+            # of the entries it came from, and hashing a stack would cost more than the rest.
+            self._static_code = {tuple(map(id, static)): code for code, static in enumerate(self._statics)}
+        for row, entry in changes.items():
+            static = tuple(map(entry.__getitem__, _STATIC_POSITIONS))
+            code = self._static_code.get(tuple(map(id, static)))
+            if code is None:  # kept in _statics, so the ids in the key stay its objects'
+                code = self._static_code[tuple(map(id, static))] = len(self._statics)
+                self._statics.append(static)
+                if code >= 1 << (8 * self._codes.itemsize):
+                    self._codes = array("I", self._codes)
+            self._codes[row] = code
+        rows, entries = list(changes), list(changes.values())
         for column, position in zip(self._columns, _OTHER_POSITIONS):
-            column.write(row, entry[position])
+            column.write(rows, [entry[position] for entry in entries])
         self._readers = self._in_use = None
 
     def take(self, rows: Sequence[int]) -> "EntryTable":

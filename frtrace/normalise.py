@@ -499,14 +499,11 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
     markers = [code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker]
     if markers:
         positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))
-        settled = batch_settlements(table, positions, table.batch_facts, table.has_own_state)
-        for row, entry in settled.items():
-            table.replace(row, entry)
+        table.replace(batch_settlements(table, positions, table.batch_facts, table.has_own_state))
         table.compact()
     dump.entries = table
     if keeps_only_active(dump):
-        for row, entry in finished_settlements(table, dump.pg_status).items():
-            table.replace(row, entry)
+        table.replace(finished_settlements(table, dump.pg_status))
         table.compact()
 
 

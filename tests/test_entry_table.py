@@ -71,7 +71,7 @@ def test_rows_written_over_and_taken_out_read_back_exactly(rows, others, data):
     for other in others[: len(rows)]:
         row = data.draw(st.integers(min_value=0, max_value=len(rows) - 1))
         replacement = other._replace(index=expected[row].index)
-        table.replace(row, replacement)
+        table.replace({row: replacement})
         expected[row] = replacement
     assert _same(tuple(table), expected)
     table.compact()
