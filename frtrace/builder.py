@@ -18,10 +18,10 @@ from __future__ import annotations
 import operator
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional
 
 from .entry_table import EntryTable
-from .model import Entry, Group, LoadIssue, Membership, PgConfig, RankDump
+from .model import Group, LoadIssue, Membership, PgConfig, RankDump
 from .util import plural
 
 DEFAULT_GROUP_NAME = "0"
@@ -84,11 +84,9 @@ class _GroupFacts:
     configured: dict  # rank -> ranks tuple from that rank's own pg_config
 
 
-def _groups_of_entries(entries: Sequence[Entry]) -> set:
+def _groups_of_entries(entries: EntryTable) -> set:
     """The (pg_name, pg_desc) pairs `entries` hold."""
-    if isinstance(entries, EntryTable):
-        return {static[:2] for static in entries.statics_in_use()}  # pg_name and pg_desc lead
-    return set(map(_GROUP_OF_ENTRY, entries))
+    return {static[:2] for static in entries.statics_in_use()}  # pg_name and pg_desc lead
 
 
 def _collect_facts(dumps: Iterable[RankDump], configs: dict) -> dict:

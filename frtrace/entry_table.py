@@ -327,9 +327,6 @@ class EntryTable(Sequence[Entry]):
 
     __hash__ = None  # type: ignore[assignment]
 
-    def __add__(self, other) -> tuple:
-        return tuple(self) + tuple(other)
-
     def __repr__(self) -> str:
         return f"EntryTable({self._length} entries)"
 
@@ -355,11 +352,8 @@ class EntryTable(Sequence[Entry]):
 
     def batch_facts(self, row: int) -> tuple:
         """batches.batch_facts of the entry at `row`, without building the Entry."""
-        static = self._statics[self._codes[row]]
-        name = static[2]
-        seq = self.value("collective_seq_id", row)
-        key = (static[0], True, self.value("p2p_seq_id", row)) if name.is_p2p else (static[0], False, seq)
-        return static[0], name.is_coalesced_marker, key, seq
+        key = self.batch_key(row)
+        return key[0], self._statics[self._codes[row]][2].is_coalesced_marker, key, self.value("collective_seq_id", row)
 
     def has_own_state(self, row: int) -> bool:
         """model.says_more_than_scheduled of the entry at `row`, without building the Entry."""

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .entry_columns import SharedValues
 from .entry_table import EntryTable
-from .model import Entry, LoadIssue, LoadResult, RankDump
+from .model import LoadIssue, LoadResult, RankDump
 from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 
 from .sources import Source, SourceError, as_input

@@ -28,22 +28,15 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 from .builder import Layout
 from .entry_table import EntryTable
 from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump
-from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, rows_where
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code
 from .standing import mixes_numberings, only_active_job
 
-_PG_NAME = operator.attrgetter("pg_name")
-_IS_P2P = operator.attrgetter("name.is_p2p")
-_IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
-_FIRST = operator.itemgetter(0)
-_NAME = operator.attrgetter("name")
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 _STATE = operator.attrgetter("state")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
 _NEVER = object()
-_SEQ = operator.attrgetter("collective_seq_id")
 _P2P_SEQ = operator.attrgetter("p2p_seq_id")
-_INDEX = operator.attrgetter("index")
 
 _UNSEEN = object()
 
@@ -252,7 +245,7 @@ def deal(dump: RankDump) -> dict:
     processes still decode the others. A rank holds thousands of entries in a handful of
     groups: their rows are dealt into one list per (group, collective or P2P) in a single
     pass in C over the table's codes, without building an Entry per row."""
-    table = EntryTable.from_entries(dump.entries)
+    table = dump.entries
     statics, codes = table.statics, table.codes
     names = list(dict.fromkeys(static[0] for static in table.statics_in_use()))
     # Bucket 2k holds the collectives of the k-th name, 2k+1 its P2P ops.
@@ -263,10 +256,11 @@ def deal(dump: RankDump) -> dict:
     dealt = {}
     for k, name in enumerate(names):
         collectives, p2p = buckets[2 * k], buckets[2 * k + 1]
-        markers = rows_where(list(map(codes.__getitem__, p2p)), marker_codes) if marker_codes else []
-        batched = frozenset(table.field_at("p2p_seq_id", [p2p[m] for m in markers])) if markers else frozenset()
-        if markers:
-            p2p = [p2p[m] for m in sorted(set(range(len(p2p))) - set(markers))]
+        batched: frozenset[int] = frozenset()
+        if marker_codes:  # a P2P batch's marker closes it: it says which ops were batched, and is no op
+            is_marker = list(map(marker_codes.__contains__, map(codes.__getitem__, p2p)))
+            batched = frozenset(table.field_at("p2p_seq_id", list(compress(p2p, is_marker))))
+            p2p = list(compress(p2p, map(operator.not_, is_marker)))
         dealt[name] = DealtEntries(SeqMap(table, collectives), RowList(table, p2p), batched)
     return dealt
 
@@ -494,13 +488,12 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     unsettled = _unsettled(keys)
     matches = []
     for position, seq in enumerate(seqs):
-        if position not in unsettled:  # every rank issued the same op (or batch) and completed it
-            matches.append(CollectiveMatch(group_id, seq, LazyCalls(streams, seq), (), (), no_dump, None, ranks))
-            continue
-        issuers = _alike_and_completed(ranks, [column[position] for column in keys])
-        if issuers:  # the ranks that issued it did so alike and completed it: others lack it
-            calls: Mapping[int, tuple] = LazyCalls(streams, seq, issuers)
-            alike, completed, disagreement = True, issuers, None
+        # Settled (every rank issued the same op or batch and completed it), or alike and
+        # completed by the ranks that hold it: judged from the keys, its entries read on demand.
+        issuers = ranks if position not in unsettled else _alike_and_completed(ranks, [k[position] for k in keys])
+        if issuers:
+            calls: Mapping[int, tuple] = LazyCalls(streams, seq, None if issuers is ranks else issuers)
+            completed, disagreement = issuers, None
         else:
             calls = {rank: batch for rank, batch in zip(ranks, map(_batch_at, tables, repeat(seq))) if batch}
             alike, completed = _survey(calls)
@@ -666,14 +659,15 @@ def _deal_p2p(view: GroupView) -> tuple:
     sends: dict = defaultdict(list)
     recvs: dict = defaultdict(list)
     any_source: dict = defaultdict(list)
-    where: dict = {}  # id(op) -> where it is kept (see _places), for this group's matching only
+    where: dict = {}  # id(op) -> (table, row), for this group's matching only
     ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
     for rank, stream in view.streams.items():
         if not stream.p2p:
             continue
         ops = list(stream.p2p)
-        where.update(zip(map(id, ops), _places(stream.p2p, ops)))
-        names = stream.p2p.names() if isinstance(stream.p2p, RowList) else list(map(_NAME, ops))
+        # Where each op is kept: a match holds that, not an Entry of its own.
+        where.update(zip(map(id, ops), zip(repeat(stream.p2p.table), stream.p2p.rows)))
+        names = stream.p2p.names()
         bucket_of = {}
         for name in {id(name): name for name in names}.values():
             ends = _channel_ends(view.group.ranks, rank, name)
@@ -686,14 +680,6 @@ def _deal_p2p(view: GroupView) -> tuple:
             bucket_of[id(name)] = bucket
         deque(map(list.append, map(bucket_of.__getitem__, map(id, names)), ops), maxlen=0)
     return sends, recvs, any_source, where
-
-
-def _places(p2p, ops: list) -> list:
-    """(table, row) of each of a stream's P2P ops: a match keeps where its ops are, not
-    Entry objects of its own."""
-    if not isinstance(p2p, RowList):
-        p2p = RowList(EntryTable.from_entries(ops), range(len(ops)))
-    return list(zip([p2p.table] * len(ops), p2p.rows))
 
 
 def _match_p2p(view: GroupView) -> list:

@@ -11,7 +11,10 @@ Everything here is immutable or slotted so millions of entries stay cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Optional
+
+if TYPE_CHECKING:
+    from .entry_table import EntryTable
 
 
 class Frame(NamedTuple):
@@ -121,7 +124,7 @@ class RankDump:
     comm_lib_version: str
     pg_config: tuple  # tuple[PgConfig, ...]
     pg_status: dict  # rank-local pg_id -> PgStatus
-    entries: Sequence[Entry]  # oldest first: an EntryTable from the loader, or a tuple
+    entries: EntryTable  # oldest first (Entry tuples given here are stored as a table)
     has_entries: bool  # False when the dump was taken without collectives
     warnings: tuple = ()
     # Entries dropped because where they stand (their collective_seq_id) could not be read.
@@ -129,7 +132,7 @@ class RankDump:
 
     @property
     def backend(self) -> str:
-        return next((name.backend for name in self._static_values("name") if name.backend), "")
+        return next((name.backend for name in self.entries.static_values("name") if name.backend), "")
 
     @property
     def wrapped(self) -> bool:
@@ -138,15 +141,13 @@ class RankDump:
 
     @property
     def has_frames(self) -> bool:
-        return any(self._static_values("frames"))
+        return any(self.entries.static_values("frames"))
 
-    def _static_values(self, name: str) -> list:
-        """The distinct values of one of an entry's static fields, in order of first use."""
+    def __post_init__(self) -> None:
         from .entry_table import EntryTable  # here: entry_table builds on this module
 
-        if isinstance(self.entries, EntryTable):
-            return self.entries.static_values(name)
-        return list(dict.fromkeys(getattr(entry, name) for entry in self.entries))
+        if not isinstance(self.entries, EntryTable):  # Entry tuples (a test, a hand-made dump)
+            self.entries = EntryTable.from_entries(self.entries)
 
 
 # What torch writes as a group's description when the program gave none: it says nothing

@@ -20,6 +20,7 @@ from typing import Optional
 
 from .batches import batch_settlements, finished_settlements
 from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entry_table
+from .entry_table import EntryTable
 from .model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, RankDump, Shapes
 from .safe_decode import DecodeError
 
@@ -523,7 +524,7 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
         comm_lib_version=norm.text(comm_lib, "comm_lib_version"),
         pg_config=_pg_config(raw.get("pg_config"), norm),
         pg_status=_pg_status(raw.get("pg_status"), norm),
-        entries=(),
+        entries=EntryTable.from_entries(()),
         # JSON dumps omit `entries` when it is empty; only pickles tell "no collectives" apart.
         has_entries=raw_entries is not None or encoding.startswith("json"),
         unreadable_entries=dropped,

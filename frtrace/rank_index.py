@@ -14,7 +14,7 @@ import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import compress, groupby, repeat
+from itertools import groupby, repeat
 from typing import Iterator, Mapping, Optional, Sequence
 
 from .entry_table import EntryTable
@@ -196,11 +196,6 @@ class LazyCalls(Mapping[int, tuple]):
 
     def __repr__(self) -> str:
         return f"LazyCalls(seq={self.seq}, ranks={list(self)})"
-
-
-def rows_where(codes: Sequence[int], wanted_codes: set) -> list:
-    """The rows whose code is one of `wanted_codes`."""
-    return list(compress(range(len(codes)), map(wanted_codes.__contains__, codes)))
 
 
 def buckets_by_code(codes: Sequence[int], bucket_of_code: list, buckets: int) -> list[list[int]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from .entry_table import EntryTable
 from .model import Entry, PgStatus, RankDump
 
 
@@ -66,13 +65,6 @@ def batch_key(entry: Entry) -> tuple[str, bool, int]:
     return entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
 
 
-def batch_key_at(entries: Sequence[Entry], position: int) -> tuple[str, bool, int]:
-    """batch_key(entries[position]), read off the table's columns when it is one."""
-    if isinstance(entries, EntryTable):
-        return entries.batch_key(position)
-    return batch_key(entries[position])
-
-
 def without_queued_ops(dump: RankDump) -> RankDump:
     """The dump as the rank's GPU got it: without the ops the host only queued behind
     the one the rank is blocked in. The host enqueues ahead, so a stuck rank may list
@@ -89,7 +81,7 @@ def without_queued_ops(dump: RankDump) -> RankDump:
     behind = [i for i in range(blocked + 1, len(entries)) if entries[i].started or batch_key(entries[i]) == batch]
     if len(behind) == len(entries) - blocked - 1:
         return dump
-    return replace(dump, entries=EntryTable.from_entries(entries).take([*range(blocked + 1), *behind]))
+    return replace(dump, entries=entries.take([*range(blocked + 1), *behind]))
 
 
 def blocked_in(dumps: list[RankDump]) -> dict[int, tuple[str, bool]]:

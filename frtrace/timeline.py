@@ -47,7 +47,7 @@ import heapq
 import io
 import json
 from collections import defaultdict
-from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Iterable, Iterator, NamedTuple, Optional
 
 from . import __version__
 from .batches import batch_start
@@ -195,24 +195,18 @@ def choose_ranks(analysis, diagnosis, ranks: Optional[Iterable[int]] = None, *, 
 # --------------------------------------------------------------------------- slices
 
 
-def _newest_ns(entries: Sequence[Entry]) -> int:
+def _newest_ns(entries: EntryTable) -> int:
     """The newest timestamp a rank wrote (of at least one entry): the closest thing to its
     dump time. Read a field at a time: every rank's is needed, for the trace's clock."""
-    created = _field(entries, "time_created_ns")
+    created = entries.field("time_created_ns")
     newest = max(created)
     for name in ("time_started_ns", "time_completed_ns"):
-        newest = max(newest, max(filter(None, _field(entries, name)), default=newest))
-    durations = _field(entries, "duration_ms")
+        newest = max(newest, max(filter(None, entries.field(name)), default=newest))
+    durations = entries.field("duration_ms")
     if any(d is not None for d in durations):
         newest = max(newest, max(c + int(round(d * 1e6)) for c, d in zip(created, durations) if d is not None))
     return newest
 
-
-def _field(entries: Sequence[Entry], name: str) -> list:
-    """Every entry's `name` field, off the table's column when `entries` is one."""
-    if isinstance(entries, EntryTable):
-        return entries.field(name)
-    return [getattr(entry, name) for entry in entries]
 
 
 def _end_of(entry, start: int, next_entry, dump_time: int) -> tuple:
@@ -452,7 +446,7 @@ class _Plan:
         for dump in usable:
             if not dump.entries:
                 continue
-            starts.append(min(_field(dump.entries, "time_created_ns")))
+            starts.append(min(dump.entries.field("time_created_ns")))
             self.rank_last[dump.rank] = _newest_ns(dump.entries)
             ends.append(self.rank_last[dump.rank])
         self.origin = min(starts) if starts else 0

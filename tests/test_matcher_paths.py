@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from frtrace.entry_table import EntryTable
 from frtrace.builder import build_layout
 from frtrace.loader import load_dumps
 from frtrace.matcher import _rank_streams, deal, match
@@ -48,7 +49,7 @@ def test_a_group_recorded_under_two_names_keeps_the_rank_order(tmp_path):
     # One group's entries, alternating between two names, as a rank could record them.
     busiest = Counter(e.pg_name for e in dump.entries).most_common(1)[0][0]
     mine = [e for e in dump.entries if e.pg_name == busiest]
-    dump.entries = tuple(e._replace(pg_name="ab"[i % 2]) for i, e in enumerate(mine))
+    dump.entries = EntryTable.from_entries([e._replace(pg_name="ab"[i % 2]) for i, e in enumerate(mine)])
     assert len(dump.entries) > 4
     stream = _rank_streams(dump, _OneGroupTwoNames(), deal(dump))[0]
     collectives = [e for e in dump.entries if not e.name.is_p2p]

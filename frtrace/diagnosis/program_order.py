@@ -20,9 +20,9 @@ from itertools import islice
 from typing import Optional
 
 from ..builder import Layout
-from ..matcher import GroupView, MatchResult, batch_signature
+from ..matcher import MatchResult, batch_signature
 from ..model import UNDESCRIBED, Entry, Group, RankDump
-from ..standing import batch_key_at, keeps_only_active
+from ..standing import keeps_only_active
 from .finding import Finding, WentPast
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
@@ -126,11 +126,11 @@ class ProgramOrder:
 
     def _batch_bounds(self, rank: int, position: int) -> tuple:
         entries = self.entries[rank]
-        key = batch_key_at(entries, position)
+        key = entries.batch_key(position)
         start = end = position
-        while start > 0 and batch_key_at(entries, start - 1) == key:
+        while start > 0 and entries.batch_key(start - 1) == key:
             start -= 1
-        while end + 1 < len(entries) and batch_key_at(entries, end + 1) == key:
+        while end + 1 < len(entries) and entries.batch_key(end + 1) == key:
             end += 1
         return start, end
 
