@@ -22,11 +22,10 @@ from array import array
 from itertools import count, repeat
 from typing import NamedTuple, Optional, Sequence
 
-from .entry_table import EntryTable
+from .entry_table import STATIC_FIELDS, EntryTable
 from .model import Entry
 
 _NONE = type(None)
-_new_entry = tuple.__new__
 
 # Raw fields the fast path reads a column at a time, and which of them must hold integers
 # (or None as well).
@@ -40,13 +39,9 @@ _OPTIONAL_INT_FIELDS = ("time_discovered_started_ns", "time_discovered_completed
 # entries of one op in one group: read as one row (a tuple) per entry, compared whole.
 _ROW_FIELDS = ("process_group", "is_p2p", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state",
                "frames")
-# Entry fields whose ints repeat across entries and ranks (index, record_id, pg_id, the two
-# sequence numbers, op_id), and those holding interned values (group name and description,
-# op name, shapes, state, stack): see SharedValues.
-_SHAREABLE_INTS = tuple(Entry._fields.index(f) for f in ("index", "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id"))
-_SHAREABLE_VALUES = tuple(Entry._fields.index(f) for f in ("pg_name", "pg_desc", "name", "shapes", "state", "frames"))
-_STATIC_POSITIONS = _SHAREABLE_VALUES
-_SMALL_INT_LIMIT = 1 << 16
+# The Entry fields an EntryTable codes together (group name and description, op name,
+# shapes, state, stack), which every rank shares (see SharedValues).
+_STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
 _EXAMPLE_ROUNDS = 6  # see _examples
 
 
@@ -360,18 +355,17 @@ def columns_from_entries(entries: Sequence[Entry]) -> Columns:
 
 
 class SharedValues:
-    """Objects the entries of every rank share, for one load: the ints below 65,536, one
-    copy of each distinct group name, op name, shape record, state and stack, and one
+    """Objects the entries of every rank share, for one load: one copy of each distinct
+    group name, op name, shape record, state and stack (see EntryTable.share), and one
     tuple per distinct pg_config rank list.
 
     Each file's values are interned while it is read, but files are read apart (often in
     other processes), so without this every rank would hold copies of the same stacks,
     and the matcher could not tell equal ops apart by identity."""
 
-    __slots__ = ("ints", "values", "rank_lists")
+    __slots__ = ("values", "rank_lists")
 
     def __init__(self) -> None:
-        self.ints = tuple(range(_SMALL_INT_LIMIT))
         self.values: dict = {}
         self.rank_lists: dict = {}
 
@@ -381,58 +375,17 @@ class SharedValues:
         key = ranks.tobytes() if isinstance(ranks, array) else ranks
         kept = self.rank_lists.get(key)
         if kept is None:
-            kept = self.rank_lists[key] = tuple(self.ints_of(list(ranks)))
+            kept = self.rank_lists[key] = tuple(ranks)
         return kept
 
     def one_of(self, value):
         return self.values.setdefault(value, value)
 
-    def ints_of(self, column: Sequence[int]) -> Sequence[int]:
-        """The column with its ints replaced by the shared objects, when all are small enough:
-        sequence numbers and record ids repeat across entries and ranks, and each int of
-        its own would cost 28 bytes."""
-        if isinstance(column, range) and 0 <= column.start and column.stop <= _SMALL_INT_LIMIT and column.step == 1:
-            return self.ints[column.start:column.stop]
-        if not column or min(column) < 0 or max(column) >= _SMALL_INT_LIMIT:
-            return column
-        return list(map(self.ints.__getitem__, column))
 
-    def values_of(self, column: Sequence) -> Sequence:
-        """The column (or a Coded table) with each value replaced by the shared copy; it holds
-        few distinct objects (they are interned per file), so only those are looked up by value."""
-        distinct = dict(zip(map(id, column), column))
-        swap = {key: self.one_of(value) for key, value in distinct.items()}
-        if all(swap[key] is value for key, value in distinct.items()):
-            return column
-        return list(map(swap.__getitem__, map(id, column)))
-
-
-def entries_from_columns(columns: Columns, shared: Optional[SharedValues] = None) -> tuple:
-    """An Entry per row of `columns`; with `shared`, repeating values are shared objects."""
-    lists = list(columns.lists)
-    for position, column in enumerate(lists):
-        if shared is not None and position in _SHAREABLE_INTS:
-            column = shared.ints_of(column)
-        elif isinstance(column, Coded):
-            if shared is not None and position in _SHAREABLE_VALUES:
-                column = Coded(shared.values_of(column.table), column.codes)
-            column = column.values()
-        elif shared is not None and position in _SHAREABLE_VALUES:
-            column = shared.values_of(column)
-        if isinstance(column, array) and column and column[0] == column[-1] and column.count(column[0]) == len(column):
-            column = [column[0]] * len(column)  # one int object for a field all entries hold alike (timeout_ms)
-        lists[position] = column
-    return tuple(map(_new_entry, repeat(Entry), zip(*lists)))
-
-
-def entry_table(columns: Columns, shared: Optional[SharedValues] = None) -> EntryTable:
-    """The entries of `columns` as an EntryTable; with `shared`, its group names, op names,
-    shapes, states and stacks are the objects every rank shares."""
+def entry_table(columns: Columns) -> EntryTable:
+    """The entries of `columns` as an EntryTable."""
     lists = list(columns.lists)
     static = [lists[position] for position in _STATIC_POSITIONS]
-    if shared is not None:
-        static = [Coded(shared.values_of(c.table), c.codes) if isinstance(c, Coded) else shared.values_of(c)
-                  for c in static]
     if all(isinstance(c, Coded) for c in static) and all(c.codes is static[0].codes for c in static):
         # One code per entry for all six: their tables read side by side are the static rows.
         return EntryTable.from_columns(lists, static[0].codes, list(zip(*(c.table for c in static))))

@@ -496,7 +496,9 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
     """The dump's entries from `columns`, as an `EntryTable`: each coalesced batch settled
     as one unit, and in a dump of only active entries, those its pg_status says finished
     (see `batches`)."""
-    table = entry_table(columns, shared)
+    table = entry_table(columns)
+    if shared is not None:
+        table.share(shared)
     markers = [code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker]
     if markers:
         positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frtrace.entry_columns import Coded, columns_from_raw, entries_from_columns
+from frtrace.entry_columns import Coded, columns_from_raw, entry_table
 from frtrace.normalise import BatchMemo, _entries_one_by_one, _Normaliser
 from frtrace.safe_decode import decode_dump_bytes
 from frtrace.testing.synth import Fault, encode_dump, generate
@@ -71,7 +71,7 @@ def assert_paths_agree(raw_entries: list, memo: BatchMemo = None) -> None:
     assert columns is not None, "entries as torch writes them take the column path"
     one_by_one, dropped = _entries_one_by_one(raw_entries, slow_norm)
     assert dropped == 0
-    assert entries_from_columns(columns) == one_by_one
+    assert tuple(entry_table(columns)) == one_by_one
     assert fast_norm.warnings == slow_norm.warnings
     for column in columns.lists:
         if isinstance(column, Coded):

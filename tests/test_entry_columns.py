@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frtrace.entry_table import EntryTable
-from frtrace.entry_columns import Coded, columns_from_entries, columns_from_raw, entries_from_columns, entry_table
+from frtrace.entry_columns import Coded, columns_from_entries, columns_from_raw, entry_table
 from frtrace.loader import load_dumps, load_one
 from frtrace.normalise import _entries_one_by_one, _Normaliser
 from frtrace.model import Entry, Frame
@@ -46,7 +46,7 @@ def assert_same(raw_entries: list, must_be_fast: bool = False) -> None:
     if must_be_fast:
         assert fast is not None
     if fast is not None:
-        assert entries_from_columns(fast) == entries_from_columns(slow)
+        assert tuple(entry_table(fast)) == tuple(entry_table(slow))
         assert fast_warnings == slow_warnings
 
 
@@ -80,7 +80,7 @@ def test_unsorted_record_ids_are_sorted_with_ties_in_file_order():
     entries.reverse()
     entries[0]["record_id"] = entries[1]["record_id"]  # a tie
     fast, slow, _, _ = both_paths(entries)
-    assert fast is not None and entries_from_columns(fast) == entries_from_columns(slow)
+    assert fast is not None and tuple(entry_table(fast)) == tuple(entry_table(slow))
     record_ids = list(fast.lists[1])
     assert record_ids == sorted(record_ids)
 
@@ -96,7 +96,7 @@ def test_odd_values_are_judged_as_the_entry_by_entry_path_judges_them():
         fast, slow, fast_warnings, slow_warnings = both_paths(entries)
         assert slow_warnings, field  # the slow path says what it found
         if field == "frames":  # a stack that is not a list is looked up as usual, and warned about
-            assert entries_from_columns(fast) == entries_from_columns(slow)
+            assert tuple(entry_table(fast)) == tuple(entry_table(slow))
             assert fast_warnings == slow_warnings
         else:
             assert fast is None, field
@@ -126,7 +126,7 @@ def test_a_stack_is_known_by_the_frames_it_holds_not_only_by_their_identity():
         {**_plain_entry(1), "frames": [dict(frame)]},  # an equal, fresh dict (as JSON gives)
     ]
     fast, _slow, _, _ = both_paths(entries)
-    stacks = [entry.frames for entry in entries_from_columns(fast)]
+    stacks = [entry.frames for entry in tuple(entry_table(fast))]
     assert stacks[0] == (Frame("f", "a.py", 1),) and stacks[0] is stacks[1]
 
 
@@ -140,12 +140,12 @@ def _plain_entry(record_id: int) -> dict:
 
 def test_tables_come_back_equal_through_a_pipe():
     frames = (Frame("f", "a.py", 1),)
-    columns = columns_from_entries([
+    entries = (
         Entry(0, 5, "0", "pg", 0, 1, 0, 1, None, None, "completed", True, -(2**63) + 1, None, 0, 1.5, None, frames),
         Entry(1, 2**64 - 1, "0", "pg", 0, 2, 0, 2, None, None, "started", None, 2**63 - 1, 7, None, None, 10, ()),
         Entry(2, 3, "0", "pg", 0, 3, 0, 3, None, None, "started", None, 5, 7, None, 0.25, 10, frames),
-    ])
-    assert _through_a_pipe(entry_table(columns)) == entries_from_columns(columns)
+    )
+    assert _through_a_pipe(entry_table(columns_from_entries(entries))) == entries
 
 
 def test_fast_path_tables_come_back_as_the_same_entries_through_a_pipe():
@@ -153,7 +153,8 @@ def test_fast_path_tables_come_back_as_the_same_entries_through_a_pipe():
     raw, _ = decode_dump_bytes(encode_dump(job.dumps[3], "pickle"), 1 << 30)
     columns = columns_from_raw(raw["entries"], _Normaliser())
     assert any(isinstance(column, Coded) for column in columns.lists)
-    assert _through_a_pipe(entry_table(columns)) == entries_from_columns(columns)
+    one_by_one = _entries_one_by_one(raw["entries"], _Normaliser())[0]
+    assert _through_a_pipe(entry_table(columns)) == one_by_one
 
 
 def _through_a_pipe(table: EntryTable) -> tuple:
