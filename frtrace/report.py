@@ -79,7 +79,10 @@ def _next_step(finding: Finding) -> Optional[str]:
     template = kind(finding.kind).next_step
     if not template or not finding.is_root or finding.severity == "info":
         return None
-    return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks))
+    # Point at the call site only where the finding shows one (a rank that never issued
+    # the op has no entry of it, and dumps without stacks have none).
+    call_site = "the suspect call site above, " if "suspect_call_site" in finding.evidence else ""
+    return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks), call_site=call_site)
 
 
 def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:

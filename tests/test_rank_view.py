@@ -129,3 +129,21 @@ def test_ranks_flag_prints_only_the_view(tmp_path):
     assert as_markdown.startswith("### FAULT:") and "| 0-1,3 | 3 |" in as_markdown
     refused = run_cli([directory, "--ranks", "-j"])
     assert refused.exit_code == 2
+
+
+def test_next_step_points_at_the_suspect_call_site_only_where_the_report_shows_one():
+    # Rank 2 never issued #2: with stacks, the report shows where it stood and the next
+    # step points there; dumps without stacks show no call site, and the step must not
+    # send the reader looking for one.
+    steps = {0: ["all_reduce"] * 2, 1: ["all_reduce"] * 2, 2: ["all_reduce"]}
+    without = job(steps)
+    for dump in without.values():
+        for entry in dump["entries"]:
+            entry["frames"] = []
+    for dumps, shown in ((job(steps), True), (without, False)):
+        analysis, diagnosis = analyse_dicts(dumps)
+        assert diagnosis.suspect_ranks == (2,)
+        text = render_text(analysis, diagnosis)
+        assert "look at what rank(s) 2 were doing instead" in text
+        assert ("suspect call site:" in text) is shown
+        assert ("the suspect call site above" in text) is shown

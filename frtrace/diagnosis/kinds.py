@@ -46,7 +46,7 @@ _ROWS = (
          "find the code path that lets rank(s) {suspects} issue one more collective than their peers (a rank-dependent branch or loop count)",
          True, 2, 3),
     Kind("not_issued", "error",
-         "look at what rank(s) {suspects} were doing instead (the suspect call site above, their last entries with -j, or py-spy dump on the live process)",
+         "look at what rank(s) {suspects} were doing instead ({call_site}their last entries with -j, or py-spy dump on the live process)",
          True, 3, 4),
     Kind("stuck", "error",
          "check the GPUs and network of rank(s) {suspects}: GPU errors (Xid in dmesg), NCCL_DEBUG=INFO, link health",
