@@ -368,11 +368,6 @@ class EntryTable(Sequence[Entry]):
             return [self._statics[code][k] for code in map(self._codes.__getitem__, rows)]
         return self._columns[_OTHER_POSITIONS.index(position)].read_rows(rows)
 
-    def int_field(self, name: str) -> Sequence[int]:
-        """An int field with no None, as stored (an array or a range, unconverted)."""
-        column = self._columns[_OTHER_POSITIONS.index(Entry._fields.index(name))]
-        return column.read_all() if column.decode else column.values  # type: ignore[return-value]
-
     def static_values(self, name: str) -> list:
         """The distinct values of a static field (see STATIC_FIELDS) that entries hold, in
         the order they first appear."""
