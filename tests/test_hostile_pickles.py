@@ -288,6 +288,23 @@ def test_an_honest_dump_decodes_and_leaves_the_limit_as_it_was():
     assert _address_space_limit() == before
 
 
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_every_protocol_decodes_to_what_was_pickled_and_any_truncation_is_a_clean_error(protocol):
+    # The unpickler reads the bytes through safe_decode._WholeInput: its read, readline
+    # (text opcodes such as INT and LONG) and readinto (long bytes) paths all run here.
+    dump = {"version": "2.10", "entries": [{"record_id": i, "state": "completed\n", "big": 10**40 + i,
+                                            "raw": b"\x00" * 70_000 if protocol >= 3 else None} for i in range(3)]}
+    data = pickle.dumps(dump, protocol=protocol)
+    line_opcodes = proto(protocol) + b"I42\nL-7\n" + TUPLE1 + b"\x86" + STOP  # INT, LONG, then a pair
+    assert decode_dump_bytes(data, 10**7) == (dump, "pickle")
+    assert decode_dump_bytes(line_opcodes, 10**6) == ((42, (-7,)), "pickle")
+    for cut in (3, len(data) // 2, len(data) - 1):
+        with pytest.raises(DecodeError, match="truncated or corrupt pickle"):
+            decode_dump_bytes(data[:cut], 10**7)
+    with pytest.raises(DecodeError, match="truncated or corrupt pickle"):
+        decode_dump_bytes(proto(protocol) + b"I42", 10**6)
+
+
 def test_protocol_0_and_1_pickles_are_not_even_unpickled(marker):
     # No PROTO opcode: frtrace only unpickles what starts with 0x80, like the C++ pickler writes.
     for data in (b"cposix\nsystem\n(S'" + shell(marker).encode() + b"'\ntR.", global_("helpers", "tripwire") + text(str(marker)) + TUPLE1 + REDUCE + STOP):
