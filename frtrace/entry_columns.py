@@ -22,7 +22,7 @@ from array import array
 from itertools import count, repeat
 from typing import NamedTuple, Optional, Sequence
 
-from .entry_table import STATIC_FIELDS, EntryTable
+from .entry_table import STATIC_FIELDS, EntryTable, narrowest_int_array
 from .model import Entry
 
 _NONE = type(None)
@@ -43,6 +43,7 @@ _ROW_FIELDS = ("process_group", "is_p2p", "input_sizes", "input_dtypes", "output
 # shapes, state, stack), which every rank shares (see SharedValues).
 _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
 _EXAMPLE_ROUNDS = 6  # see _examples
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Columns(NamedTuple):
@@ -110,17 +111,18 @@ def _rows(raw_entries: list, names: tuple) -> list:
 
 
 def _int_column(column: Sequence) -> Optional[array]:
-    """The column as an int64 array, or None when a value is not an int as torch writes it
-    (a bool, a float, a huge number).
+    """The column in the narrowest int array that holds it (see EntryTable), or None when
+    a value is not an int as torch writes it (a bool, a float, a number past 64 bits).
 
-    Two passes in C: the types (bools and int subclasses are not `int`), then the
-    conversion, which finds numbers too large for 64 bits."""
+    Passes in C: the types (bools and int subclasses are not `int`), the bounds, then the
+    conversion; the table keeps the array as it is."""
     if list(map(type, column)).count(int) != len(column):  # a list counts faster than a set grows
         return None
-    try:
-        return array("q", column)
-    except OverflowError:
-        return None
+    low, high = min(column), max(column)
+    ints = narrowest_int_array(column, low, high)
+    if ints is None and _INT64_MIN <= low and high <= _INT64_MAX:
+        return array("q", column)  # it holds int64's lowest value, which the others keep for None
+    return ints
 
 
 def _optional_int_column(column: Sequence) -> Optional[Sequence[int]]:

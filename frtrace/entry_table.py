@@ -142,16 +142,32 @@ def _all_alike(values: Sequence) -> bool:
         and not (isinstance(first, float) and math.isnan(first))
 
 
+def narrowest_int_array(values: Sequence[int], low: int, high: int) -> Optional[array]:
+    """`values` (ints from `low` to `high`) in the narrowest machine array that holds them
+    and one value below them (kept for None), or None when none does."""
+    typecode = _narrowest_typecode(low, high)
+    return None if typecode is None else array(typecode, values)
+
+
+def _narrowest_typecode(low: int, high: int) -> Optional[str]:
+    for typecode, (type_low, type_high) in _INT_RANGES.items():
+        if type_low < low and high <= type_high:
+            return typecode
+    return None
+
+
 def _int_column(values: Sequence, present: Sequence[int], has_none: bool) -> Optional[_Column]:
     """`values` (ints, and None where `has_none`) in the narrowest array that holds them
     and one value below them, which stands for None."""
     low, high = min(present), max(present)
-    for typecode, (type_low, type_high) in _INT_RANGES.items():
-        if type_low < low and high <= type_high:
-            if not has_none:
-                return _Column(array(typecode, values))
-            return _Column(array(typecode, [type_low if v is None else v for v in values]), {type_low: None})
-    return None
+    if not has_none:
+        ints = narrowest_int_array(values, low, high)
+        return None if ints is None else _Column(ints)
+    typecode = _narrowest_typecode(low, high)
+    if typecode is None:
+        return None
+    none = _INT_RANGES[typecode][0]
+    return _Column(array(typecode, [none if v is None else v for v in values]), {none: None})
 
 
 def column_of(values: Sequence) -> _Column:
@@ -162,6 +178,8 @@ def column_of(values: Sequence) -> _Column:
         return _Column(_Same(values[0], len(values)))
     if isinstance(values, array) and values.typecode == "q":
         return (_int_column(values, values, False) if values else None) or _Column(values)
+    if isinstance(values, array) and values.typecode in _INT_RANGES:  # narrowed already (narrowest_int_array)
+        return _Column(values)
     values = list(values)
     kinds = set(map(type, values))
     has_none = _NONE in kinds
