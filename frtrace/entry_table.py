@@ -131,6 +131,7 @@ def _encoded(value, decode: Optional[dict]):
 
 
 _BOOLS = {-1: None, 0: False, 1: True}
+_BOOL_CODES = {meant: stored for stored, meant in _BOOLS.items()}
 
 
 def _all_alike(values: Sequence) -> bool:
@@ -176,8 +177,6 @@ def column_of(values: Sequence) -> _Column:
         return _Column(values)
     if values and _all_alike(values):
         return _Column(_Same(values[0], len(values)))
-    if isinstance(values, array) and values.typecode == "q":
-        return (_int_column(values, values, False) if values else None) or _Column(values)
     if isinstance(values, array) and values.typecode in _INT_RANGES:  # narrowed already (narrowest_int_array)
         return _Column(values)
     values = list(values)
@@ -189,7 +188,7 @@ def column_of(values: Sequence) -> _Column:
         if column is not None:
             return column
     if kinds <= {bool, _NONE}:
-        return _Column(array("b", [-1 if v is None else int(v) for v in values]), _BOOLS)
+        return _Column(array("b", map(_BOOL_CODES.__getitem__, values) if has_none else values), _BOOLS)
     if kinds <= {float, _NONE} and not any(math.isnan(v) or v == _FLOAT_NONE for v in present):
         if not has_none:
             return _Column(array("d", values))
