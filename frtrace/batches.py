@@ -14,59 +14,71 @@ from __future__ import annotations
 
 import functools
 import operator
-from itertools import compress
-from typing import Callable, Iterable, Optional, Sequence
+from itertools import compress, repeat
+from typing import Callable, Optional, Sequence
 
+from .entry_table import EntryTable
 from .model import Entry, OpName, PgStatus, says_more_than_scheduled
 from .standing import batch_key, mixes_numberings
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
 
 
-def batch_settlements(entries: Sequence[Entry], markers: Optional[Iterable[int]] = None,
-                      facts: Optional[Callable[[int], tuple]] = None,
-                      own_state: Optional[Callable[[int], bool]] = None) -> dict[int, Entry]:
-    """position -> the settled entry, for every entry a batch changes. A caller that can
-    tell without building entries gives `markers` (the positions of the batches' end
-    markers), `facts` (`batch_facts` of a position) and `own_state` (whether the entry at
-    a position has a state of its own)."""
-    if markers is None:
-        markers = compress(range(len(entries)), map(_IS_MARKER, entries))
-    if facts is None:
-        facts = functools.partial(_facts_of, entries)
-    if own_state is None:
-        own_state = functools.partial(_own_state_of, entries)
+# The fields each op of a batch takes from its end marker.
+SETTLED_FIELDS = ("state", "retired", "time_started_ns", "time_completed_ns", "duration_ms")
+
+
+def batch_settlements(entries: Sequence[Entry]) -> dict[int, Entry]:
+    """position -> the settled entry, for every entry a batch changes (Entry tuples:
+    `settle_table_batches` does the same to an EntryTable's columns)."""
+    facts = functools.partial(_facts_of, entries)
     changes: dict[int, Entry] = {}
     p2p_names: dict[OpName, OpName] = {}  # one shared renamed marker name per distinct name
-    for position in markers:
-        _settle(entries, facts, own_state, changes, position, p2p_names)
+    for position in compress(range(len(entries)), map(_IS_MARKER, entries)):
+        start = _batch_start(facts, position)
+        if start == position:
+            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
+        marker = entries[position]
+        if facts(start)[2][1]:  # the batch's ops are P2P
+            name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
+            changes[position] = marker = marker._replace(name=name)
+        for i in range(start, position):
+            if not _has_own_state(entries[i]):
+                changes[i] = entries[i]._replace(**{field: getattr(marker, field) for field in SETTLED_FIELDS})
     return changes
 
 
-def _own_state_of(entries: Sequence[Entry], position: int) -> bool:
-    return _has_own_state(entries[position])
-
-
-def _settle(entries: Sequence[Entry], facts: Callable[[int], tuple], own_state: Callable[[int], bool],
-            changes: dict[int, Entry], position: int, p2p_names: dict[OpName, OpName]) -> None:
-    start = _batch_start(facts, position)
-    if start == position:
-        return  # a marker with no ops before it (they fell off the ring buffer): leave it be
-    marker = entries[position]
-    if facts(start)[2][1]:  # the batch's ops are P2P
-        name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
-        changes[position] = marker = marker._replace(name=name)
-    for i in range(start, position):
-        if not own_state(i):
-            entry = entries[i]
-            changes[i] = entry._replace(
-                state=marker.state, retired=marker.retired, time_started_ns=marker.time_started_ns,
-                time_completed_ns=marker.time_completed_ns, duration_ms=marker.duration_ms)
+def settle_table_batches(table: EntryTable) -> bool:
+    """Settle every batch of a rank's table in place, as `batch_settlements` settles
+    Entry tuples, reading and writing its columns (in a job of batched P2P, half of a
+    rank's entries are a batch's ops); whether anything changed."""
+    marker_codes = {code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker}
+    if not marker_codes:
+        return False
+    facts = table.batch_facts_reader()
+    ops: list[int] = []
+    their_markers: list[int] = []
+    p2p_markers: list[int] = []
+    for position in compress(range(len(table)), map(marker_codes.__contains__, table.codes)):
+        start = _batch_start(facts, position)
+        if start == position:
+            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
+        if facts(start)[2][1]:  # the batch's ops are P2P
+            p2p_markers.append(position)
+        ops.extend(range(start, position))
+        their_markers.extend(repeat(position, position - start))
+    states = [table.field_at(name, ops) for name in ("state", "retired", "time_started_ns", "time_completed_ns")]
+    unsettled = list(map(operator.not_, map(says_more_than_scheduled, *states)))
+    table.copy_fields(list(compress(ops, unsettled)), list(compress(their_markers, unsettled)), SETTLED_FIELDS)
+    p2p_names: dict[OpName, OpName] = {}
+    names = [p2p_names.setdefault(name, name._replace(is_p2p=True)) for name in table.field_at("name", p2p_markers)]
+    table.set_static(p2p_markers, "name", names)
+    return bool(ops or p2p_markers)
 
 
 def batch_facts(entry: Entry) -> tuple:
     """What finding a batch's bounds reads of an entry: (pg_name, is it a batch's end
-    marker, its batch_key, its collective_seq_id). EntryTable.batch_facts reads the same
+    marker, its batch_key, its collective_seq_id). EntryTable.batch_facts_reader reads the same
     off the columns."""
     return entry.pg_name, entry.name.is_coalesced_marker, batch_key(entry), entry.collective_seq_id
 

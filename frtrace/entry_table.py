@@ -21,9 +21,9 @@ import math
 import operator
 from array import array
 from itertools import repeat
-from typing import Iterator, Mapping, Optional, Sequence, Union, overload
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Union, overload
 
-from .model import Entry, says_more_than_scheduled
+from .model import Entry
 
 _NONE = type(None)
 _new_entry = tuple.__new__
@@ -253,26 +253,52 @@ class EntryTable(Sequence[Entry]):
 
     def replace(self, changes: Mapping[int, Entry]) -> None:
         """Store each entry of `changes` (row -> entry) as that row (the loader, settling
-        batches: in a job of batched P2P, half of a rank's entries)."""
+        the batches of a dump of only active entries)."""
         if not changes:
             return
-        if self._static_code is None:
-            # Keyed by the identity of the static values: a settled entry reuses the objects
-            # of the entries it came from, and hashing a stack would cost more than the rest.
-            self._static_code = {tuple(map(id, static)): code for code, static in enumerate(self._statics)}
         for row, entry in changes.items():
-            static = tuple(map(entry.__getitem__, _STATIC_POSITIONS))
-            code = self._static_code.get(tuple(map(id, static)))
-            if code is None:  # kept in _statics, so the ids in the key stay its objects'
-                code = self._static_code[tuple(map(id, static))] = len(self._statics)
-                self._statics.append(static)
-                if code >= 1 << (8 * self._codes.itemsize):
-                    self._codes = array("I", self._codes)
-            self._codes[row] = code
+            self._codes[row] = self._code_of(tuple(map(entry.__getitem__, _STATIC_POSITIONS)))
         rows, entries = list(changes), list(changes.values())
         for column, position in zip(self._columns, _OTHER_POSITIONS):
             column.write(rows, [entry[position] for entry in entries])
         self._readers = self._in_use = None
+
+    def copy_fields(self, targets: Sequence[int], sources: Sequence[int], names: Sequence[str]) -> None:
+        """Give the entry at each of `targets` the fields `names` of the entry at the source
+        beside it (the loader, settling batches: in a job of batched P2P, half of a rank's
+        entries take their marker's state), without building an Entry."""
+        for name in names:
+            if name in STATIC_FIELDS:
+                self.set_static(targets, name, self.field_at(name, sources))
+            else:
+                column = self._columns[_COLUMN_OF[name]]
+                column.write(targets, column.read_rows(sources))
+        self._readers = self._in_use = None
+
+    def set_static(self, rows: Sequence[int], name: str, values: Sequence) -> None:
+        """Set the static field `name` (see STATIC_FIELDS) of the entries at `rows` to `values`."""
+        k = STATIC_FIELDS.index(name)
+        codes, statics = self._codes, self._statics
+        for row, value in zip(rows, values):
+            static = statics[codes[row]]
+            if static[k] is not value:
+                self._codes[row] = self._code_of(static[:k] + (value,) + static[k + 1:])
+        self._in_use = None
+
+    def _code_of(self, static: tuple) -> int:
+        """The code of a static row, added when new."""
+        if self._static_code is None:
+            # Keyed by the identity of the static values: a settled entry reuses the objects
+            # of the entries it came from, and hashing a stack would cost more than the rest.
+            self._static_code = {tuple(map(id, known)): code for code, known in enumerate(self._statics)}
+        key = tuple(map(id, static))
+        code = self._static_code.get(key)
+        if code is None:  # kept in _statics, so the ids in the key stay its objects'
+            code = self._static_code[key] = len(self._statics)
+            self._statics.append(static)
+            if code >= 1 << (8 * self._codes.itemsize):
+                self._codes = array("I", self._codes)
+        return code
 
     def take(self, rows: Sequence[int]) -> "EntryTable":
         """A table of the entries at `rows`, in that order (sharing this one's static rows)."""
@@ -361,21 +387,25 @@ class EntryTable(Sequence[Entry]):
         """One field (outside STATIC_FIELDS) of one entry, without building the Entry."""
         return self._columns[_COLUMN_OF[name]].read(row)
 
+    def batch_facts_reader(self) -> Callable[[int], tuple]:
+        """batches.batch_facts of the entry at a row, without building the Entry: a
+        function of the row, the columns looked up once (the loader reads it some 14 times
+        per batch it settles)."""
+        codes, statics = self._codes, self._statics
+        collective_seq, p2p_seq = self._columns[_COLUMN_OF["collective_seq_id"]], self._columns[_COLUMN_OF["p2p_seq_id"]]
+
+        def facts(row: int) -> tuple:
+            static = statics[codes[row]]
+            name = static[2]
+            seq = collective_seq.read(row)
+            return static[0], name.is_coalesced_marker, (static[0], name.is_p2p, p2p_seq.read(row) if name.is_p2p else seq), seq
+        return facts
+
     def batch_key(self, row: int) -> tuple:
         """standing.batch_key of the entry at `row`, without building the Entry."""
         static = self._statics[self._codes[row]]
         is_p2p = static[2].is_p2p
         return static[0], is_p2p, self.value("p2p_seq_id" if is_p2p else "collective_seq_id", row)
-
-    def batch_facts(self, row: int) -> tuple:
-        """batches.batch_facts of the entry at `row`, without building the Entry."""
-        key = self.batch_key(row)
-        return key[0], self._statics[self._codes[row]][2].is_coalesced_marker, key, self.value("collective_seq_id", row)
-
-    def has_own_state(self, row: int) -> bool:
-        """model.says_more_than_scheduled of the entry at `row`, without building the Entry."""
-        return says_more_than_scheduled(self._statics[self._codes[row]][4], self.value("retired", row),
-                                        self.value("time_started_ns", row), self.value("time_completed_ns", row))
 
     def field_at(self, name: str, rows: Sequence[int]) -> list:
         """The `name` field of the entries at `rows`."""

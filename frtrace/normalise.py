@@ -15,10 +15,10 @@ from collections import Counter
 
 
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from itertools import repeat
 from typing import Optional
 
-from .batches import batch_settlements, finished_settlements
+from .batches import finished_settlements, settle_table_batches
 from .entry_columns import Columns, SharedValues, columns_from_entries, columns_from_raw, entry_table
 from .entry_table import EntryTable
 from .model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, RankDump, Shapes
@@ -499,10 +499,7 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
     table = entry_table(columns)
     if shared is not None:
         table.share(shared)
-    markers = [code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker]
-    if markers:
-        positions = compress(range(len(table)), map(set(markers).__contains__, table.codes))
-        table.replace(batch_settlements(table, positions, table.batch_facts, table.has_own_state))
+    if settle_table_batches(table):
         table.compact()
     dump.entries = table
     if keeps_only_active(dump):
