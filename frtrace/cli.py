@@ -36,7 +36,7 @@ from .progress_diff import JobMismatch, diff_progress
 from .rawview import (DEFAULT_LAST, SIDE_BY_SIDE_MAX, RenderedBlock, StackNumbers, rank_block_lines, render_block,
                       side_by_side_lines)
 from .sources import as_input, is_url
-from .report import RANK_VIEW_RENDERERS, render_json, render_markdown, render_rank_view, render_text
+from .report import RANK_VIEW_RENDERERS, render_json, render_markdown, render_text
 from .util import fold_ranks, parse_rank_ranges, ranks_in
 from .wording import printable
 

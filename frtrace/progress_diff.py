@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
-from .model import Entry, Group, PgStatus, RankDump
+from .model import Entry, PgStatus, RankDump
 from .pipeline import Analysis
 from .standing import keeps_only_active
 from .util import fold_ranks

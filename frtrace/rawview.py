@@ -22,7 +22,7 @@ import datetime
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from .matcher import MatchResult
-from .model import Entry, Group, LoadIssue, RankDump
+from .model import Entry, Group, LoadIssue
 from .wording import group_label, printable, seq_text
 
 # The side-by-side table is for this many ranks at most; more get one block per rank.

@@ -123,5 +123,5 @@ def span_text(low_ns: int, high_ns: int) -> str:
     low, high = duration_text(low_ns), duration_text(high_ns)
     if low == high:
         return low
-    (low_number, low_unit), (high_number, high_unit) = low.split(" "), high.split(" ")
+    (low_number, low_unit), (_, high_unit) = low.split(" "), high.split(" ")
     return f"{low_number}-{high}" if low_unit == high_unit else f"{low}-{high}"
