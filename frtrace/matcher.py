@@ -28,7 +28,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 from .builder import Layout
 from .entry_table import EntryTable
 from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump
-from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys
 from .standing import mixes_numberings, only_active_job
 
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
@@ -474,7 +474,7 @@ def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = F
 # --------------------------------------------------------------------------- matching
 
 
-def _match_collectives(view: GroupView, signature_cache: dict) -> list:
+def _match_collectives(view: GroupView, signature_cache: dict, key_cache: dict) -> list:
     streams = view.streams
     if not streams:
         return []
@@ -484,7 +484,7 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     members = [r for r in view.group.ranks if r in streams]
     group_id, no_dump = view.group.id, view.no_dump
     strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    keys = [_keys_at(table, seqs) for table in tables]
+    keys = [_keys_at(table, seqs, key_cache) for table in tables]
     unsettled = _unsettled(keys)
     matches = []
     for position, seq in enumerate(seqs):
@@ -539,11 +539,22 @@ def _batch_at(table, seq: int) -> tuple:
     return table.get(seq, ())
 
 
-def _keys_at(table, seqs: list) -> list:
-    """What the rank issued at each of `seqs` (see SeqMap.keys_at)."""
+def _keys_at(table, seqs: list, key_cache: dict) -> list:
+    """What the rank issued at each of `seqs` (see SeqMap.keys_at). `key_cache` holds
+    each EntryTable's `code_keys` (see `_code_keys_of`)."""
     if isinstance(table, SeqMap):
-        return table.keys_at(seqs)
+        return table.keys_at(seqs, _code_keys_of(table.table, key_cache))
     return [_key_of(table.get(seq, ())) for seq in seqs]
+
+
+def _code_keys_of(table: EntryTable, cache: dict) -> list:
+    """`code_keys(table)`, computed once per table in one `match` call: a rank's table
+    serves each group the rank is in. `cache` maps id(table) -> (table, its keys); the
+    table is kept with them so that an id is never taken for another table's."""
+    cached = cache.get(id(table))
+    if cached is None or cached[0] is not table:
+        cached = cache[id(table)] = (table, code_keys(table))
+    return cached[1]
 
 
 def _key_of(batch: tuple):
@@ -721,10 +732,11 @@ def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -
 
 def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
     result = MatchResult(layout, views)
-    # Keyed by object ids, so it must not outlive the entries: one per call.
+    # Keyed by object ids, so they must not outlive the entries: one per call.
     signature_cache: dict = {}
+    key_cache: dict = {}
     for view in views:
-        result.collectives.extend(_match_collectives(view, signature_cache))
+        result.collectives.extend(_match_collectives(view, signature_cache, key_cache))
         result.p2p.extend(_match_p2p(view))
     return result
 

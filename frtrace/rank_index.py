@@ -14,7 +14,7 @@ import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import groupby, repeat
+from itertools import compress, islice, repeat
 from typing import Iterator, Mapping, Optional, Sequence
 
 from .entry_table import EntryTable
@@ -22,7 +22,6 @@ from .model import Entry
 
 # Stands in a key column for a sequence number a rank holds no entry of.
 NOT_SINGLE = object()
-_FIRST = operator.itemgetter(0)
 
 
 def _ints(values: Sequence[int]) -> Sequence[int]:
@@ -98,12 +97,14 @@ class SeqMap(Mapping[int, tuple]):
     def last(self) -> Optional[int]:
         return self.seqs[-1] if self.seqs else None
 
-    def keys_at(self, seqs: Sequence[int]) -> list:
+    def keys_at(self, seqs: Sequence[int], key_of_code: Optional[list] = None) -> list:
         """For each of `seqs` (sorted), what the rank issued under it: `(name, shapes,
         state)` of its one entry, a `BatchKey` of those of a coalesced batch's entries, or
         NOT_SINGLE when it holds none. Read off the codes, in C where the numbers line
-        up, without building an Entry."""
-        key_of_code = [(static[2], static[3], static[4]) for static in self.table.statics]
+        up, without building an Entry. `key_of_code` is `code_keys(self.table)`, which a
+        caller reading several groups of one table computes once."""
+        if key_of_code is None:
+            key_of_code = code_keys(self.table)
         codes = self.table.codes
         row_keys = list(map(key_of_code.__getitem__, map(codes.__getitem__, self.rows)))
         if self.contiguous and self.seqs:
@@ -115,11 +116,21 @@ class SeqMap(Mapping[int, tuple]):
         # the keys of all its rows.
         own = dict(zip(self.seqs, row_keys))
         if len(own) < len(row_keys):
-            for seq, rows in groupby(zip(self.seqs, row_keys), key=_FIRST):
-                batch = [key for _, key in rows]
-                if len(batch) > 1:
-                    own[seq] = BatchKey(batch)
+            own.update((seq, BatchKey(keys)) for seq, keys in _batches(self.seqs, row_keys).items())
         return list(map(own.get, seqs, repeat(NOT_SINGLE)))
+
+
+def code_keys(table: EntryTable) -> list:
+    """`(name, shapes, state)` of each code of `table` (see SeqMap.keys_at)."""
+    return [(static[2], static[3], static[4]) for static in table.statics]
+
+
+def _batches(seqs: Sequence[int], keys: list) -> dict:
+    """seq -> the keys of its rows, for each number that several of the sorted `seqs`
+    share. Where a number changes is found in C; Python steps once per number, not per
+    row (a batch of a dozen ops is common)."""
+    changes = list(compress(range(1, len(seqs)), map(operator.ne, islice(seqs, 1, None), seqs)))
+    return {seqs[start]: keys[start:end] for start, end in zip([0, *changes], [*changes, len(seqs)]) if end - start > 1}
 
 
 class BatchKey(tuple):
