@@ -13,7 +13,9 @@ Never by `record_id` or file position. Each rank's entries are dealt into their 
 once (`deal`, which the pipeline runs while other files still load), building hash
 indexes; every comparison afterwards is a lookup. Collectives every member issued alike
 and completed are settled a column at a time, comparing the values the loader shares
-across ranks (mostly an identity check); only the rest are compared rank by rank.
+across ranks (mostly an identity check); the rest are judged rank by rank from the same
+keys (op, shapes and state of each rank's entries, read off its codes), without
+building an Entry.
 """
 
 from __future__ import annotations
@@ -22,18 +24,17 @@ import operator
 from bisect import bisect_left
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from typing import Mapping, NamedTuple, Optional, Sequence
 
 from .builder import Layout
 from .entry_table import EntryTable
-from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump
+from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
 from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys
 from .standing import mixes_numberings, only_active_job
 
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
-_STATE = operator.attrgetter("state")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
 _NEVER = object()
 _P2P_SEQ = operator.attrgetter("p2p_seq_id")
@@ -109,7 +110,7 @@ class Disagreement:
 class CollectiveMatch:
     group_id: int
     seq: int
-    calls: Mapping[int, tuple]  # rank -> its entries (several for a coalesced batch); LazyCalls when settled
+    calls: Mapping[int, tuple]  # rank -> its entries (several for a coalesced batch), read on demand (LazyCalls)
     not_issued: tuple  # members whose window covers seq but who have no entry for it
     out_of_window: tuple  # members whose buffer no longer reaches back to seq
     no_dump: tuple
@@ -381,13 +382,12 @@ def _numel(shapes: tuple) -> int:
     return total
 
 
-def _op_signature(entry: Entry) -> Optional[tuple]:
-    """What every member must agree on for one op, given what may legitimately differ;
-    None when the entry's op or sizes could not be read."""
-    op = entry.op
-    shapes = entry.shapes
+def _op_signature(name: OpName, shapes: Shapes) -> Optional[tuple]:
+    """What every member must agree on for one op (its `name` and `shapes`), given what
+    may legitimately differ; None when the op or its sizes could not be read."""
+    op = name.op
     # Equality, not identity: entries loaded by worker processes arrive as copies.
-    if entry.name == UNREADABLE_OP or not shapes.readable:
+    if name == UNREADABLE_OP or not shapes.readable:
         return None
     if op in RANK_DEPENDENT_SIZE_OPS:
         in_numel = out_numel = None
@@ -406,13 +406,29 @@ def batch_signature(entries: Sequence[Entry], cache: Optional[dict] = None) -> O
     object, so comparing the members of a healthy collective costs identity checks. It
     is keyed by the ids of the interned op name and shapes most entries of a rank share.
     """
-    if cache is None:
-        signature = tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
-        return None if None in signature else signature
-    key = tuple([id(part) for entry in entries for part in (entry.name, entry.shapes)])
+    ops = list(map(_NAME_SHAPES, entries))
+    return _signature(ops) if cache is None else _cached_signature(ops, cache)
+
+
+def _key_signature(key, cache: dict) -> Optional[tuple]:
+    """batch_signature of the entries a key of SeqMap.keys_at (one entry's or a
+    `BatchKey`) stands for, from the key alone, through the same `cache`."""
+    parts = key if isinstance(key, BatchKey) else (key,)
+    return _cached_signature([(name, shapes) for name, shapes, _ in parts], cache)
+
+
+def _signature(ops: list) -> Optional[tuple]:
+    """Signatures of a batch's ops, given as (name, shapes) each; a batch's marker is no op."""
+    signature = tuple(_op_signature(name, shapes) for name, shapes in ops if not name.is_coalesced_marker)
+    return None if None in signature else signature
+
+
+def _cached_signature(ops: list, cache: dict) -> Optional[tuple]:
+    """`_signature(ops)`, looked up in `cache` by the ids of the ops' names and shapes."""
+    key = tuple([id(part) for op in ops for part in op])
     cached = cache.get(key, _UNSEEN)
     if cached is _UNSEEN:
-        cached = cache[key] = _shared(cache, batch_signature(entries))
+        cached = cache[key] = _shared(cache, _signature(ops))
     return cached
 
 
@@ -429,19 +445,13 @@ def _difference_kind(a: tuple, b: tuple) -> str:
     return "size_mismatch"
 
 
-def _survey(calls: dict) -> tuple:
-    """`(alike, completed ranks)` of a collective `_unsettled` found: alike when every rank
-    issued the same ops (names and shapes, in order: a coalesced batch as much as one op)."""
-    batches = list(calls.values())
-    alike = all(map(operator.eq, map(_kinds, batches), repeat(_kinds(batches[0]))))
-    states = list(map(_STATE, chain.from_iterable(batches)))
-    if states.count("completed") == len(states):  # as a rule: an op still running is rare
-        return alike, tuple(sorted(calls))
-    return alike, tuple(sorted(rank for rank, batch in calls.items() if all(e.completed for e in batch)))
-
-
-def _kinds(batch: tuple) -> tuple:
-    return tuple(map(_NAME_SHAPES, batch))
+def _kinds_of_key(key) -> tuple:
+    """What a rank issued, as (name, shapes) of each of its ops (a coalesced batch as
+    much as one op), from its key (see SeqMap.keys_at): two ranks issued the same ops
+    when these are equal."""
+    if isinstance(key, BatchKey):
+        return tuple((name, shapes) for name, shapes, _ in key)
+    return ((key[0], key[1]),)
 
 
 def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
@@ -449,7 +459,11 @@ def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = F
     says `_survey` found every rank issued the same ops."""
     if alike:
         return None
-    signatures = [(rank, batch_signature(entries, cache)) for rank, entries in calls.items()]
+    return _disagreement([(rank, batch_signature(entries, cache)) for rank, entries in calls.items()])
+
+
+def _disagreement(signatures: list) -> Optional[Disagreement]:
+    """find_disagreement over each rank's signature: (rank, batch_signature) pairs."""
     first = signatures[0][1] if signatures else None
     if all(signature is first for _, signature in signatures):
         return None  # the common case: everyone issued the same thing
@@ -488,16 +502,12 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: dict) 
     unsettled = _unsettled(keys)
     matches = []
     for position, seq in enumerate(seqs):
-        # Settled (every rank issued the same op or batch and completed it), or alike and
-        # completed by the ranks that hold it: judged from the keys, its entries read on demand.
-        issuers = ranks if position not in unsettled else _alike_and_completed(ranks, [k[position] for k in keys])
-        if issuers:
-            calls: Mapping[int, tuple] = LazyCalls(streams, seq, None if issuers is ranks else issuers)
-            completed, disagreement = issuers, None
-        else:
-            calls = {rank: batch for rank, batch in zip(ranks, map(_batch_at, tables, repeat(seq))) if batch}
-            alike, completed = _survey(calls)
-            disagreement = find_disagreement(calls, signature_cache, alike)
+        if position in unsettled:
+            issuers, completed, disagreement = _judge(streams, ranks, seq, [k[position] for k in keys], signature_cache)
+        else:  # settled: every rank issued the same op or batch and completed it
+            issuers, completed, disagreement = ranks, ranks, None
+        # Judged from the keys: the entries are read when someone asks.
+        calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
         absence: dict[str, tuple[int, ...]] = {}
         if strays or len(calls) < len(members):
             absent = [rank for rank in members if rank not in calls]
@@ -508,16 +518,35 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: dict) 
     return matches
 
 
-def _alike_and_completed(ranks: tuple, row: list) -> tuple:
-    """The ranks holding the row's collective, when all of them issued the same op (or
-    batch) and completed it; () otherwise. Such a row, which some ranks do not hold
-    (their ring buffer does not reach back to it, or they never issued it), needs no
-    entry read to be judged."""
-    issuers = tuple(rank for rank, key in zip(ranks, row) if key is not NOT_SINGLE)
-    if not issuers:
-        return ()
-    expected = _completed_key(next(key for key in row if key is not NOT_SINGLE))
-    return issuers if all(key == expected for key in row if key is not NOT_SINGLE) else ()
+def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
+    """(ranks that issued it, ranks that completed it, Disagreement or None) of a
+    collective `_unsettled` found, from what each of `ranks` (its streams') key says
+    at it (`row`, see SeqMap.keys_at): the keys hold each rank's op names, shapes and
+    states. Only a rank whose key does not say completed has its entries' other fields
+    read (see `_completed_at`), and no Entry is built: most such collectives are alike,
+    and differ by state (a hang) or by sizes an op may differ in (all_to_all)."""
+    held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
+    issuers = tuple(rank for rank, _ in held)
+    completed = tuple(rank for rank, key in held
+                      if _says_completed(key) or _completed_at(streams[rank].collectives, seq))
+    kinds = [_kinds_of_key(key) for _, key in held]
+    if all(map(operator.eq, kinds, repeat(kinds[0]))):
+        return issuers, completed, None
+    return issuers, completed, _disagreement([(rank, _key_signature(key, cache)) for rank, key in held])
+
+
+def _says_completed(key) -> bool:
+    """Whether the state of every op of a key (see SeqMap.keys_at) is "completed"."""
+    if isinstance(key, BatchKey):
+        return all(state == "completed" for _, _, state in key)
+    return key[2] == "completed"
+
+
+def _completed_at(collectives, seq: int) -> bool:
+    """Whether the rank completed each of its entries under `seq` (Entry.completed)."""
+    if isinstance(collectives, SeqMap):
+        return collectives.completed_at(seq)
+    return all(entry.completed for entry in collectives[seq])
 
 
 def first_values(calls: Mapping[int, tuple], name: str) -> list:
@@ -533,10 +562,6 @@ def first_value(calls: Mapping[int, tuple], rank: int, name: str):
     if isinstance(calls, LazyCalls):
         return calls.first_value(rank, name)
     return getattr(calls[rank][0], name)
-
-
-def _batch_at(table, seq: int) -> tuple:
-    return table.get(seq, ())
 
 
 def _keys_at(table, seqs: list, key_cache: dict) -> list:

@@ -3,9 +3,9 @@
 Takes an EntryTable and the rows of one group's collectives; returns a `SeqMap`, a
 read-only mapping collective_seq_id -> tuple of Entry (several for a coalesced batch)
 that holds two machine words per entry and builds Entry tuples only when one is read.
-`LazyCalls` is a collective's `calls` (rank -> its entries) for one that every member
-issued alike and completed, read from the members' SeqMaps on demand: most collectives
-of a job are such, and nobody reads them unless a finding, `-j` or an export asks.
+`LazyCalls` is a collective's `calls` (rank -> its entries), read from the members'
+SeqMaps on demand: the matcher judges a collective from the codes of its entries, and
+nobody reads them unless a finding, `-j` or an export asks.
 """
 
 from __future__ import annotations
@@ -89,6 +89,14 @@ class SeqMap(Mapping[int, tuple]):
             raise KeyError(seq)
         return self.table.value(name, self.rows[low])
 
+    def completed_at(self, seq: int) -> bool:
+        """Whether the rank completed each of its entries under `seq` (Entry.completed),
+        read off the columns."""
+        low, high = self._span(seq)
+        if low == high:
+            raise KeyError(seq)
+        return all(row_completed(self.table, row) for row in self.rows[low:high])
+
     @property
     def first(self) -> Optional[int]:
         return self.seqs[0] if self.seqs else None
@@ -118,6 +126,17 @@ class SeqMap(Mapping[int, tuple]):
         if len(own) < len(row_keys):
             own.update((seq, BatchKey(keys)) for seq, keys in _batches(self.seqs, row_keys).items())
         return list(map(own.get, seqs, repeat(NOT_SINGLE)))
+
+
+def has_completed(state: str, retired: Optional[bool], time_completed_ns: Optional[int]) -> bool:
+    """Entry.completed, from the three fields it reads."""
+    return state == "completed" or bool(retired) or bool(time_completed_ns)
+
+
+def row_completed(table: EntryTable, row: int) -> bool:
+    """Entry.completed of the table's entry at `row`, without building the Entry."""
+    return has_completed(table.statics[table.codes[row]][4], table.value("retired", row),
+                     table.value("time_completed_ns", row))
 
 
 def code_keys(table: EntryTable) -> list:
@@ -176,10 +195,11 @@ class LazyCalls(Mapping[int, tuple]):
 
     __slots__ = ("streams", "seq", "ranks")
 
-    def __init__(self, streams: dict, seq: int, ranks: Optional[tuple] = None) -> None:
+    def __init__(self, streams: dict, seq: int, ranks: Optional[Sequence[int]] = None) -> None:
         self.streams = streams
         self.seq = seq
-        self.ranks = ranks
+        # Kept as a dict's keys: in order, and a rank is looked up among thousands at once.
+        self.ranks = None if ranks is None else dict.fromkeys(ranks)
 
     def __getitem__(self, rank: int) -> tuple:
         if self.ranks is not None and rank not in self.ranks:
