@@ -30,14 +30,13 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 from .builder import Layout
 from .entry_table import EntryTable
 from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
-from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys, has_completed
 from .standing import mixes_numberings, only_active_job
 
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
 _NEVER = object()
-_P2P_SEQ = operator.attrgetter("p2p_seq_id")
 
 _UNSEEN = object()
 
@@ -631,81 +630,104 @@ def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
     return ranks[local] if local < len(ranks) else None
 
 
-def _pair_channel(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional[Entry], Optional[Entry]]]:
+# A P2P op is read as a row of the table of the rank that recorded it: a channel's sends
+# are rows of its source's table, its receives rows of its destination's. Pairs are
+# (send row, recv row), None where that end never posted the op.
+Pair = tuple[Optional[int], Optional[int]]
+
+
+def _pair_channel(sends: list[int], recvs: list[int], pending_sends: set[int], pending_recvs: set[int]) -> list[Pair]:
     """(send, recv) pairs of one channel, aligned by the ops themselves: clocks of two
     ranks are never compared (a receiver posts its recv before the send is posted). A
     completed op had its partner, so completed ops pair from the newest back (the older
     end of either window may have fallen off its ring buffer); ops still pending pair
-    from the oldest on, and what is left on one side was never matched by the other."""
-    done_sends, pending_sends = _split_done(sends)
-    done_recvs, pending_recvs = _split_done(recvs)
+    from the oldest on, and what is left on one side was never matched by the other.
+    `pending_sends` (`pending_recvs`) holds the rows of the sender's (receiver's) ops
+    that did not complete (see `_pending_rows`)."""
+    done_sends, pending_sends_here = _split_done(sends, pending_sends)
+    done_recvs, pending_recvs_here = _split_done(recvs, pending_recvs)
     older = len(done_sends) - len(done_recvs)
-    pairs: list[tuple[Optional[Entry], Optional[Entry]]] = []
+    pairs: list[Pair] = []
     pairs += [(s, None) for s in done_sends[:max(older, 0)]] + [(None, r) for r in done_recvs[:max(-older, 0)]]
     pairs += zip(done_sends[max(older, 0):], done_recvs[max(-older, 0):])
-    pairs += zip(pending_sends, pending_recvs)
-    pairs += [(s, None) for s in pending_sends[len(pending_recvs):]] + [(None, r) for r in pending_recvs[len(pending_sends):]]
+    pairs += zip(pending_sends_here, pending_recvs_here)
+    pairs += ([(s, None) for s in pending_sends_here[len(pending_recvs_here):]]
+              + [(None, r) for r in pending_recvs_here[len(pending_sends_here):]])
     return pairs
 
 
-def _pair_in_order(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional[Entry], Optional[Entry]]]:
+def _pair_in_order(sends: list[int], recvs: list[int]) -> list[Pair]:
     """(send, recv) pairs of a channel both of whose ends hold their whole history (no
     ring buffer wrapped): the k-th send goes with the k-th recv. A send that completed
     while its recv still looks pending (the receiver's GPU stopped reporting) stays
     paired with it, as it must: a send cannot finish before its recv is posted."""
     count = max(len(sends), len(recvs))
-    padded_sends: list[Optional[Entry]] = [*sends, *[None] * (count - len(sends))]
-    padded_recvs: list[Optional[Entry]] = [*recvs, *[None] * (count - len(recvs))]
+    padded_sends: list[Optional[int]] = [*sends, *[None] * (count - len(sends))]
+    padded_recvs: list[Optional[int]] = [*recvs, *[None] * (count - len(recvs))]
     return list(zip(padded_sends, padded_recvs))
 
 
-def _split_done(ops: list[Entry]) -> tuple[list[Entry], list[Entry]]:
-    """(completed ops, the rest), each in channel order."""
-    done = [op for op in ops if op.completed]
-    if len(done) == len(ops):
-        return done, []
-    return done, [op for op in ops if not op.completed]
+def _split_done(rows: list[int], pending: set[int]) -> tuple[list[int], list[int]]:
+    """(rows of completed ops, the rest), each in channel order, given the rows whose op
+    did not complete (`pending`)."""
+    if not pending:  # as a rule: an op still running is rare
+        return rows, []
+    return [row for row in rows if row not in pending], [row for row in rows if row in pending]
 
 
-def _by_batching(ops: list[Entry], batched: frozenset[int]) -> tuple[list[Entry], list[Entry]]:
-    """(plain ops, batched ops) of a channel end."""
+def _channel_end(table: Optional[EntryTable], rows: list[int], batched: frozenset[int]) -> tuple[list[int], list[int]]:
+    """(plain, batched) rows of one end of a channel, each in channel order: by
+    (p2p_seq_id, op_id, record_id), read off the columns of `table`, the recording
+    rank's. A rank posts its ops in that order as a rule, and strictly rising P2P
+    sequence numbers leave nothing to sort. An op is batched when its p2p_seq_id is one
+    of the rank's P2P batches' (`batched`)."""
+    if table is None or not rows:  # no table: the rank posted nothing
+        return [], []
+    seqs = table.field_at("p2p_seq_id", rows)
+    if not all(map(operator.lt, seqs, seqs[1:])):
+        order_keys = list(zip(seqs, table.field_at("op_id", rows), table.field_at("record_id", rows)))
+        order = sorted(range(len(rows)), key=order_keys.__getitem__)  # stable, as sorting the ops was
+        rows, seqs = [rows[k] for k in order], [seqs[k] for k in order]
     if not batched:
-        return ops, []
-    return [op for op in ops if op.p2p_seq_id not in batched], [op for op in ops if op.p2p_seq_id in batched]
+        return rows, []
+    is_batched = list(map(batched.__contains__, seqs))
+    return list(compress(rows, map(operator.not_, is_batched))), list(compress(rows, is_batched))
 
 
-def _p2p_order(entry: Entry) -> tuple:
-    return (entry.p2p_seq_id, entry.op_id, entry.record_id)
-
-
-def _in_channel_order(ops: list) -> list:
-    """A channel's ops by (p2p_seq_id, op_id, record_id). A rank posts them in that order
-    as a rule, and strictly rising P2P sequence numbers leave nothing to sort."""
-    seqs = list(map(_P2P_SEQ, ops))
-    if all(map(operator.lt, seqs, seqs[1:])):
-        return ops
-    return sorted(ops, key=_p2p_order)
+def _pending_rows(table: EntryTable, rows: Sequence[int], codes: list[int]) -> set[int]:
+    """The rows among a rank's P2P `rows` (of codes `codes`) whose op did not complete
+    (Entry.completed false). Most ops say they completed in their state, a static field
+    read once per code; only the others have retired and time_completed_ns read."""
+    statics = table.statics
+    unsure_codes = {code for code in set(codes) if statics[code][4] != "completed"}
+    if not unsure_codes:
+        return set()
+    unsure = list(compress(rows, map(unsure_codes.__contains__, codes)))
+    states = table.field_at("state", unsure)
+    retired, done_ns = table.field_at("retired", unsure), table.field_at("time_completed_ns", unsure)
+    return {row for row, *fields in zip(unsure, states, retired, done_ns) if not has_completed(*fields)}
 
 
 def _deal_p2p(view: GroupView) -> tuple:
-    """(sends, recvs, any-source recvs) of a group: (src, dst) -> ops, for sends and recvs
-    with both ends known, and dst -> ops for `recv ?`. A rank posts along a few channels
-    under a few (interned) op names, so each distinct name is placed once and the ops are
-    dealt out in C."""
+    """(sends, recvs, any-source recvs, pending) of a group, as rows of the recording
+    rank's table: (src, dst) -> the rows of sends (of src's table) and of recvs (of
+    dst's) with both ends known, dst -> the rows of its `recv ?`, and rank -> the rows
+    of its ops that did not complete (see `_pending_rows`). A rank posts along a few
+    channels under a few codes, so each distinct code is placed once and the rows are
+    dealt out in C; no Entry is built."""
     sends: dict = defaultdict(list)
     recvs: dict = defaultdict(list)
     any_source: dict = defaultdict(list)
-    where: dict = {}  # id(op) -> (table, row), for this group's matching only
+    pending: dict[int, set[int]] = {}
     ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
     for rank, stream in view.streams.items():
         if not stream.p2p:
             continue
-        ops = list(stream.p2p)
-        # Where each op is kept: a match holds that, not an Entry of its own.
-        where.update(zip(map(id, ops), zip(repeat(stream.p2p.table), stream.p2p.rows)))
-        names = stream.p2p.names()
-        bucket_of = {}
-        for name in {id(name): name for name in names}.values():
+        table, rows = stream.p2p.table, stream.p2p.rows
+        codes = list(map(table.codes.__getitem__, rows))
+        bucket_of_code = {}
+        for code in set(codes):
+            name = table.statics[code][2]
             ends = _channel_ends(view.group.ranks, rank, name)
             if ends is None:
                 bucket = ignored
@@ -713,40 +735,55 @@ def _deal_p2p(view: GroupView) -> tuple:
                 bucket = sends[ends] if ends[1] is not None else ignored
             else:  # recv
                 bucket = recvs[ends] if ends[0] is not None else any_source[ends[1]]
-            bucket_of[id(name)] = bucket
-        deque(map(list.append, map(bucket_of.__getitem__, map(id, names)), ops), maxlen=0)
-    return sends, recvs, any_source, where
+            bucket_of_code[code] = bucket
+        deque(map(list.append, map(bucket_of_code.__getitem__, codes), rows), maxlen=0)
+        pending[rank] = _pending_rows(table, rows, codes)
+    return sends, recvs, any_source, pending
+
+
+def _p2p_table(streams: dict, rank: int) -> Optional[EntryTable]:
+    """The table the rank's P2P ops of the group are rows of; None when it has none."""
+    stream = streams.get(rank)
+    return stream.p2p.table if stream is not None and isinstance(stream.p2p, RowList) else None
 
 
 def _match_p2p(view: GroupView) -> list:
-    sends, recvs, any_source, where = _deal_p2p(view)
-    place = where.__getitem__
-    group_id = view.group.id
+    sends, recvs, any_source, pending = _deal_p2p(view)
+    streams, group_id = view.streams, view.group.id
     matches: list[P2PMatch] = []
     no_batches: frozenset[int] = frozenset()
+    none_pending: set[int] = set()
     for src, dst in sorted(set(sends) | set(recvs)):
-        plain_sends, batched_sends = _by_batching(
-            _in_channel_order(sends.get((src, dst), [])), view.streams[src].batched if src in view.streams else no_batches)
-        plain_recvs, batched_recvs = _by_batching(
-            _in_channel_order(recvs.get((src, dst), [])), view.streams[dst].batched if dst in view.streams else no_batches)
-        spare = any_source.get(dst)
+        send_table, recv_table = _p2p_table(streams, src), _p2p_table(streams, dst)
+        plain_sends, batched_sends = _channel_end(
+            send_table, sends.get((src, dst), []), streams[src].batched if src in streams else no_batches)
+        plain_recvs, batched_recvs = _channel_end(
+            recv_table, recvs.get((src, dst), []), streams[dst].batched if dst in streams else no_batches)
+        spare = any_source.get(dst)  # rows of dst's table, as the channel's recvs
         if spare and len(plain_recvs) < len(plain_sends):  # a `recv 1<-?` takes whichever send is left
             taken = min(len(spare), len(plain_sends) - len(plain_recvs))
             plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
-        whole = not (src in view.streams and view.streams[src].clipped) and not (dst in view.streams and view.streams[dst].clipped)
-        pair = _pair_in_order if whole else _pair_channel
-        pairs = pair(plain_sends, plain_recvs) + pair(batched_sends, batched_recvs)
-        matches.extend(P2PMatch(group_id, src, dst, ordinal, *_at(send, place), *_at(recv, place))
-                       for ordinal, (send, recv) in enumerate(pairs))
+        whole = not (src in streams and streams[src].clipped) and not (dst in streams and streams[dst].clipped)
+        if whole:
+            pairs = _pair_in_order(plain_sends, plain_recvs) + _pair_in_order(batched_sends, batched_recvs)
+        else:
+            pending_sends, pending_recvs = pending.get(src, none_pending), pending.get(dst, none_pending)
+            pairs = (_pair_channel(plain_sends, plain_recvs, pending_sends, pending_recvs)
+                     + _pair_channel(batched_sends, batched_recvs, pending_sends, pending_recvs))
+        matches += _channel_matches(group_id, src, dst, send_table, recv_table, pairs)
     for dst, leftovers in sorted(any_source.items()):
-        for ordinal, recv in enumerate(leftovers):
-            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, -1, *place(id(recv))))
+        recv_table = _p2p_table(streams, dst)
+        matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
     return matches
 
 
-def _at(op: Optional[Entry], place) -> tuple:
-    return (None, -1) if op is None else place(id(op))
+def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[EntryTable],
+                     recv_table: Optional[EntryTable], pairs: list[Pair]) -> list[P2PMatch]:
+    """A P2PMatch per pair of rows of the channel src -> dst, numbered in order."""
+    return [P2PMatch(group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
+                     None if recv is None else recv_table, -1 if recv is None else recv)
+            for ordinal, (send, recv) in enumerate(pairs)]
 
 
 def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
