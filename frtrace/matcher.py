@@ -330,9 +330,9 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     has_p2p = False
     for stream in streams.values():
         has_p2p = has_p2p or bool(stream.p2p)
-        first = _first_entry(stream)
-        if first is not None:
-            ids[first.pg_id] += 1
+        pg_id = _first_pg_id(stream)
+        if pg_id is not None:
+            ids[pg_id] += 1
     if not ids:
         return
     common = ids.most_common(1)[0][0]
@@ -340,8 +340,8 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     for rank in members:
         member, dump = streams.get(rank), dumps.get(rank)
         if member is not None and dump is not None and dump.pg_status:
-            first = _first_entry(member)
-            status = dump.pg_status.get(first.pg_id if first is not None else common)
+            pg_id = _first_pg_id(member)
+            status = dump.pg_status.get(pg_id if pg_id is not None else common)
             if status is not None:
                 statuses[rank] = status
     # A member whose pg_status mixes numberings shows the group runs P2P work too, even when
@@ -355,17 +355,34 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
 
 
-def _first_entry(stream: RankStream) -> Optional[Entry]:
-    if stream.collectives:
-        return next(iter(stream.collectives.values()))[0]
-    return stream.p2p[0] if stream.p2p else None
+# A stream's collectives are a SeqMap and its P2P ops a RowList (empty: a dict, a list,
+# for a member with no entry of the group). The two below read a field or two of them
+# off the columns, once per member and group, without building an Entry.
+
+
+def _first_pg_id(stream: RankStream) -> Optional[int]:
+    """pg_id of the stream's first entry: its oldest collective's, else its first P2P
+    op's; None when it holds none."""
+    collectives, p2p = stream.collectives, stream.p2p
+    if isinstance(collectives, SeqMap) and collectives:
+        return collectives.oldest_value("pg_id")
+    if collectives:
+        return next(iter(collectives.values()))[0].pg_id
+    if isinstance(p2p, RowList) and p2p:
+        return p2p.value_at(0, "pg_id")
+    return p2p[0].pg_id if p2p else None
 
 
 def _newest_is_collective(stream: RankStream) -> bool:
-    if not stream.collectives or stream.last_seq is None:
+    """Whether the stream's newest entry (by position in the rank's dump) is a collective."""
+    collectives, p2p = stream.collectives, stream.p2p
+    if not collectives or stream.last_seq is None:
         return False
-    newest = stream.collectives[stream.last_seq][-1]
-    return not stream.p2p or newest.index > stream.p2p[-1].index
+    if not p2p:
+        return True
+    newest = (collectives.newest_value("index") if isinstance(collectives, SeqMap)
+              else collectives[stream.last_seq][-1].index)
+    return newest > (p2p.value_at(-1, "index") if isinstance(p2p, RowList) else p2p[-1].index)
 
 
 # --------------------------------------------------------------------------- signatures

@@ -89,6 +89,15 @@ class SeqMap(Mapping[int, tuple]):
             raise KeyError(seq)
         return self.table.value(name, self.rows[low])
 
+    def oldest_value(self, name: str):
+        """Field `name` of the first entry under the lowest number, without building it."""
+        return self.table.value(name, self.rows[0])
+
+    def newest_value(self, name: str):
+        """Field `name` of the last entry under the highest number, without building it
+        (the rows are sorted by number, a batch's in its order)."""
+        return self.table.value(name, self.rows[-1])
+
     def completed_at(self, seq: int) -> bool:
         """Whether the rank completed each of its entries under `seq` (Entry.completed),
         read off the columns."""
@@ -182,6 +191,10 @@ class RowList(Sequence[Entry]):
     def __reversed__(self) -> Iterator[Entry]:
         # One by one: readers of the newest ops stop after a few (program order's history).
         return map(self.table.__getitem__, reversed(self.rows))
+
+    def value_at(self, position: int, name: str):
+        """Field `name` (outside the static ones) of the entry at `position`, without building it."""
+        return self.table.value(name, self.rows[position])
 
     def names(self) -> list:
         """Each entry's op name (an interned OpName), without building the entries."""

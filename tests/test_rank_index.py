@@ -37,6 +37,10 @@ def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
     assert dict(index) == {seq: tuple(batch) for seq, batch in expected.items()}
     assert list(index) == sorted(expected)
     assert (index.first, index.last) == (min(expected), max(expected))
+    # The oldest and newest entries, as the matcher reads them to place pg_status.
+    assert index.oldest_value("index") == next(iter(index.values()))[0].index
+    assert index.newest_value("index") == index[index.last][-1].index
+    assert [index.completed_at(seq) for seq in index] == [all(e.completed for e in index[seq]) for seq in index]
     assert 12345 not in index and index.get(12345) is None
     probe = sorted(set(expected) | {min(expected) - 1, max(expected) + 1})
     keys = index.keys_at(probe)
@@ -75,3 +79,4 @@ def test_row_list_reads_its_rows_in_order_and_newest_first():
     assert list(reversed(rows)) == [entries[7], entries[4], entries[1]]
     assert rows[-1] == entries[7] and rows[0:2] == (entries[1], entries[4])
     assert rows.names() == [_OP] * 3
+    assert (rows.value_at(0, "record_id"), rows.value_at(-1, "record_id")) == (1, 7)
