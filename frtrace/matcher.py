@@ -429,8 +429,11 @@ def batch_signature(entries: Sequence[Entry], cache: Optional[dict] = None) -> O
 def _key_signature(key, cache: dict) -> Optional[tuple]:
     """batch_signature of the entries a key of SeqMap.keys_at (one entry's or a
     `BatchKey`) stands for, from the key alone, through the same `cache`."""
-    parts = key if isinstance(key, BatchKey) else (key,)
-    return _cached_signature([(name, shapes) for name, shapes, _ in parts], cache)
+    if isinstance(key, BatchKey):
+        return _cached_signature([(name, shapes) for name, shapes, _ in key], cache)
+    # One op, looked up first as _cached_signature would: thousands of ranks' all_to_alls.
+    cached = cache.get((id(key[0]), id(key[1])), _UNSEEN)
+    return _cached_signature([key[:2]], cache) if cached is _UNSEEN else cached
 
 
 def _signature(ops: list) -> Optional[tuple]:
@@ -504,7 +507,7 @@ def _disagreement(signatures: list) -> Optional[Disagreement]:
 # --------------------------------------------------------------------------- matching
 
 
-def _match_collectives(view: GroupView, signature_cache: dict, key_cache: dict) -> list:
+def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyCache") -> list:
     streams = view.streams
     if not streams:
         return []
@@ -525,8 +528,9 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: dict) 
         # Judged from the keys: the entries are read when someone asks.
         calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
         absence: dict[str, tuple[int, ...]] = {}
-        if strays or len(calls) < len(members):
-            absent = [rank for rank in members if rank not in calls]
+        if strays or len(issuers) < len(members):
+            held = set(issuers)
+            absent = [rank for rank in members if rank not in held]
             why = [streams[r].absence(seq) for r in absent]
             absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
         matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
@@ -543,12 +547,17 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     and differ by state (a hang) or by sizes an op may differ in (all_to_all)."""
     held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
     issuers = tuple(rank for rank, _ in held)
+    # Ranks that issued the same op and say the same state share one key (see code_keys):
+    # each distinct key is looked at once, a thousand ranks waiting in a hang at one go.
+    distinct = {id(key): key for _, key in held}
+    says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
     completed = tuple(rank for rank, key in held
-                      if _says_completed(key) or _completed_at(streams[rank].collectives, seq))
-    kinds = [_kinds_of_key(key) for _, key in held]
+                      if says_completed[id(key)] or _completed_at(streams[rank].collectives, seq))
+    kinds = [_kinds_of_key(key) for key in distinct.values()]
     if all(map(operator.eq, kinds, repeat(kinds[0]))):
         return issuers, completed, None
-    return issuers, completed, _disagreement([(rank, _key_signature(key, cache)) for rank, key in held])
+    signature_of = {key_id: _key_signature(key, cache) for key_id, key in distinct.items()}
+    return issuers, completed, _disagreement([(rank, signature_of[id(key)]) for rank, key in held])
 
 
 def _says_completed(key) -> bool:
@@ -580,22 +589,29 @@ def first_value(calls: Mapping[int, tuple], rank: int, name: str):
     return getattr(calls[rank][0], name)
 
 
-def _keys_at(table, seqs: list, key_cache: dict) -> list:
-    """What the rank issued at each of `seqs` (see SeqMap.keys_at). `key_cache` holds
-    each EntryTable's `code_keys` (see `_code_keys_of`)."""
+def _keys_at(table, seqs: list, key_cache: "_KeyCache") -> list:
+    """What the rank issued at each of `seqs` (see SeqMap.keys_at)."""
     if isinstance(table, SeqMap):
-        return table.keys_at(seqs, _code_keys_of(table.table, key_cache))
+        return table.keys_at(seqs, key_cache.of(table.table))
     return [_key_of(table.get(seq, ())) for seq in seqs]
 
 
-def _code_keys_of(table: EntryTable, cache: dict) -> list:
-    """`code_keys(table)`, computed once per table in one `match` call: a rank's table
-    serves each group the rank is in. `cache` maps id(table) -> (table, its keys); the
-    table is kept with them so that an id is never taken for another table's."""
-    cached = cache.get(id(table))
-    if cached is None or cached[0] is not table:
-        cached = cache[id(table)] = (table, code_keys(table))
-    return cached[1]
+class _KeyCache:
+    """Each table's `code_keys` in one `match` call, computed once per table (a rank's
+    table serves each group the rank is in), equal keys one object across tables.
+    Keyed by object ids, so it must not outlive the entries."""
+
+    __slots__ = ("_of_table", "_shared")
+
+    def __init__(self) -> None:
+        self._of_table: dict = {}  # id(table) -> (table, its keys): the table kept, its id never another's
+        self._shared: dict = {}  # see code_keys
+
+    def of(self, table: EntryTable) -> list:
+        cached = self._of_table.get(id(table))
+        if cached is None or cached[0] is not table:
+            cached = self._of_table[id(table)] = (table, code_keys(table, self._shared))
+        return cached[1]
 
 
 def _key_of(batch: tuple):
@@ -813,7 +829,7 @@ def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
     result = MatchResult(layout, views)
     # Keyed by object ids, so they must not outlive the entries: one per call.
     signature_cache: dict = {}
-    key_cache: dict = {}
+    key_cache = _KeyCache()
     for view in views:
         result.collectives.extend(_match_collectives(view, signature_cache, key_cache))
         result.p2p.extend(_match_p2p(view))

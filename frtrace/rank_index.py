@@ -148,9 +148,16 @@ def row_completed(table: EntryTable, row: int) -> bool:
                      table.value("time_completed_ns", row))
 
 
-def code_keys(table: EntryTable) -> list:
-    """`(name, shapes, state)` of each code of `table` (see SeqMap.keys_at)."""
-    return [(static[2], static[3], static[4]) for static in table.statics]
+def code_keys(table: EntryTable, shared: Optional[dict] = None) -> list:
+    """`(name, shapes, state)` of each code of `table` (see SeqMap.keys_at). With
+    `shared` (ids of the three values -> their key, one dict across tables), equal keys
+    of tables whose values are shared objects (see EntryTable.share) are one object, so
+    the ranks that issued the same op can be told by identity."""
+    keys = [(static[2], static[3], static[4]) for static in table.statics]
+    if shared is None:
+        return keys
+    # The dict keeps each key, hence its values and their ids, alive while it lives.
+    return [shared.setdefault((id(name), id(shapes), id(state)), (name, shapes, state)) for name, shapes, state in keys]
 
 
 def _batches(seqs: Sequence[int], keys: list) -> dict:

@@ -43,6 +43,7 @@ _SHAPES = [
     Shapes(((4,),), ("Half",), ((4,),), ("Half",)),
     Shapes(((2, 2),), ("Float",), ((2, 2),), ("Float",)),  # as many elements as the first
     Shapes((), (), (), (), False),
+    Shapes(((4,),), ("Float",), ((4,),), ("Float",)),  # equal to the first, another object
 ]
 # (state, retired, time_completed_ns): every way an entry says, or does not say, it completed.
 _DONE = st.tuples(st.sampled_from(["completed", "started", "scheduled"]), st.sampled_from([None, False, True]),

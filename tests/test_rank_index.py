@@ -80,3 +80,11 @@ def test_row_list_reads_its_rows_in_order_and_newest_first():
     assert rows[-1] == entries[7] and rows[0:2] == (entries[1], entries[4])
     assert rows.names() == [_OP] * 3
     assert (rows.value_at(0, "record_id"), rows.value_at(-1, "record_id")) == (1, 7)
+
+
+def test_code_keys_of_equal_ops_are_one_object_across_tables():
+    shared: dict = {}
+    first = code_keys(EntryTable.from_entries([_entry(0, 1)]), shared)
+    second = code_keys(EntryTable.from_entries([_entry(0, 1, "started"), _entry(1, 2)]), shared)
+    assert first == [(_OP, _SHAPES, "completed")] and second == [(_OP, _SHAPES, "started"), (_OP, _SHAPES, "completed")]
+    assert second[1] is first[0]
