@@ -475,7 +475,7 @@ def _kinds_of_key(key) -> tuple:
 
 def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
     """Consensus over the members that issued the op: the odd ones out, or a tie. `alike`
-    says `_survey` found every rank issued the same ops."""
+    says every rank issued the same ops (names and shapes, in order): no disagreement."""
     if alike:
         return None
     return _disagreement([(rank, batch_signature(entries, cache)) for rank, entries in calls.items()])
@@ -539,12 +539,13 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyC
 
 
 def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
-    """(ranks that issued it, ranks that completed it, Disagreement or None) of a
-    collective `_unsettled` found, from what each of `ranks` (its streams') key says
-    at it (`row`, see SeqMap.keys_at): the keys hold each rank's op names, shapes and
-    states. Only a rank whose key does not say completed has its entries' other fields
-    read (see `_completed_at`), and no Entry is built: most such collectives are alike,
-    and differ by state (a hang) or by sizes an op may differ in (all_to_all)."""
+    """(ranks that issued it, ranks that completed it, Disagreement or None) of the
+    collective `seq`, one `_unsettled` found, from the key each of `ranks` (the ranks of
+    `streams`) holds at it (`row`, see SeqMap.keys_at): the keys hold the op names,
+    shapes and states. Only a rank whose key does not say completed has its entries'
+    other fields read (see `_completed_at`), and no Entry is built: most such
+    collectives are alike, and differ by state (a hang) or by sizes an op may differ in
+    (all_to_all); find_disagreement's result comes from signatures of the keys."""
     held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
     issuers = tuple(rank for rank, _ in held)
     # Ranks that issued the same op and say the same state share one key (see code_keys):
@@ -669,23 +670,22 @@ def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
 Pair = tuple[Optional[int], Optional[int]]
 
 
-def _pair_channel(sends: list[int], recvs: list[int], pending_sends: set[int], pending_recvs: set[int]) -> list[Pair]:
+def _pair_channel(sends: list[int], recvs: list[int], sender_pending: set[int], receiver_pending: set[int]) -> list[Pair]:
     """(send, recv) pairs of one channel, aligned by the ops themselves: clocks of two
     ranks are never compared (a receiver posts its recv before the send is posted). A
     completed op had its partner, so completed ops pair from the newest back (the older
     end of either window may have fallen off its ring buffer); ops still pending pair
     from the oldest on, and what is left on one side was never matched by the other.
-    `pending_sends` (`pending_recvs`) holds the rows of the sender's (receiver's) ops
-    that did not complete (see `_pending_rows`)."""
-    done_sends, pending_sends_here = _split_done(sends, pending_sends)
-    done_recvs, pending_recvs_here = _split_done(recvs, pending_recvs)
+    `sender_pending` (`receiver_pending`) holds the rows of the sender's (receiver's)
+    ops that did not complete (see `_pending_rows`)."""
+    done_sends, pending_sends = _split_done(sends, sender_pending)
+    done_recvs, pending_recvs = _split_done(recvs, receiver_pending)
     older = len(done_sends) - len(done_recvs)
     pairs: list[Pair] = []
     pairs += [(s, None) for s in done_sends[:max(older, 0)]] + [(None, r) for r in done_recvs[:max(-older, 0)]]
     pairs += zip(done_sends[max(older, 0):], done_recvs[max(-older, 0):])
-    pairs += zip(pending_sends_here, pending_recvs_here)
-    pairs += ([(s, None) for s in pending_sends_here[len(pending_recvs_here):]]
-              + [(None, r) for r in pending_recvs_here[len(pending_sends_here):]])
+    pairs += zip(pending_sends, pending_recvs)
+    pairs += [(s, None) for s in pending_sends[len(pending_recvs):]] + [(None, r) for r in pending_recvs[len(pending_sends):]]
     return pairs
 
 
@@ -781,6 +781,8 @@ def _p2p_table(streams: dict, rank: int) -> Optional[EntryTable]:
 
 
 def _match_p2p(view: GroupView) -> list:
+    """A P2PMatch per pair of a group's P2P ops, by channel (src, dst) and order on it,
+    then one per `recv ?` that took no send."""
     sends, recvs, any_source, pending = _deal_p2p(view)
     streams, group_id = view.streams, view.group.id
     matches: list[P2PMatch] = []
@@ -801,9 +803,9 @@ def _match_p2p(view: GroupView) -> list:
         if whole:
             pairs = _pair_in_order(plain_sends, plain_recvs) + _pair_in_order(batched_sends, batched_recvs)
         else:
-            pending_sends, pending_recvs = pending.get(src, none_pending), pending.get(dst, none_pending)
-            pairs = (_pair_channel(plain_sends, plain_recvs, pending_sends, pending_recvs)
-                     + _pair_channel(batched_sends, batched_recvs, pending_sends, pending_recvs))
+            sender_pending, receiver_pending = pending.get(src, none_pending), pending.get(dst, none_pending)
+            pairs = (_pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
+                     + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending))
         matches += _channel_matches(group_id, src, dst, send_table, recv_table, pairs)
     for dst, leftovers in sorted(any_source.items()):
         recv_table = _p2p_table(streams, dst)
