@@ -13,7 +13,9 @@ Never by `record_id` or file position. Each rank's entries are dealt into their 
 once (`deal`, which the pipeline runs while other files still load), building hash
 indexes; every comparison afterwards is a lookup. Collectives every member issued alike
 and completed are settled a column at a time, comparing the values the loader shares
-across ranks (mostly an identity check); only the rest are compared rank by rank.
+across ranks (mostly an identity check); the rest are judged rank by rank from the same
+keys (op, shapes and state of each rank's entries, read off its codes), without
+building an Entry.
 """
 
 from __future__ import annotations
@@ -22,21 +24,19 @@ import operator
 from bisect import bisect_left
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from typing import Mapping, NamedTuple, Optional, Sequence
 
 from .builder import Layout
 from .entry_table import EntryTable
-from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump
-from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code
+from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys, has_completed
 from .standing import mixes_numberings, only_active_job
 
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
-_STATE = operator.attrgetter("state")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
 _NEVER = object()
-_P2P_SEQ = operator.attrgetter("p2p_seq_id")
 
 _UNSEEN = object()
 
@@ -109,7 +109,7 @@ class Disagreement:
 class CollectiveMatch:
     group_id: int
     seq: int
-    calls: Mapping[int, tuple]  # rank -> its entries (several for a coalesced batch); LazyCalls when settled
+    calls: Mapping[int, tuple]  # rank -> its entries (several for a coalesced batch), read on demand (LazyCalls)
     not_issued: tuple  # members whose window covers seq but who have no entry for it
     out_of_window: tuple  # members whose buffer no longer reaches back to seq
     no_dump: tuple
@@ -330,9 +330,9 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     has_p2p = False
     for stream in streams.values():
         has_p2p = has_p2p or bool(stream.p2p)
-        first = _first_entry(stream)
-        if first is not None:
-            ids[first.pg_id] += 1
+        pg_id = _first_pg_id(stream)
+        if pg_id is not None:
+            ids[pg_id] += 1
     if not ids:
         return
     common = ids.most_common(1)[0][0]
@@ -340,8 +340,8 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     for rank in members:
         member, dump = streams.get(rank), dumps.get(rank)
         if member is not None and dump is not None and dump.pg_status:
-            first = _first_entry(member)
-            status = dump.pg_status.get(first.pg_id if first is not None else common)
+            pg_id = _first_pg_id(member)
+            status = dump.pg_status.get(pg_id if pg_id is not None else common)
             if status is not None:
                 statuses[rank] = status
     # A member whose pg_status mixes numberings shows the group runs P2P work too, even when
@@ -355,17 +355,34 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
 
 
-def _first_entry(stream: RankStream) -> Optional[Entry]:
-    if stream.collectives:
-        return next(iter(stream.collectives.values()))[0]
-    return stream.p2p[0] if stream.p2p else None
+# A stream's collectives are a SeqMap and its P2P ops a RowList (empty: a dict, a list,
+# for a member with no entry of the group). The two below read a field or two of them
+# off the columns, once per member and group, without building an Entry.
+
+
+def _first_pg_id(stream: RankStream) -> Optional[int]:
+    """pg_id of the stream's first entry: its oldest collective's, else its first P2P
+    op's; None when it holds none."""
+    collectives, p2p = stream.collectives, stream.p2p
+    if isinstance(collectives, SeqMap) and collectives:
+        return collectives.oldest_value("pg_id")
+    if collectives:
+        return next(iter(collectives.values()))[0].pg_id
+    if isinstance(p2p, RowList) and p2p:
+        return p2p.value_at(0, "pg_id")
+    return p2p[0].pg_id if p2p else None
 
 
 def _newest_is_collective(stream: RankStream) -> bool:
-    if not stream.collectives or stream.last_seq is None:
+    """Whether the stream's newest entry (by position in the rank's dump) is a collective."""
+    collectives, p2p = stream.collectives, stream.p2p
+    if not collectives or stream.last_seq is None:
         return False
-    newest = stream.collectives[stream.last_seq][-1]
-    return not stream.p2p or newest.index > stream.p2p[-1].index
+    if not p2p:
+        return True
+    newest = (collectives.newest_value("index") if isinstance(collectives, SeqMap)
+              else collectives[stream.last_seq][-1].index)
+    return newest > (p2p.value_at(-1, "index") if isinstance(p2p, RowList) else p2p[-1].index)
 
 
 # --------------------------------------------------------------------------- signatures
@@ -381,13 +398,12 @@ def _numel(shapes: tuple) -> int:
     return total
 
 
-def _op_signature(entry: Entry) -> Optional[tuple]:
-    """What every member must agree on for one op, given what may legitimately differ;
-    None when the entry's op or sizes could not be read."""
-    op = entry.op
-    shapes = entry.shapes
+def _op_signature(name: OpName, shapes: Shapes) -> Optional[tuple]:
+    """What every member must agree on for one op (its `name` and `shapes`), given what
+    may legitimately differ; None when the op or its sizes could not be read."""
+    op = name.op
     # Equality, not identity: entries loaded by worker processes arrive as copies.
-    if entry.name == UNREADABLE_OP or not shapes.readable:
+    if name == UNREADABLE_OP or not shapes.readable:
         return None
     if op in RANK_DEPENDENT_SIZE_OPS:
         in_numel = out_numel = None
@@ -406,13 +422,32 @@ def batch_signature(entries: Sequence[Entry], cache: Optional[dict] = None) -> O
     object, so comparing the members of a healthy collective costs identity checks. It
     is keyed by the ids of the interned op name and shapes most entries of a rank share.
     """
-    if cache is None:
-        signature = tuple(_op_signature(e) for e in entries if not e.name.is_coalesced_marker)
-        return None if None in signature else signature
-    key = tuple([id(part) for entry in entries for part in (entry.name, entry.shapes)])
+    ops = list(map(_NAME_SHAPES, entries))
+    return _signature(ops) if cache is None else _cached_signature(ops, cache)
+
+
+def _key_signature(key, cache: dict) -> Optional[tuple]:
+    """batch_signature of the entries a key of SeqMap.keys_at (one entry's or a
+    `BatchKey`) stands for, from the key alone, through the same `cache`."""
+    if isinstance(key, BatchKey):
+        return _cached_signature([(name, shapes) for name, shapes, _ in key], cache)
+    # One op, looked up first as _cached_signature would: thousands of ranks' all_to_alls.
+    cached = cache.get((id(key[0]), id(key[1])), _UNSEEN)
+    return _cached_signature([key[:2]], cache) if cached is _UNSEEN else cached
+
+
+def _signature(ops: list) -> Optional[tuple]:
+    """Signatures of a batch's ops, given as (name, shapes) each; a batch's marker is no op."""
+    signature = tuple(_op_signature(name, shapes) for name, shapes in ops if not name.is_coalesced_marker)
+    return None if None in signature else signature
+
+
+def _cached_signature(ops: list, cache: dict) -> Optional[tuple]:
+    """`_signature(ops)`, looked up in `cache` by the ids of the ops' names and shapes."""
+    key = tuple([id(part) for op in ops for part in op])
     cached = cache.get(key, _UNSEEN)
     if cached is _UNSEEN:
-        cached = cache[key] = _shared(cache, batch_signature(entries))
+        cached = cache[key] = _shared(cache, _signature(ops))
     return cached
 
 
@@ -429,27 +464,25 @@ def _difference_kind(a: tuple, b: tuple) -> str:
     return "size_mismatch"
 
 
-def _survey(calls: dict) -> tuple:
-    """`(alike, completed ranks)` of a collective `_unsettled` found: alike when every rank
-    issued the same ops (names and shapes, in order: a coalesced batch as much as one op)."""
-    batches = list(calls.values())
-    alike = all(map(operator.eq, map(_kinds, batches), repeat(_kinds(batches[0]))))
-    states = list(map(_STATE, chain.from_iterable(batches)))
-    if states.count("completed") == len(states):  # as a rule: an op still running is rare
-        return alike, tuple(sorted(calls))
-    return alike, tuple(sorted(rank for rank, batch in calls.items() if all(e.completed for e in batch)))
-
-
-def _kinds(batch: tuple) -> tuple:
-    return tuple(map(_NAME_SHAPES, batch))
+def _kinds_of_key(key) -> tuple:
+    """What a rank issued, as (name, shapes) of each of its ops (a coalesced batch as
+    much as one op), from its key (see SeqMap.keys_at): two ranks issued the same ops
+    when these are equal."""
+    if isinstance(key, BatchKey):
+        return tuple((name, shapes) for name, shapes, _ in key)
+    return ((key[0], key[1]),)
 
 
 def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
     """Consensus over the members that issued the op: the odd ones out, or a tie. `alike`
-    says `_survey` found every rank issued the same ops."""
+    says every rank issued the same ops (names and shapes, in order): no disagreement."""
     if alike:
         return None
-    signatures = [(rank, batch_signature(entries, cache)) for rank, entries in calls.items()]
+    return _disagreement([(rank, batch_signature(entries, cache)) for rank, entries in calls.items()])
+
+
+def _disagreement(signatures: list) -> Optional[Disagreement]:
+    """find_disagreement over each rank's signature: (rank, batch_signature) pairs."""
     first = signatures[0][1] if signatures else None
     if all(signature is first for _, signature in signatures):
         return None  # the common case: everyone issued the same thing
@@ -474,7 +507,7 @@ def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = F
 # --------------------------------------------------------------------------- matching
 
 
-def _match_collectives(view: GroupView, signature_cache: dict) -> list:
+def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyCache") -> list:
     streams = view.streams
     if not streams:
         return []
@@ -484,23 +517,20 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     members = [r for r in view.group.ranks if r in streams]
     group_id, no_dump = view.group.id, view.no_dump
     strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    keys = [_keys_at(table, seqs) for table in tables]
+    keys = [_keys_at(table, seqs, key_cache) for table in tables]
     unsettled = _unsettled(keys)
     matches = []
     for position, seq in enumerate(seqs):
-        # Settled (every rank issued the same op or batch and completed it), or alike and
-        # completed by the ranks that hold it: judged from the keys, its entries read on demand.
-        issuers = ranks if position not in unsettled else _alike_and_completed(ranks, [k[position] for k in keys])
-        if issuers:
-            calls: Mapping[int, tuple] = LazyCalls(streams, seq, None if issuers is ranks else issuers)
-            completed, disagreement = issuers, None
-        else:
-            calls = {rank: batch for rank, batch in zip(ranks, map(_batch_at, tables, repeat(seq))) if batch}
-            alike, completed = _survey(calls)
-            disagreement = find_disagreement(calls, signature_cache, alike)
+        if position in unsettled:
+            issuers, completed, disagreement = _judge(streams, ranks, seq, [k[position] for k in keys], signature_cache)
+        else:  # settled: every rank issued the same op or batch and completed it
+            issuers, completed, disagreement = ranks, ranks, None
+        # Judged from the keys: the entries are read when someone asks.
+        calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
         absence: dict[str, tuple[int, ...]] = {}
-        if strays or len(calls) < len(members):
-            absent = [rank for rank in members if rank not in calls]
+        if strays or len(issuers) < len(members):
+            held = set(issuers)
+            absent = [rank for rank in members if rank not in held]
             why = [streams[r].absence(seq) for r in absent]
             absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
         matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
@@ -508,16 +538,41 @@ def _match_collectives(view: GroupView, signature_cache: dict) -> list:
     return matches
 
 
-def _alike_and_completed(ranks: tuple, row: list) -> tuple:
-    """The ranks holding the row's collective, when all of them issued the same op (or
-    batch) and completed it; () otherwise. Such a row, which some ranks do not hold
-    (their ring buffer does not reach back to it, or they never issued it), needs no
-    entry read to be judged."""
-    issuers = tuple(rank for rank, key in zip(ranks, row) if key is not NOT_SINGLE)
-    if not issuers:
-        return ()
-    expected = _completed_key(next(key for key in row if key is not NOT_SINGLE))
-    return issuers if all(key == expected for key in row if key is not NOT_SINGLE) else ()
+def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
+    """(ranks that issued it, ranks that completed it, Disagreement or None) of the
+    collective `seq`, one `_unsettled` found, from the key each of `ranks` (the ranks of
+    `streams`) holds at it (`row`, see SeqMap.keys_at): the keys hold the op names,
+    shapes and states. Only a rank whose key does not say completed has its entries'
+    other fields read (see `_completed_at`), and no Entry is built: most such
+    collectives are alike, and differ by state (a hang) or by sizes an op may differ in
+    (all_to_all); find_disagreement's result comes from signatures of the keys."""
+    held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
+    issuers = tuple(rank for rank, _ in held)
+    # Ranks that issued the same op and say the same state share one key (see code_keys):
+    # each distinct key is looked at once, a thousand ranks waiting in a hang at one go.
+    distinct = {id(key): key for _, key in held}
+    says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
+    completed = tuple(rank for rank, key in held
+                      if says_completed[id(key)] or _completed_at(streams[rank].collectives, seq))
+    kinds = [_kinds_of_key(key) for key in distinct.values()]
+    if all(map(operator.eq, kinds, repeat(kinds[0]))):
+        return issuers, completed, None
+    signature_of = {key_id: _key_signature(key, cache) for key_id, key in distinct.items()}
+    return issuers, completed, _disagreement([(rank, signature_of[id(key)]) for rank, key in held])
+
+
+def _says_completed(key) -> bool:
+    """Whether the state of every op of a key (see SeqMap.keys_at) is "completed"."""
+    if isinstance(key, BatchKey):
+        return all(state == "completed" for _, _, state in key)
+    return key[2] == "completed"
+
+
+def _completed_at(collectives, seq: int) -> bool:
+    """Whether the rank completed each of its entries under `seq` (Entry.completed)."""
+    if isinstance(collectives, SeqMap):
+        return collectives.completed_at(seq)
+    return all(entry.completed for entry in collectives[seq])
 
 
 def first_values(calls: Mapping[int, tuple], name: str) -> list:
@@ -535,15 +590,29 @@ def first_value(calls: Mapping[int, tuple], rank: int, name: str):
     return getattr(calls[rank][0], name)
 
 
-def _batch_at(table, seq: int) -> tuple:
-    return table.get(seq, ())
-
-
-def _keys_at(table, seqs: list) -> list:
+def _keys_at(table, seqs: list, key_cache: "_KeyCache") -> list:
     """What the rank issued at each of `seqs` (see SeqMap.keys_at)."""
     if isinstance(table, SeqMap):
-        return table.keys_at(seqs)
+        return table.keys_at(seqs, key_cache.of(table.table))
     return [_key_of(table.get(seq, ())) for seq in seqs]
+
+
+class _KeyCache:
+    """Each table's `code_keys` in one `match` call, computed once per table (a rank's
+    table serves each group the rank is in), equal keys one object across tables.
+    Keyed by object ids, so it must not outlive the entries."""
+
+    __slots__ = ("_of_table", "_shared")
+
+    def __init__(self) -> None:
+        self._of_table: dict = {}  # id(table) -> (table, its keys): the table kept, its id never another's
+        self._shared: dict = {}  # see code_keys
+
+    def of(self, table: EntryTable) -> list:
+        cached = self._of_table.get(id(table))
+        if cached is None or cached[0] is not table:
+            cached = self._of_table[id(table)] = (table, code_keys(table, self._shared))
+        return cached[1]
 
 
 def _key_of(batch: tuple):
@@ -595,16 +664,24 @@ def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
     return ranks[local] if local < len(ranks) else None
 
 
-def _pair_channel(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional[Entry], Optional[Entry]]]:
+# A P2P op is read as a row of the table of the rank that recorded it: a channel's sends
+# are rows of its source's table, its receives rows of its destination's. Pairs are
+# (send row, recv row), None where that end never posted the op.
+Pair = tuple[Optional[int], Optional[int]]
+
+
+def _pair_channel(sends: list[int], recvs: list[int], sender_pending: set[int], receiver_pending: set[int]) -> list[Pair]:
     """(send, recv) pairs of one channel, aligned by the ops themselves: clocks of two
     ranks are never compared (a receiver posts its recv before the send is posted). A
     completed op had its partner, so completed ops pair from the newest back (the older
     end of either window may have fallen off its ring buffer); ops still pending pair
-    from the oldest on, and what is left on one side was never matched by the other."""
-    done_sends, pending_sends = _split_done(sends)
-    done_recvs, pending_recvs = _split_done(recvs)
+    from the oldest on, and what is left on one side was never matched by the other.
+    `sender_pending` (`receiver_pending`) holds the rows of the sender's (receiver's)
+    ops that did not complete (see `_pending_rows`)."""
+    done_sends, pending_sends = _split_done(sends, sender_pending)
+    done_recvs, pending_recvs = _split_done(recvs, receiver_pending)
     older = len(done_sends) - len(done_recvs)
-    pairs: list[tuple[Optional[Entry], Optional[Entry]]] = []
+    pairs: list[Pair] = []
     pairs += [(s, None) for s in done_sends[:max(older, 0)]] + [(None, r) for r in done_recvs[:max(-older, 0)]]
     pairs += zip(done_sends[max(older, 0):], done_recvs[max(-older, 0):])
     pairs += zip(pending_sends, pending_recvs)
@@ -612,64 +689,78 @@ def _pair_channel(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional
     return pairs
 
 
-def _pair_in_order(sends: list[Entry], recvs: list[Entry]) -> list[tuple[Optional[Entry], Optional[Entry]]]:
+def _pair_in_order(sends: list[int], recvs: list[int]) -> list[Pair]:
     """(send, recv) pairs of a channel both of whose ends hold their whole history (no
     ring buffer wrapped): the k-th send goes with the k-th recv. A send that completed
     while its recv still looks pending (the receiver's GPU stopped reporting) stays
     paired with it, as it must: a send cannot finish before its recv is posted."""
     count = max(len(sends), len(recvs))
-    padded_sends: list[Optional[Entry]] = [*sends, *[None] * (count - len(sends))]
-    padded_recvs: list[Optional[Entry]] = [*recvs, *[None] * (count - len(recvs))]
+    padded_sends: list[Optional[int]] = [*sends, *[None] * (count - len(sends))]
+    padded_recvs: list[Optional[int]] = [*recvs, *[None] * (count - len(recvs))]
     return list(zip(padded_sends, padded_recvs))
 
 
-def _split_done(ops: list[Entry]) -> tuple[list[Entry], list[Entry]]:
-    """(completed ops, the rest), each in channel order."""
-    done = [op for op in ops if op.completed]
-    if len(done) == len(ops):
-        return done, []
-    return done, [op for op in ops if not op.completed]
+def _split_done(rows: list[int], pending: set[int]) -> tuple[list[int], list[int]]:
+    """(rows of completed ops, the rest), each in channel order, given the rows whose op
+    did not complete (`pending`)."""
+    if not pending:  # as a rule: an op still running is rare
+        return rows, []
+    return [row for row in rows if row not in pending], [row for row in rows if row in pending]
 
 
-def _by_batching(ops: list[Entry], batched: frozenset[int]) -> tuple[list[Entry], list[Entry]]:
-    """(plain ops, batched ops) of a channel end."""
+def _channel_end(table: Optional[EntryTable], rows: list[int], batched: frozenset[int]) -> tuple[list[int], list[int]]:
+    """(plain, batched) rows of one end of a channel, each in channel order: by
+    (p2p_seq_id, op_id, record_id), read off the columns of `table`, the recording
+    rank's. A rank posts its ops in that order as a rule, and strictly rising P2P
+    sequence numbers leave nothing to sort. An op is batched when its p2p_seq_id is one
+    of the rank's P2P batches' (`batched`)."""
+    if table is None or not rows:  # no table: the rank posted nothing
+        return [], []
+    seqs = table.field_at("p2p_seq_id", rows)
+    if not all(map(operator.lt, seqs, seqs[1:])):
+        order_keys = list(zip(seqs, table.field_at("op_id", rows), table.field_at("record_id", rows)))
+        order = sorted(range(len(rows)), key=order_keys.__getitem__)  # stable, as sorting the ops was
+        rows, seqs = [rows[k] for k in order], [seqs[k] for k in order]
     if not batched:
-        return ops, []
-    return [op for op in ops if op.p2p_seq_id not in batched], [op for op in ops if op.p2p_seq_id in batched]
+        return rows, []
+    is_batched = list(map(batched.__contains__, seqs))
+    return list(compress(rows, map(operator.not_, is_batched))), list(compress(rows, is_batched))
 
 
-def _p2p_order(entry: Entry) -> tuple:
-    return (entry.p2p_seq_id, entry.op_id, entry.record_id)
-
-
-def _in_channel_order(ops: list) -> list:
-    """A channel's ops by (p2p_seq_id, op_id, record_id). A rank posts them in that order
-    as a rule, and strictly rising P2P sequence numbers leave nothing to sort."""
-    seqs = list(map(_P2P_SEQ, ops))
-    if all(map(operator.lt, seqs, seqs[1:])):
-        return ops
-    return sorted(ops, key=_p2p_order)
+def _pending_rows(table: EntryTable, rows: Sequence[int], codes: list[int]) -> set[int]:
+    """The rows among a rank's P2P `rows` (of codes `codes`) whose op did not complete
+    (Entry.completed false). Most ops say they completed in their state, a static field
+    read once per code; only the others have retired and time_completed_ns read."""
+    statics = table.statics
+    unsure_codes = {code for code in set(codes) if statics[code][4] != "completed"}
+    if not unsure_codes:
+        return set()
+    unsure = list(compress(rows, map(unsure_codes.__contains__, codes)))
+    states = table.field_at("state", unsure)
+    retired, done_ns = table.field_at("retired", unsure), table.field_at("time_completed_ns", unsure)
+    return {row for row, *fields in zip(unsure, states, retired, done_ns) if not has_completed(*fields)}
 
 
 def _deal_p2p(view: GroupView) -> tuple:
-    """(sends, recvs, any-source recvs) of a group: (src, dst) -> ops, for sends and recvs
-    with both ends known, and dst -> ops for `recv ?`. A rank posts along a few channels
-    under a few (interned) op names, so each distinct name is placed once and the ops are
-    dealt out in C."""
+    """(sends, recvs, any-source recvs, pending) of a group, as rows of the recording
+    rank's table: (src, dst) -> the rows of sends (of src's table) and of recvs (of
+    dst's) with both ends known, dst -> the rows of its `recv ?`, and rank -> the rows
+    of its ops that did not complete (see `_pending_rows`). A rank posts along a few
+    channels under a few codes, so each distinct code is placed once and the rows are
+    dealt out in C; no Entry is built."""
     sends: dict = defaultdict(list)
     recvs: dict = defaultdict(list)
     any_source: dict = defaultdict(list)
-    where: dict = {}  # id(op) -> (table, row), for this group's matching only
+    pending: dict[int, set[int]] = {}
     ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
     for rank, stream in view.streams.items():
         if not stream.p2p:
             continue
-        ops = list(stream.p2p)
-        # Where each op is kept: a match holds that, not an Entry of its own.
-        where.update(zip(map(id, ops), zip(repeat(stream.p2p.table), stream.p2p.rows)))
-        names = stream.p2p.names()
-        bucket_of = {}
-        for name in {id(name): name for name in names}.values():
+        table, rows = stream.p2p.table, stream.p2p.rows
+        codes = list(map(table.codes.__getitem__, rows))
+        bucket_of_code = {}
+        for code in set(codes):
+            name = table.statics[code][2]
             ends = _channel_ends(view.group.ranks, rank, name)
             if ends is None:
                 bucket = ignored
@@ -677,40 +768,57 @@ def _deal_p2p(view: GroupView) -> tuple:
                 bucket = sends[ends] if ends[1] is not None else ignored
             else:  # recv
                 bucket = recvs[ends] if ends[0] is not None else any_source[ends[1]]
-            bucket_of[id(name)] = bucket
-        deque(map(list.append, map(bucket_of.__getitem__, map(id, names)), ops), maxlen=0)
-    return sends, recvs, any_source, where
+            bucket_of_code[code] = bucket
+        deque(map(list.append, map(bucket_of_code.__getitem__, codes), rows), maxlen=0)
+        pending[rank] = _pending_rows(table, rows, codes)
+    return sends, recvs, any_source, pending
+
+
+def _p2p_table(streams: dict, rank: int) -> Optional[EntryTable]:
+    """The table the rank's P2P ops of the group are rows of; None when it has none."""
+    stream = streams.get(rank)
+    return stream.p2p.table if stream is not None and isinstance(stream.p2p, RowList) else None
 
 
 def _match_p2p(view: GroupView) -> list:
-    sends, recvs, any_source, where = _deal_p2p(view)
-    place = where.__getitem__
-    group_id = view.group.id
+    """A P2PMatch per pair of a group's P2P ops, by channel (src, dst) and order on it,
+    then one per `recv ?` that took no send."""
+    sends, recvs, any_source, pending = _deal_p2p(view)
+    streams, group_id = view.streams, view.group.id
     matches: list[P2PMatch] = []
     no_batches: frozenset[int] = frozenset()
+    none_pending: set[int] = set()
     for src, dst in sorted(set(sends) | set(recvs)):
-        plain_sends, batched_sends = _by_batching(
-            _in_channel_order(sends.get((src, dst), [])), view.streams[src].batched if src in view.streams else no_batches)
-        plain_recvs, batched_recvs = _by_batching(
-            _in_channel_order(recvs.get((src, dst), [])), view.streams[dst].batched if dst in view.streams else no_batches)
-        spare = any_source.get(dst)
+        send_table, recv_table = _p2p_table(streams, src), _p2p_table(streams, dst)
+        plain_sends, batched_sends = _channel_end(
+            send_table, sends.get((src, dst), []), streams[src].batched if src in streams else no_batches)
+        plain_recvs, batched_recvs = _channel_end(
+            recv_table, recvs.get((src, dst), []), streams[dst].batched if dst in streams else no_batches)
+        spare = any_source.get(dst)  # rows of dst's table, as the channel's recvs
         if spare and len(plain_recvs) < len(plain_sends):  # a `recv 1<-?` takes whichever send is left
             taken = min(len(spare), len(plain_sends) - len(plain_recvs))
             plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
-        whole = not (src in view.streams and view.streams[src].clipped) and not (dst in view.streams and view.streams[dst].clipped)
-        pair = _pair_in_order if whole else _pair_channel
-        pairs = pair(plain_sends, plain_recvs) + pair(batched_sends, batched_recvs)
-        matches.extend(P2PMatch(group_id, src, dst, ordinal, *_at(send, place), *_at(recv, place))
-                       for ordinal, (send, recv) in enumerate(pairs))
+        whole = not (src in streams and streams[src].clipped) and not (dst in streams and streams[dst].clipped)
+        if whole:
+            pairs = _pair_in_order(plain_sends, plain_recvs) + _pair_in_order(batched_sends, batched_recvs)
+        else:
+            sender_pending, receiver_pending = pending.get(src, none_pending), pending.get(dst, none_pending)
+            pairs = (_pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
+                     + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending))
+        matches += _channel_matches(group_id, src, dst, send_table, recv_table, pairs)
     for dst, leftovers in sorted(any_source.items()):
-        for ordinal, recv in enumerate(leftovers):
-            matches.append(P2PMatch(group_id, -1, dst, ordinal, None, -1, *place(id(recv))))
+        recv_table = _p2p_table(streams, dst)
+        matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
     return matches
 
 
-def _at(op: Optional[Entry], place) -> tuple:
-    return (None, -1) if op is None else place(id(op))
+def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[EntryTable],
+                     recv_table: Optional[EntryTable], pairs: list[Pair]) -> list[P2PMatch]:
+    """A P2PMatch per pair of rows of the channel src -> dst, numbered in order."""
+    return [P2PMatch(group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
+                     None if recv is None else recv_table, -1 if recv is None else recv)
+            for ordinal, (send, recv) in enumerate(pairs)]
 
 
 def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
@@ -721,10 +829,11 @@ def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -
 
 def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
     result = MatchResult(layout, views)
-    # Keyed by object ids, so it must not outlive the entries: one per call.
+    # Keyed by object ids, so they must not outlive the entries: one per call.
     signature_cache: dict = {}
+    key_cache = _KeyCache()
     for view in views:
-        result.collectives.extend(_match_collectives(view, signature_cache))
+        result.collectives.extend(_match_collectives(view, signature_cache, key_cache))
         result.p2p.extend(_match_p2p(view))
     return result
 

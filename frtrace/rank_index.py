@@ -3,9 +3,9 @@
 Takes an EntryTable and the rows of one group's collectives; returns a `SeqMap`, a
 read-only mapping collective_seq_id -> tuple of Entry (several for a coalesced batch)
 that holds two machine words per entry and builds Entry tuples only when one is read.
-`LazyCalls` is a collective's `calls` (rank -> its entries) for one that every member
-issued alike and completed, read from the members' SeqMaps on demand: most collectives
-of a job are such, and nobody reads them unless a finding, `-j` or an export asks.
+`LazyCalls` is a collective's `calls` (rank -> its entries), read from the members'
+SeqMaps on demand: the matcher judges a collective from the codes of its entries, and
+nobody reads them unless a finding, `-j` or an export asks.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import operator
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import groupby, repeat
+from itertools import compress, islice, repeat
 from typing import Iterator, Mapping, Optional, Sequence
 
 from .entry_table import EntryTable
@@ -22,7 +22,6 @@ from .model import Entry
 
 # Stands in a key column for a sequence number a rank holds no entry of.
 NOT_SINGLE = object()
-_FIRST = operator.itemgetter(0)
 
 
 def _ints(values: Sequence[int]) -> Sequence[int]:
@@ -90,6 +89,23 @@ class SeqMap(Mapping[int, tuple]):
             raise KeyError(seq)
         return self.table.value(name, self.rows[low])
 
+    def oldest_value(self, name: str):
+        """Field `name` of the first entry under the lowest number, without building it."""
+        return self.table.value(name, self.rows[0])
+
+    def newest_value(self, name: str):
+        """Field `name` of the last entry under the highest number, without building it
+        (the rows are sorted by number, a batch's in its order)."""
+        return self.table.value(name, self.rows[-1])
+
+    def completed_at(self, seq: int) -> bool:
+        """Whether the rank completed each of its entries under `seq` (Entry.completed),
+        read off the columns."""
+        low, high = self._span(seq)
+        if low == high:
+            raise KeyError(seq)
+        return all(row_completed(self.table, row) for row in self.rows[low:high])
+
     @property
     def first(self) -> Optional[int]:
         return self.seqs[0] if self.seqs else None
@@ -98,12 +114,14 @@ class SeqMap(Mapping[int, tuple]):
     def last(self) -> Optional[int]:
         return self.seqs[-1] if self.seqs else None
 
-    def keys_at(self, seqs: Sequence[int]) -> list:
+    def keys_at(self, seqs: Sequence[int], key_of_code: Optional[list] = None) -> list:
         """For each of `seqs` (sorted), what the rank issued under it: `(name, shapes,
         state)` of its one entry, a `BatchKey` of those of a coalesced batch's entries, or
         NOT_SINGLE when it holds none. Read off the codes, in C where the numbers line
-        up, without building an Entry."""
-        key_of_code = [(static[2], static[3], static[4]) for static in self.table.statics]
+        up, without building an Entry. `key_of_code` is `code_keys(self.table)`, which a
+        caller reading several groups of one table computes once."""
+        if key_of_code is None:
+            key_of_code = code_keys(self.table)
         codes = self.table.codes
         row_keys = list(map(key_of_code.__getitem__, map(codes.__getitem__, self.rows)))
         if self.contiguous and self.seqs:
@@ -115,11 +133,39 @@ class SeqMap(Mapping[int, tuple]):
         # the keys of all its rows.
         own = dict(zip(self.seqs, row_keys))
         if len(own) < len(row_keys):
-            for seq, rows in groupby(zip(self.seqs, row_keys), key=_FIRST):
-                batch = [key for _, key in rows]
-                if len(batch) > 1:
-                    own[seq] = BatchKey(batch)
+            own.update((seq, BatchKey(keys)) for seq, keys in _batches(self.seqs, row_keys).items())
         return list(map(own.get, seqs, repeat(NOT_SINGLE)))
+
+
+def has_completed(state: str, retired: Optional[bool], time_completed_ns: Optional[int]) -> bool:
+    """Entry.completed, from the three fields it reads."""
+    return state == "completed" or bool(retired) or bool(time_completed_ns)
+
+
+def row_completed(table: EntryTable, row: int) -> bool:
+    """Entry.completed of the table's entry at `row`, without building the Entry."""
+    return has_completed(table.statics[table.codes[row]][4], table.value("retired", row),
+                     table.value("time_completed_ns", row))
+
+
+def code_keys(table: EntryTable, shared: Optional[dict] = None) -> list:
+    """`(name, shapes, state)` of each code of `table` (see SeqMap.keys_at). With
+    `shared` (ids of the three values -> their key, one dict across tables), equal keys
+    of tables whose values are shared objects (see EntryTable.share) are one object, so
+    the ranks that issued the same op can be told by identity."""
+    keys = [(static[2], static[3], static[4]) for static in table.statics]
+    if shared is None:
+        return keys
+    # The dict keeps each key, hence its values and their ids, alive while it lives.
+    return [shared.setdefault((id(name), id(shapes), id(state)), (name, shapes, state)) for name, shapes, state in keys]
+
+
+def _batches(seqs: Sequence[int], keys: list) -> dict:
+    """seq -> the keys of its rows, for each number that several of the sorted `seqs`
+    share. Where a number changes is found in C; Python steps once per number, not per
+    row (a batch of a dozen ops is common)."""
+    changes = list(compress(range(1, len(seqs)), map(operator.ne, islice(seqs, 1, None), seqs)))
+    return {seqs[start]: keys[start:end] for start, end in zip([0, *changes], [*changes, len(seqs)]) if end - start > 1}
 
 
 class BatchKey(tuple):
@@ -153,6 +199,10 @@ class RowList(Sequence[Entry]):
         # One by one: readers of the newest ops stop after a few (program order's history).
         return map(self.table.__getitem__, reversed(self.rows))
 
+    def value_at(self, position: int, name: str):
+        """Field `name` (outside the static ones) of the entry at `position`, without building it."""
+        return self.table.value(name, self.rows[position])
+
     def names(self) -> list:
         """Each entry's op name (an interned OpName), without building the entries."""
         return self.table.field_at("name", self.rows)
@@ -165,10 +215,11 @@ class LazyCalls(Mapping[int, tuple]):
 
     __slots__ = ("streams", "seq", "ranks")
 
-    def __init__(self, streams: dict, seq: int, ranks: Optional[tuple] = None) -> None:
+    def __init__(self, streams: dict, seq: int, ranks: Optional[Sequence[int]] = None) -> None:
         self.streams = streams
         self.seq = seq
-        self.ranks = ranks
+        # Kept as a dict's keys: in order, and a rank is looked up among thousands at once.
+        self.ranks = None if ranks is None else dict.fromkeys(ranks)
 
     def __getitem__(self, rank: int) -> tuple:
         if self.ranks is not None and rank not in self.ranks:

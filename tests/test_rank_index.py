@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from frtrace.entry_table import EntryTable
 from frtrace.model import Entry, OpName, Shapes
-from frtrace.rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap
+from frtrace.rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, code_keys
 
 _OP = OpName("nccl:all_reduce", "nccl", "all_reduce", False)
 _SHAPES = Shapes(((4,),), ("Float",), ((4,),), ("Float",))
@@ -28,7 +28,7 @@ _seqs = st.lists(st.one_of(st.integers(min_value=0, max_value=40), st.sampled_fr
 @settings(max_examples=200, deadline=None)
 @given(_seqs)
 def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
-    entries = [_entry(i, seq) for i, seq in enumerate(seqs)]
+    entries = [_entry(i, seq, ("completed", "started", "scheduled")[i % 3]) for i, seq in enumerate(seqs)]
     table = EntryTable.from_entries(entries)
     index = SeqMap(table, range(len(entries)))
     expected: dict = {}
@@ -37,17 +37,22 @@ def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
     assert dict(index) == {seq: tuple(batch) for seq, batch in expected.items()}
     assert list(index) == sorted(expected)
     assert (index.first, index.last) == (min(expected), max(expected))
+    # The oldest and newest entries, as the matcher reads them to place pg_status.
+    assert index.oldest_value("index") == next(iter(index.values()))[0].index
+    assert index.newest_value("index") == index[index.last][-1].index
+    assert [index.completed_at(seq) for seq in index] == [all(e.completed for e in index[seq]) for seq in index]
     assert 12345 not in index and index.get(12345) is None
     probe = sorted(set(expected) | {min(expected) - 1, max(expected) + 1})
     keys = index.keys_at(probe)
+    assert index.keys_at(probe, code_keys(table)) == keys
     for seq, key in zip(probe, keys):
         batch = expected.get(seq, [])
         if not batch:
             assert key is NOT_SINGLE
         elif len(batch) == 1:
-            assert key == (_OP, _SHAPES, "completed")
+            assert key == (_OP, _SHAPES, batch[0].state) and not isinstance(key, BatchKey)
         else:
-            assert isinstance(key, BatchKey) and len(key) == len(batch)
+            assert isinstance(key, BatchKey) and list(key) == [(_OP, _SHAPES, e.state) for e in batch]
 
 
 def test_lazy_calls_over_some_ranks_reads_only_theirs():
@@ -74,3 +79,12 @@ def test_row_list_reads_its_rows_in_order_and_newest_first():
     assert list(reversed(rows)) == [entries[7], entries[4], entries[1]]
     assert rows[-1] == entries[7] and rows[0:2] == (entries[1], entries[4])
     assert rows.names() == [_OP] * 3
+    assert (rows.value_at(0, "record_id"), rows.value_at(-1, "record_id")) == (1, 7)
+
+
+def test_code_keys_of_equal_ops_are_one_object_across_tables():
+    shared: dict = {}
+    first = code_keys(EntryTable.from_entries([_entry(0, 1)]), shared)
+    second = code_keys(EntryTable.from_entries([_entry(0, 1, "started"), _entry(1, 2)]), shared)
+    assert first == [(_OP, _SHAPES, "completed")] and second == [(_OP, _SHAPES, "started"), (_OP, _SHAPES, "completed")]
+    assert second[1] is first[0]
