@@ -29,8 +29,8 @@ from typing import Mapping, NamedTuple, Optional, Sequence
 
 from .builder import Layout
 from .entry_table import EntryTable
-from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes
-from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys, has_completed
+from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shapes, has_completed
+from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys
 from .standing import mixes_numberings, only_active_job
 
 _NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")

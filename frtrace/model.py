@@ -87,11 +87,16 @@ class Entry(NamedTuple):
     @property
     def completed(self) -> bool:
         """Whether this rank finished the op (gloo only ever says so through `retired`)."""
-        return self.state == "completed" or bool(self.retired) or bool(self.time_completed_ns)
+        return has_completed(self.state, self.retired, self.time_completed_ns)
 
     @property
     def started(self) -> bool:
         return self.state == "started" or bool(self.time_started_ns)
+
+
+def has_completed(state: str, retired: Optional[bool], time_completed_ns: Optional[int]) -> bool:
+    """Entry.completed, from the three fields it reads (the matcher reads them off columns)."""
+    return state == "completed" or bool(retired) or bool(time_completed_ns)
 
 
 def says_more_than_scheduled(state: str, retired: Optional[bool], time_started_ns: Optional[int],

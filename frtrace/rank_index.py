@@ -18,7 +18,7 @@ from itertools import compress, islice, repeat
 from typing import Iterator, Mapping, Optional, Sequence
 
 from .entry_table import EntryTable
-from .model import Entry
+from .model import Entry, has_completed
 
 # Stands in a key column for a sequence number a rank holds no entry of.
 NOT_SINGLE = object()
@@ -135,11 +135,6 @@ class SeqMap(Mapping[int, tuple]):
         if len(own) < len(row_keys):
             own.update((seq, BatchKey(keys)) for seq, keys in _batches(self.seqs, row_keys).items())
         return list(map(own.get, seqs, repeat(NOT_SINGLE)))
-
-
-def has_completed(state: str, retired: Optional[bool], time_completed_ns: Optional[int]) -> bool:
-    """Entry.completed, from the three fields it reads."""
-    return state == "completed" or bool(retired) or bool(time_completed_ns)
 
 
 def row_completed(table: EntryTable, row: int) -> bool:
