@@ -15,8 +15,9 @@ from collections import Counter
 from collections import defaultdict
 from itertools import chain
 
-from ..matcher import CollectiveMatch, first_values
+from ..matcher import CollectiveMatch
 from ..wording import ranks_text
+from .columns import first_values_of
 from .facts import Facts, new_finding, took_part_unrecorded
 from .finding import Finding
 
@@ -70,14 +71,12 @@ def _recent_clean(matches: list[CollectiveMatch], reliable: bool) -> list[Collec
     return clean
 
 
-def _arrival_lateness(match: CollectiveMatch) -> dict[int, float]:
-    """rank -> ms after the on-time arrival at one collective. On time is the median
-    arrival; with two members it is the earlier one, as a median of two would make
-    both ranks half late and half early."""
-    ranks = match.calls.keys()
-    created = first_values(match.calls, "time_created_ns")
+def _arrival_lateness(created: list[int]) -> list[float]:
+    """ms after the on-time arrival at one collective of each rank, given when each
+    created it (`created`). On time is the median arrival; with two members it is the
+    earlier one, as a median of two would make both ranks half late and half early."""
     on_time = min(created) if len(created) == 2 else statistics.median(created)
-    return dict(zip(ranks, [(t - on_time) / 1e6 for t in created]))
+    return [(t - on_time) / 1e6 for t in created]
 
 
 def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], dict[int, list[float]]]:
@@ -88,10 +87,10 @@ def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], d
     samples_of: dict[int, list[float]] = defaultdict(list)  # rank -> its lateness at each sample, in ms
     sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group: set[int] = set()
-    for match in clean:
-        if len(match.calls) < 2:
-            continue
-        for rank, ms in _arrival_lateness(match).items():
+    sample = [match for match in clean if len(match.calls) >= 2]
+    # Read a column at a time: a large job samples some 100,000 collectives.
+    for match, created in zip(sample, first_values_of(sample, "time_created_ns")):
+        for rank, ms in zip(match.calls, _arrival_lateness(created)):  # created in the calls' order
             samples_of[rank].append(ms)
         sampled_in[match.group_id].update(match.calls)
         if len(match.calls) > 2:
