@@ -16,12 +16,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import islice
-from typing import Optional
+from itertools import islice, repeat
+from typing import Iterator, Optional, Sequence
 
 from ..builder import Layout
 from ..matcher import MatchResult, batch_signature
-from ..model import UNDESCRIBED, Entry, Group, RankDump
+from ..model import UNDESCRIBED, Entry, Group, OpName, RankDump
+from ..rank_index import RowList
 from ..standing import keeps_only_active
 from .finding import Finding, WentPast
 
@@ -32,6 +33,7 @@ MAX_PROFILES = 4  # distinct places in the program the witnesses may come from
 HISTORY_RANKS = 8  # absent ranks per finding checked that way, at most
 HISTORY_SPAN = 256  # ops since its last op on the channel, at most
 HISTORY_TRIES = 4  # earlier occurrences of the op to compare with
+_UNSEEN = object()  # a memo's "not computed yet" (None is a value)
 
 
 @dataclass(slots=True)
@@ -50,6 +52,14 @@ def _entry_index(entry: Entry) -> int:
 
 def _p2p_seq(entry: Entry) -> int:
     return entry.p2p_seq_id
+
+
+def p2p_seq_ids(p2p: Sequence[Entry]) -> list:
+    """p2p_seq_id of each of a stream's P2P ops (`RankStream.p2p`), oldest first: read off
+    the column when they are rows of a table (a RowList), without building the entries."""
+    if isinstance(p2p, RowList):
+        return p2p.table.field_at("p2p_seq_id", p2p.rows)
+    return list(map(_p2p_seq, p2p))
 
 
 class ProgramOrder:
@@ -75,7 +85,9 @@ class ProgramOrder:
                 key = (rank, family)
                 self.group_in_family[key] = None if key in self.group_in_family else view.group.id
         self._tokens: dict = {}  # (rank, position) -> token
+        self._bounds: dict = {}  # (rank, position) -> (first, last) position of its batch
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
+        self._batch_signatures: dict = {}  # ids of a batch's op names and shapes -> batch_signature
         self.collectives = matches.index.at
         self._p2p_of_group = matches.index.p2p_of
         self._partners: dict = {}  # group id -> {(rank, position of its send or recv): where the other end is}
@@ -124,15 +136,31 @@ class ProgramOrder:
             i = bisect_left(entries, entry.index, key=_entry_index)
         return i if i < len(entries) and entries[i] == entry else None
 
+    def p2p_position(self, rank: int, p2p: Sequence[Entry], k: int) -> Optional[int]:
+        """position of the rank's `k`-th P2P op in a group (`p2p`: RankStream.p2p). Rows of the
+        rank's own table whose entry says it is at its own index need no entry built: that
+        is where `position` finds it."""
+        if isinstance(p2p, RowList) and p2p.table is self.entries.get(rank):
+            row = p2p.rows[k]
+            if p2p.table.value("index", row) == row:
+                return row
+        return self.position(rank, p2p[k])
+
     def _batch_bounds(self, rank: int, position: int) -> tuple:
-        entries = self.entries[rank]
-        key = entries.batch_key(position)
-        start = end = position
-        while start > 0 and entries.batch_key(start - 1) == key:
-            start -= 1
-        while end + 1 < len(entries) and entries.batch_key(end + 1) == key:
-            end += 1
-        return start, end
+        """(first, last) position of the batch the op at `position` is in (itself, alone).
+        Kept for every op of the batch: walking a rank's past asks for each op's twice."""
+        bounds = self._bounds.get((rank, position))
+        if bounds is None:
+            entries = self.entries[rank]
+            key = entries.batch_key(position)
+            start = end = position
+            while start > 0 and entries.batch_key(start - 1) == key:
+                start -= 1
+            while end + 1 < len(entries) and entries.batch_key(end + 1) == key:
+                end += 1
+            bounds = (start, end)
+            self._bounds.update(dict.fromkeys(zip(repeat(rank), range(start, end + 1)), bounds))
+        return bounds
 
     def previous(self, rank: int, position: int) -> Optional[int]:
         start, _ = self._batch_bounds(rank, position)
@@ -150,16 +178,30 @@ class ProgramOrder:
         return self._tokens[key]
 
     def _token(self, rank: int, position: int) -> Optional[tuple]:
+        # Read off the batch's first entry's static row and sequence number, without
+        # building it: a rank's past is read op by op, some 100,000 ops in a large job.
         start, end = self._batch_bounds(rank, position)
         entries = self.entries[rank]
-        entry = entries[start]
-        gid = self.layout.group_of(entry.pg_name, rank)
+        pg_name, _, name = entries.statics[entries.codes[start]][:3]
+        gid = self.layout.group_of(pg_name, rank)
         if gid is None or gid not in self.family:
             return None
-        name = entry.name
-        seq = entry.p2p_seq_id if name.is_p2p else entry.collective_seq_id
+        seq = entries.value("p2p_seq_id" if name.is_p2p else "collective_seq_id", start)
         return (self.family[gid], name.is_p2p, seq, name.op, name.local_src, name.local_dst,
-                batch_signature(entries[start:end + 1], self._signatures))
+                self._batch_signature(rank, start, end))
+
+    def _batch_signature(self, rank: int, start: int, end: int) -> Optional[tuple]:
+        """batch_signature of the rank's entries from `start` to `end`. A signature reads
+        only op names and shapes, which an entry's static row holds, as objects ranks
+        share: kept by their identity (as batch_signature keeps its own), the entries are
+        built for each distinct batch of the job, not for each op read."""
+        entries = self.entries[rank]
+        statics = list(map(entries.statics.__getitem__, entries.codes[start:end + 1]))
+        key = tuple([id(part) for static in statics for part in static[2:4]])  # (name, shapes) of each
+        signature = self._batch_signatures.get(key, _UNSEEN)
+        if signature is _UNSEEN:
+            signature = self._batch_signatures[key] = batch_signature(entries[start:end + 1], self._signatures)
+        return signature
 
     def token_of(self, rank: int, entry: Entry) -> Optional[tuple]:
         position = self.position(rank, entry)
@@ -183,9 +225,9 @@ class ProgramOrder:
         if is_p2p:
             seqs = self._p2p_seqs.get((gid, rank))
             if seqs is None:
-                seqs = self._p2p_seqs[(gid, rank)] = list(map(_p2p_seq, stream.p2p))
+                seqs = self._p2p_seqs[(gid, rank)] = p2p_seq_ids(stream.p2p)
             i = bisect_left(seqs, seq)
-            while i < len(stream.p2p) and stream.p2p[i].p2p_seq_id == seq:
+            while i < len(seqs) and seqs[i] == seq:
                 entry = stream.p2p[i]
                 if (entry.op, entry.name.local_src, entry.name.local_dst) == (op, src, dst):
                     return self.position(rank, entry)
@@ -458,8 +500,8 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
         return []
     if finding.kind == "p2p_unmatched":
         wanted = _unposted_channel(finding)
-        newest_first = (e for e in reversed(stream.p2p) if _p2p_channel(e) == wanted)
-        positions = (order.position(rank, e) for e in newest_first)
+        newest_first = (k for k, name in newest_p2p_names(stream.p2p) if _name_channel(name) == wanted)
+        positions = (order.p2p_position(rank, stream.p2p, k) for k in newest_first)
         # Every op on the channel is like the one never posted, so `past_says_skipped`
         # reads no further back than its last HISTORY_TRIES + 1: finding the rest would
         # scan a long pipeline run's every send and recv, once per finding.
@@ -516,7 +558,22 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
 
 
 def _p2p_channel(entry: Entry) -> tuple:
-    return entry.op, entry.name.local_src, entry.name.local_dst
+    return _name_channel(entry.name)
+
+
+def _name_channel(name: OpName) -> tuple:
+    """The channel of a send or recv named `name`: (op, group-local src, dst)."""
+    return name.op, name.local_src, name.local_dst
+
+
+def newest_p2p_names(p2p: Sequence[Entry]) -> Iterator[tuple[int, OpName]]:
+    """(k, op name) of a stream's P2P ops (`RankStream.p2p`), newest first: read off the
+    codes when they are rows of a table (a RowList), one by one (readers stop after a
+    few), without building the entries."""
+    if isinstance(p2p, RowList):
+        statics, codes, rows = p2p.table.statics, p2p.table.codes, p2p.rows
+        return ((k, statics[codes[rows[k]]][2]) for k in range(len(rows) - 1, -1, -1))
+    return ((k, p2p[k].name) for k in range(len(p2p) - 1, -1, -1))
 
 
 def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:

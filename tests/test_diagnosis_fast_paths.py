@@ -1,0 +1,95 @@
+"""The diagnosis's shortcuts answer what the plain reading of the entries answers:
+program order's tokens, batch bounds and P2P lookups read off the columns. Checked on synthetic jobs with
+batches, coalesced markers, wrapped buffers and queued ops left out of the device view
+(rows that are no longer at their entry's own index)."""
+
+from __future__ import annotations
+
+import pytest
+
+from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, newest_p2p_names, p2p_seq_ids)
+from frtrace.matcher import batch_signature
+from frtrace.rank_index import RowList
+from frtrace.standing import batch_key
+from frtrace.testing.synth import Fault, generate
+
+from helpers import analyse_dicts, job
+
+JOBS = {
+    "tp_hang_lookahead": dict(world_size=16, tp=2, pp=2, steps=4, timing=True, lookahead=3,
+                              fault=Fault("hang", rank=5, group="tp", step=2)),
+    "batched_p2p": dict(world_size=16, tp=2, pp=4, steps=3, timing=True, p2p="batched",
+                        fault=Fault("p2p_unmatched", rank=6, group="pp", step=1)),
+    "markers_mixed_p2p": dict(world_size=8, tp=2, pp=2, steps=4, timing=True, coalesced_events="marker",
+                              p2p="mixed", fault=Fault("hang", rank=2, group="dp", step=1)),
+    "wrapped": dict(world_size=8, tp=2, pp=2, steps=8, timing=True, buffer_size=25, lookahead=3,
+                    fault=Fault("hang", rank=3, group="dp", step=5)),
+}
+
+
+def _records_out_of_file_order() -> dict:
+    """A pipeline whose ranks list their entries out of record order: sorted by record id,
+    no entry stays at its own index (the row `position` looks at first)."""
+    dumps = job({0: ["send 0->1", "all_reduce", "send 0->1", "send 0->1", "all_reduce"],
+                 1: ["recv 1<-0", "all_reduce", "recv 1<-0", "recv 1<-0", "all_reduce"]})
+    for dump in dumps.values():
+        for record, record_id in zip(dump["entries"], [3, 0, 4, 1, 2]):
+            record["record_id"] = record_id
+    return dumps
+
+
+@pytest.fixture(scope="module", params=sorted(JOBS) + ["records_out_of_file_order"])
+def analysis(request):
+    dumps = _records_out_of_file_order() if request.param not in JOBS else dict(generate(**JOBS[request.param]).dumps)
+    analysis, _ = analyse_dicts(dumps, render=False)
+    return analysis
+
+
+def _bounds_by_entries(entries, position: int) -> tuple:
+    key = batch_key(entries[position])
+    start = end = position
+    while start > 0 and batch_key(entries[start - 1]) == key:
+        start -= 1
+    while end + 1 < len(entries) and batch_key(entries[end + 1]) == key:
+        end += 1
+    return start, end
+
+
+def _token_by_entries(order: ProgramOrder, rank: int, position: int):
+    """A token as the entries say it (what ProgramOrder._token reads off the columns)."""
+    entries = list(order.entries[rank])
+    start, end = _bounds_by_entries(entries, position)
+    entry = entries[start]
+    gid = order.layout.group_of(entry.pg_name, rank)
+    if gid is None or gid not in order.family:
+        return None
+    name = entry.name
+    seq = entry.p2p_seq_id if name.is_p2p else entry.collective_seq_id
+    return (order.family[gid], name.is_p2p, seq, name.op, name.local_src, name.local_dst,
+            batch_signature(entries[start:end + 1]))
+
+
+def test_tokens_and_batch_bounds_read_off_the_columns_are_the_entries(analysis):
+    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    assert order.entries
+    for rank, table in order.entries.items():
+        entries = list(table)
+        for position in range(len(entries)):
+            assert order._batch_bounds(rank, position) == _bounds_by_entries(entries, position)
+            assert order.token(rank, position) == _token_by_entries(order, rank, position)
+
+
+def test_p2p_reads_off_the_columns_are_the_entries(analysis):
+    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    for view in analysis.device.views:
+        for rank, stream in view.streams.items():
+            p2p = stream.p2p
+            entries = list(p2p)
+            assert p2p_seq_ids(p2p) == [e.p2p_seq_id for e in entries] == p2p_seq_ids(entries)
+            newest_first = [(k, entries[k].name) for k in reversed(range(len(entries)))]
+            assert list(newest_p2p_names(p2p)) == newest_first == list(newest_p2p_names(entries))
+            assert [_p2p_channel(e) for e in entries] == [(n.op, n.local_src, n.local_dst) for _, n in newest_first[::-1]]
+            if rank in order.entries:
+                assert ([order.p2p_position(rank, p2p, k) for k in range(len(entries))]
+                        == [order.position(rank, e) for e in entries])
+
