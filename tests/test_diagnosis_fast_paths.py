@@ -1,5 +1,6 @@
 """The diagnosis's shortcuts answer what the plain reading of the entries answers:
-program order's tokens, batch bounds and P2P lookups read off the columns. Checked on synthetic jobs with
+program order's tokens, batch bounds and P2P lookups read off the columns, and the
+newest finished collective per rank found newest first. Checked on synthetic jobs with
 batches, coalesced markers, wrapped buffers and queued ops left out of the device view
 (rows that are no longer at their entry's own index)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from frtrace.diagnosis.frontier import _newest_finished
 from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, newest_p2p_names, p2p_seq_ids)
 from frtrace.matcher import batch_signature
 from frtrace.rank_index import RowList
@@ -93,3 +95,16 @@ def test_p2p_reads_off_the_columns_are_the_entries(analysis):
                 assert ([order.p2p_position(rank, p2p, k) for k in range(len(entries))]
                         == [order.position(rank, e) for e in entries])
 
+
+def test_newest_finished_read_newest_first_is_the_last_completed(analysis):
+    full = analysis.matches
+    for view in full.views:
+        matches = full.index.collectives_of.get(view.group.id, [])
+        expected: dict = {}
+        for match in matches:
+            for rank in match.completed_ranks:
+                expected[rank] = match.seq
+        for rank, stream in view.streams.items():
+            if stream.finished is not None:
+                expected[rank] = max(expected.get(rank, -1), stream.finished)
+        assert _newest_finished(view, matches) == expected

@@ -177,8 +177,17 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
 def _newest_finished(view: GroupView, matches: list[CollectiveMatch]) -> dict[int, int]:
     """rank -> the newest collective of the group it is known to have finished."""
     newest: dict[int, int] = {}
-    for match in matches:  # by seq: the last a rank completed is its newest
-        newest.update(dict.fromkeys(match.completed_ranks, match.seq))
+    # Newest first (matches are by seq): the first a rank completed is its newest, and
+    # the read stops once every rank that issued any collective of the group has one,
+    # a few ops back, instead of visiting every rank of every op (a job-wide group
+    # holds thousands of each). Calls hold only ranks of the streams.
+    unknown = {rank for rank, stream in view.streams.items() if stream.collectives}
+    for match in reversed(matches):
+        if not unknown:
+            break
+        found = unknown.intersection(match.completed_ranks)
+        newest.update(dict.fromkeys(found, match.seq))
+        unknown -= found
     for rank, stream in view.streams.items():
         if stream.finished is not None:
             newest[rank] = max(newest.get(rank, -1), stream.finished)
