@@ -108,3 +108,33 @@ def test_newest_finished_read_newest_first_is_the_last_completed(analysis):
             if stream.finished is not None:
                 expected[rank] = max(expected.get(rank, -1), stream.finished)
         assert _newest_finished(view, matches) == expected
+
+
+@pytest.mark.parametrize("max_witnesses", [3, 64])
+def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnesses):
+    """Findings asked one after another of one ProgramOrder (its tokens, batch bounds and
+    sibling witnesses kept) are judged as by a ProgramOrder of their own; with few
+    witnesses, findings of the family's first groups and of the others read apart."""
+    from frtrace.diagnosis import program_order
+
+    monkeypatch.setattr(program_order, "MAX_WITNESSES", max_witnesses)
+    dumps = dict(generate(world_size=32, tp=2, pp=4, steps=4, timing=True, p2p="batched",
+                          fault=Fault("hang", rank=5, group="tp", step=2)).dumps)
+    analysis, diagnosis = analyse_dicts(dumps, render=False)
+    findings = [f for f in diagnosis.findings if f.kind in ("p2p_unmatched", "not_issued")]
+    assert sum(f.kind == "p2p_unmatched" for f in findings) > 3  # one per pipeline channel, 8 pipelines
+    witnessed = 0
+
+    def fresh() -> ProgramOrder:
+        return ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+
+    shared = fresh()
+    for finding in findings + findings[::-1]:
+        ranks = tuple(sorted(set(finding.absent_ranks) | set(finding.waiting_ranks)))
+        assert (program_order.went_past_finding(shared, finding, ranks)
+                == program_order.went_past_finding(fresh(), finding, ranks))
+        if finding.kind == "p2p_unmatched":
+            witnesses = program_order._p2p_witnesses(shared, finding)
+            assert witnesses == program_order._p2p_witnesses(fresh(), finding)
+            witnessed += bool(witnesses[1])
+    assert witnessed > 3

@@ -87,12 +87,14 @@ class ProgramOrder:
         self._tokens: dict = {}  # (rank, position) -> token
         self._bounds: dict = {}  # (rank, position) -> (first, last) position of its batch
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
+        self._token_parts: dict = {}  # (rank, static rows of a batch's entries) -> see _token_part
         self._batch_signatures: dict = {}  # ids of a batch's op names and shapes -> batch_signature
         self.collectives = matches.index.at
         self._p2p_of_group = matches.index.p2p_of
         self._partners: dict = {}  # group id -> {(rank, position of its send or recv): where the other end is}
         self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
         self._sibling_parts: dict = {}  # see sibling_part
+        self._sibling_witnesses: dict = {}  # see sibling_witnesses
 
     def partner(self, group_id: int, rank: int, position: int) -> Optional[Entry]:
         """The entry at the other end of the rank's send or recv at `position` in the group. Indexed per group
@@ -106,6 +108,30 @@ class ProgramOrder:
                     partners[(pair.dst, pair.recv_row)] = (pair.send_table, pair.send_row)
         other_end = partners.get((rank, position))
         return other_end[0][other_end[1]] if other_end else None
+
+    def sibling_witnesses(self, group_id: int, local_holder: int, local_absent: int, held: tuple) -> tuple:
+        """(token, [(rank, entry)]) of what the ranks at `local_absent` in the sibling groups of
+        `group_id` posted as partner of the op `held` names at `local_holder`, the token most
+        of them posted. Kept: the findings of a job-wide hang (one per pipeline channel) ask
+        alike, and all but those of the family's first groups read the same siblings."""
+        siblings = self.members[self.family[group_id]]
+        # Bounded like the witnesses: one finding per pipeline channel must not visit every
+        # sibling channel of a large job (that is quadratic in ranks).
+        own = group_id if group_id in siblings[:MAX_WITNESSES] else None  # else the first ones are read
+        key = (self.family[group_id], own, local_holder, local_absent, held)
+        found = self._sibling_witnesses.get(key)
+        if found is None:
+            witnesses: list[tuple[int, Entry]] = []
+            tokens: dict[tuple, int] = defaultdict(int)
+            for sibling in islice((g for g in siblings if g != group_id), MAX_WITNESSES):
+                part = self.sibling_part(sibling, local_holder, local_absent, held)
+                if part is not None:
+                    their_absent, partner, token = part
+                    witnesses.append((their_absent, partner))
+                    tokens[token] += 1
+            op_token = max(tokens.items(), key=lambda kv: kv[1])[0] if tokens else None
+            found = self._sibling_witnesses[key] = (op_token, witnesses) if tokens else (None, [])
+        return found
 
     def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
         """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
@@ -178,29 +204,45 @@ class ProgramOrder:
         return self._tokens[key]
 
     def _token(self, rank: int, position: int) -> Optional[tuple]:
-        # Read off the batch's first entry's static row and sequence number, without
-        # building it: a rank's past is read op by op, some 100,000 ops in a large job.
+        # Read off the batch's static rows and its sequence number, without building its
+        # entries: a rank's past is read op by op, some 100,000 ops in a large job.
         start, end = self._batch_bounds(rank, position)
         entries = self.entries[rank]
-        pg_name, _, name = entries.statics[entries.codes[start]][:3]
-        gid = self.layout.group_of(pg_name, rank)
-        if gid is None or gid not in self.family:
+        part = self._token_part(rank, start, end)
+        if part is None:
             return None
+        family, name, signature = part
         seq = entries.value("p2p_seq_id" if name.is_p2p else "collective_seq_id", start)
-        return (self.family[gid], name.is_p2p, seq, name.op, name.local_src, name.local_dst,
-                self._batch_signature(rank, start, end))
+        return (family, name.is_p2p, seq, name.op, name.local_src, name.local_dst, signature)
 
-    def _batch_signature(self, rank: int, start: int, end: int) -> Optional[tuple]:
-        """batch_signature of the rank's entries from `start` to `end`. A signature reads
-        only op names and shapes, which an entry's static row holds, as objects ranks
-        share: kept by their identity (as batch_signature keeps its own), the entries are
-        built for each distinct batch of the job, not for each op read."""
+    def _token_part(self, rank: int, start: int, end: int) -> Optional[tuple]:
+        """(family, op name, batch signature) of the rank's batch from `start` to `end`
+        (None: outside every group of the layout): all of its token but its sequence
+        number, read off its entries' static rows. The same for each step of a training
+        loop, so kept per rank and static rows."""
         entries = self.entries[rank]
-        statics = list(map(entries.statics.__getitem__, entries.codes[start:end + 1]))
+        key = (rank, tuple(entries.codes[start:end + 1]))
+        part = self._token_parts.get(key, _UNSEEN)
+        if part is _UNSEEN:
+            statics = [entries.statics[code] for code in key[1]]
+            pg_name, _, name = statics[0][:3]
+            gid = self.layout.group_of(pg_name, rank)
+            part = None
+            if gid is not None and gid in self.family:
+                part = (self.family[gid], name, self._batch_signature(rank, start, end, statics))
+            self._token_parts[key] = part
+        return part
+
+    def _batch_signature(self, rank: int, start: int, end: int, statics: list) -> Optional[tuple]:
+        """batch_signature of the rank's entries from `start` to `end`, which hold the static
+        rows `statics`. A signature reads only op names and shapes, objects ranks share:
+        kept by their identity (as batch_signature keeps its own), entries are built for
+        each distinct batch of the job."""
         key = tuple([id(part) for static in statics for part in static[2:4]])  # (name, shapes) of each
         signature = self._batch_signatures.get(key, _UNSEEN)
         if signature is _UNSEEN:
-            signature = self._batch_signatures[key] = batch_signature(entries[start:end + 1], self._signatures)
+            entries = self.entries[rank][start:end + 1]
+            signature = self._batch_signatures[key] = batch_signature(entries, self._signatures)
         return signature
 
     def token_of(self, rank: int, entry: Entry) -> Optional[tuple]:
@@ -473,22 +515,7 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
     if held is None:
         return None, []
     ranks = view.group.ranks
-    local_holder, local_absent = ranks.index(ends.posted_by), ranks.index(ends.missing_on)
-    witnesses: list[tuple[int, Entry]] = []
-    tokens: dict[tuple, int] = defaultdict(int)
-    siblings = (g for g in order.members[order.family[view.group.id]] if g != view.group.id)
-    # Bounded like the witnesses: one finding per pipeline channel must not visit every
-    # sibling channel of a large job (that is quadratic in ranks).
-    for sibling in islice(siblings, MAX_WITNESSES):
-        part = order.sibling_part(sibling, local_holder, local_absent, held)
-        if part is not None:
-            their_absent, partner, token = part
-            witnesses.append((their_absent, partner))
-            tokens[token] += 1
-    if not tokens:
-        return None, []
-    op_token = max(tokens.items(), key=lambda kv: kv[1])[0]
-    return op_token, witnesses
+    return order.sibling_witnesses(view.group.id, ranks.index(ends.posted_by), ranks.index(ends.missing_on), held)
 
 
 def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
