@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.diagnosis.columns import first_rows, first_values_of
+from frtrace.diagnosis.columns import first_rows, first_value_columns
 from frtrace.entry_table import EntryTable
 from frtrace.matcher import first_values
 from frtrace.model import Entry, OpName, Shapes
@@ -54,18 +54,36 @@ def test_first_rows_reads_the_rows_value_at_reads(seqs, data):
         first_rows(index, wanted[:position] + [absent] + wanted[position:])
 
 
-def test_first_values_of_reads_settled_calls_over_some_ranks():
+def _as_read_one_by_one(matches: list, name: str) -> list:
+    """What first_value_columns gives, as (ranks, values) per match: each match in one block."""
+    blocks = first_value_columns(matches, name)
+    found = {}
+    for block in blocks:
+        assert len(block.columns) == len(block.ranks)
+        for j, match in enumerate(block.matches):
+            assert id(match) not in found
+            found[id(match)] = (list(block.ranks), [column[j] for column in block.columns])
+    return [found[id(match)] for match in matches]
+
+
+def _first_values(matches: list, name: str) -> list:
+    return [(list(match.calls), first_values(match.calls, name)) for match in matches]
+
+
+def test_first_value_columns_reads_settled_calls_over_some_ranks():
     streams = {}
     for rank in range(4):
         table = EntryTable.from_entries([_entry(i, i + 1 + rank % 2) for i in range(6)])
         stream = type("Stream", (), {})()
         stream.collectives = SeqMap(table, range(6))
         streams[rank] = stream
-    matches = [type("Match", (), {"calls": calls})() for calls in
-               (LazyCalls(streams, 3), LazyCalls(streams, 4, (1, 3)), LazyCalls(streams, 5), {2: (_entry(9, 3),)})]
-    expected = [first_values(match.calls, "time_created_ns") for match in matches]
-    assert first_values_of(matches, "time_created_ns") == expected
-    assert expected[1] == [1000 + 7 * 2, 1000 + 7 * 2] and expected[3] == [1000 + 7 * 9]
+    matches = [type("Match", (), {"calls": calls, "seq": seq})() for seq, calls in
+               ((3, LazyCalls(streams, 3)), (4, LazyCalls(streams, 4, (1, 3))), (5, LazyCalls(streams, 5)),
+                (3, {2: (_entry(9, 3),)}))]
+    expected = _first_values(matches, "time_created_ns")
+    assert _as_read_one_by_one(matches, "time_created_ns") == expected
+    assert expected[1] == ([1, 3], [1000 + 7 * 2, 1000 + 7 * 2]) and expected[3] == ([2], [1000 + 7 * 9])
+    assert len(first_value_columns(matches, "time_created_ns")) == 3  # the two over all ranks in one
 
 
 JOBS = {
@@ -83,7 +101,7 @@ JOBS = {
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
-def test_first_values_of_every_collective_of_a_job_is_first_values(name):
+def test_first_value_columns_of_every_collective_of_a_job_are_first_values(name):
     analysis, _ = analyse_dicts(dict(generate(**JOBS[name]).dumps), render=False)
     for result in (analysis.matches, analysis.device):
         matches = result.collectives
@@ -91,4 +109,4 @@ def test_first_values_of_every_collective_of_a_job_is_first_values(name):
         if name == "wrapped_hang":
             assert any(isinstance(m.calls, LazyCalls) and m.calls.ranks is not None for m in matches)
         for field in ("time_created_ns", "record_id", "time_completed_ns"):
-            assert first_values_of(matches, field) == [first_values(m.calls, field) for m in matches]
+            assert _as_read_one_by_one(matches, field) == _first_values(matches, field)

@@ -1,12 +1,12 @@
 """Fields of many collectives' entries, read a column at a time.
 
-Takes `CollectiveMatch`es (of any groups) and a field name; returns, per match, that
-field of each rank's first entry in its `calls`, in the order the calls list the
-ranks: what `matcher.first_values` gives for each match, read differently. A rule that
-samples thousands of collectives across thousands of ranks would ask first_values for a
-million values one at a time; here the collectives a group's matcher settled (their
-calls are `LazyCalls` over the group's streams) are read once per member, its rows for
-every sampled sequence number in one `EntryTable.field_at`.
+Takes `CollectiveMatch`es (of any groups) and a field name; returns `Block`s: that
+field of each rank's first entry in the matches' `calls` (what `matcher.first_values`
+gives for each match), laid out a column per rank. A rule that samples thousands of
+collectives across thousands of ranks would ask first_values for a million values one
+at a time; here the collectives of a group that all its ranks issued and the matcher
+settled (their calls are `LazyCalls` over the group's streams) are read once per rank,
+its rows for every sampled sequence number in one `EntryTable.field_at`.
 """
 
 from __future__ import annotations
@@ -15,43 +15,42 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import repeat
 from operator import sub
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..matcher import CollectiveMatch, first_values
 from ..rank_index import LazyCalls, SeqMap
 
 
-def first_values_of(matches: Sequence[CollectiveMatch], name: str) -> list[list]:
-    """[first_values(match.calls, name) for match in matches], read per group and rank."""
-    values: list[list] = [[] for _ in matches]
-    settled: dict[int, list[int]] = defaultdict(list)  # id of a group's streams -> positions of its LazyCalls
-    for position, match in enumerate(matches):
-        if isinstance(match.calls, LazyCalls):
-            settled[id(match.calls.streams)].append(position)
-        else:  # a few: what members disagree on, or did not all finish
-            values[position] = first_values(match.calls, name)
-    for positions in settled.values():
-        group_values = _first_values_in_group([matches[p] for p in positions], name)
-        for position, row in zip(positions, group_values):
-            values[position] = row
-    return values
+class Block(NamedTuple):
+    """Some collectives of one group that the same ranks issued: `columns[i][j]` is rank
+    `ranks[i]`'s value at `matches[j]`, whose calls list exactly `ranks`, in that order."""
+
+    ranks: tuple
+    matches: list
+    columns: list
 
 
-def _first_values_in_group(matches: list[CollectiveMatch], name: str) -> list[list]:
-    """first_values of each of `matches`, whose calls are LazyCalls over one group's
-    streams. Most were issued by every rank of the streams: each rank's values at all of
-    those are read at once, and its column lines up with theirs. The few some ranks do
-    not hold (their buffer no longer reaches back, say) are read a value at a time."""
-    calls: list[LazyCalls] = [match.calls for match in matches]  # type: ignore[misc]  # see first_values_of
-    values = [lazy.first_values(name) if lazy.ranks is not None else [] for lazy in calls]
-    by_all = [k for k, lazy in enumerate(calls) if lazy.ranks is None]
-    if by_all:
-        streams = calls[by_all[0]].streams
-        seqs = [calls[k].seq for k in by_all]
-        columns = [_column_at(stream.collectives, seqs, name) for stream in streams.values()]
-        for k, row in zip(by_all, zip(*columns)):  # LazyCalls lists the ranks in the streams' order
-            values[k] = list(row)
-    return values
+def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[Block]:
+    """Field `name` of each rank's (first) entry in each of `matches`' calls, in blocks:
+    one per group for the collectives all ranks of its streams issued and the matcher
+    settled (most), read a rank at a time; one per collective for the others (what
+    members disagree on or did not all finish, what some ranks' buffers no longer hold),
+    read as first_values reads them. Each match is in one block."""
+    blocks: list[Block] = []
+    by_all: dict[int, list[CollectiveMatch]] = defaultdict(list)  # id of a group's streams -> its matches
+    for match in matches:
+        calls = match.calls
+        if isinstance(calls, LazyCalls) and calls.ranks is None:
+            by_all[id(calls.streams)].append(match)
+        else:
+            blocks.append(Block(tuple(calls), [match], [[value] for value in first_values(calls, name)]))
+    for group in by_all.values():
+        streams = group[0].calls.streams  # type: ignore[attr-defined]  # LazyCalls, as above
+        seqs = [match.seq for match in group]
+        # LazyCalls lists the ranks in the order of the streams.
+        blocks.append(Block(tuple(streams), group, [_column_at(stream.collectives, seqs, name)
+                                                    for stream in streams.values()]))
+    return blocks
 
 
 def _column_at(collectives, seqs: list[int], name: str) -> list:
