@@ -11,7 +11,7 @@ import pytest
 from frtrace.diagnosis.frontier import _newest_finished
 from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, newest_p2p_names, p2p_seq_ids)
 from frtrace.matcher import batch_signature
-from frtrace.rank_index import RowList
+from frtrace.rank_index import SeqMap
 from frtrace.standing import batch_key
 from frtrace.testing.synth import Fault, generate
 
@@ -81,7 +81,7 @@ def test_tokens_and_batch_bounds_read_off_the_columns_are_the_entries(analysis):
             assert order.token(rank, position) == _token_by_entries(order, rank, position)
 
 
-def test_p2p_reads_off_the_columns_are_the_entries(analysis):
+def test_p2p_reads_and_rows_placed_off_the_columns_are_the_entries(analysis):
     order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
     for view in analysis.device.views:
         for rank, stream in view.streams.items():
@@ -94,6 +94,10 @@ def test_p2p_reads_off_the_columns_are_the_entries(analysis):
             if rank in order.entries:
                 assert ([order.p2p_position(rank, p2p, k) for k in range(len(entries))]
                         == [order.position(rank, e) for e in entries])
+                collectives = stream.collectives
+                if isinstance(collectives, SeqMap):
+                    assert ([order.row_position(rank, collectives.table, row) for row in collectives.rows]
+                            == [order.position(rank, collectives.table[row]) for row in collectives.rows])
 
 
 def test_newest_finished_read_newest_first_is_the_last_completed(analysis):
@@ -133,6 +137,12 @@ def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnes
         ranks = tuple(sorted(set(finding.absent_ranks) | set(finding.waiting_ranks)))
         assert (program_order.went_past_finding(shared, finding, ranks)
                 == program_order.went_past_finding(fresh(), finding, ranks))
+        if finding.kind != "p2p_unmatched":  # the rank's collectives of the group before the op, placed
+            for rank in ranks:
+                stream = shared.views[finding.group_id].streams.get(rank)
+                placed = [shared.position(rank, stream.collectives[s][0]) for s in sorted(stream.collectives)
+                          if s < finding.collective_seq_id] if stream and rank in shared.entries else []
+                assert program_order._channel(shared, finding, rank) == [p for p in placed if p is not None]
         if finding.kind == "p2p_unmatched":
             witnesses = program_order._p2p_witnesses(shared, finding)
             assert witnesses == program_order._p2p_witnesses(fresh(), finding)

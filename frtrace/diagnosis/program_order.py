@@ -22,8 +22,10 @@ from typing import Iterator, Optional, Sequence
 from ..builder import Layout
 from ..matcher import MatchResult, batch_signature
 from ..model import UNDESCRIBED, Entry, Group, OpName, RankDump
-from ..rank_index import RowList
+from ..entry_table import EntryTable
+from ..rank_index import RowList, SeqMap
 from ..standing import keeps_only_active
+from .columns import first_rows
 from .finding import Finding, WentPast
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
@@ -163,14 +165,18 @@ class ProgramOrder:
         return i if i < len(entries) and entries[i] == entry else None
 
     def p2p_position(self, rank: int, p2p: Sequence[Entry], k: int) -> Optional[int]:
-        """position of the rank's `k`-th P2P op in a group (`p2p`: RankStream.p2p). Rows of the
-        rank's own table whose entry says it is at its own index need no entry built: that
-        is where `position` finds it."""
-        if isinstance(p2p, RowList) and p2p.table is self.entries.get(rank):
-            row = p2p.rows[k]
-            if p2p.table.value("index", row) == row:
-                return row
+        """position of the rank's `k`-th P2P op in a group (`p2p`: RankStream.p2p)."""
+        if isinstance(p2p, RowList):
+            return self.row_position(rank, p2p.table, p2p.rows[k])
         return self.position(rank, p2p[k])
+
+    def row_position(self, rank: int, table: EntryTable, row: int) -> Optional[int]:
+        """position of the rank's entry at `row` of `table`. A row of the rank's own table
+        whose entry says it stands at its own index needs no entry built: that is where
+        `position` finds it."""
+        if table is self.entries.get(rank) and table.value("index", row) == row:
+            return row
+        return self.position(rank, table[row])
 
     def _batch_bounds(self, rank: int, position: int) -> tuple:
         """(first, last) position of the batch the op at `position` is in (itself, alone).
@@ -420,7 +426,9 @@ class ProgramOrder:
         skipped the op this time. Its last HISTORY_TRIES such ops are read."""
         if op_shape is None:
             return None
-        ops = [p for p in channel if _shape(self.token(rank, p) or ()) == op_shape][-HISTORY_TRIES:]
+        # The last HISTORY_TRIES, found newest first: the older ones' tokens are not read.
+        newest_first = (p for p in reversed(channel) if _shape(self.token(rank, p) or ()) == op_shape)
+        ops = list(islice(newest_first, HISTORY_TRIES))[::-1]
         if len(ops) < 2:
             return None
         befores = {self._shape_at(rank, self.previous(rank, p)) for p in ops}
@@ -533,8 +541,12 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
         # reads no further back than its last HISTORY_TRIES + 1: finding the rest would
         # scan a long pipeline run's every send and recv, once per finding.
         return list(islice((p for p in positions if p is not None), HISTORY_TRIES + 1))[::-1]
-    entries = [stream.collectives[s][0] for s in sorted(stream.collectives) if s < finding.collective_seq_id]
-    positions = (order.position(rank, e) for e in entries)
+    collectives = stream.collectives
+    seqs = [s for s in sorted(collectives) if s < finding.collective_seq_id]
+    if isinstance(collectives, SeqMap):  # rows of a table: its ops placed without building them
+        positions = (order.row_position(rank, collectives.table, row) for row in first_rows(collectives, seqs))
+    else:
+        positions = (order.position(rank, collectives[s][0]) for s in seqs)
     return [p for p in positions if p is not None]
 
 
