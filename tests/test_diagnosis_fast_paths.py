@@ -148,3 +148,20 @@ def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnes
             assert witnesses == program_order._p2p_witnesses(fresh(), finding)
             witnessed += bool(witnesses[1])
     assert witnessed > 3
+
+
+def test_only_unsettled_collectives_can_be_unfinished(analysis):
+    """The rules that look for a collective some issuer has not finished look only among
+    those the matcher did not settle: every rank that issued a settled one (its calls a
+    LazyCalls) finished it."""
+    from frtrace.diagnosis.facts import unsettled
+    from frtrace.rank_index import LazyCalls
+
+    for result in (analysis.matches, analysis.device):
+        for view in result.views:
+            matches = result.index.collectives_of.get(view.group.id, [])
+            for match in matches:
+                if isinstance(match.calls, LazyCalls):
+                    assert match.completed_ranks == match.issued
+            unfinished = [m for m in matches if len(m.completed_ranks) < len(m.calls)]
+            assert [m for m in unsettled(matches) if len(m.completed_ranks) < len(m.calls)] == unfinished

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Optional
+from itertools import compress, repeat
+from operator import attrgetter, not_
+from typing import Any, Iterator, Optional
 
 from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch, first_values
 from ..model import UNDESCRIBED, Entry, RankDump
 from ..pipeline import Analysis
+from ..rank_index import LazyCalls
 from ..standing import blocked_in
 from .finding import Finding
 from .kinds import kind as kind_row
@@ -87,6 +90,17 @@ def _first_divergence(matches: list[CollectiveMatch], reliable: bool) -> Optiona
         if match.not_issued and not took_part_unrecorded(match, reliable):
             return index
     return None
+
+
+def unsettled(matches: list[CollectiveMatch]) -> Iterator[CollectiveMatch]:
+    """The matches, in their order, that the matcher did not settle: those whose calls are
+    not a `LazyCalls`. A settled collective every rank that issued it also finished, so
+    rules looking for one some rank holds unfinished look only among these; picked out
+    in C, as most of a group's thousands of matches are settled."""
+    return compress(matches, map(not_, map(isinstance, map(_CALLS, matches), repeat(LazyCalls))))
+
+
+_CALLS = attrgetter("calls")
 
 
 def took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
