@@ -113,6 +113,9 @@ class CollectiveMatch:
     not_issued: tuple  # members whose window covers seq but who have no entry for it
     out_of_window: tuple  # members whose buffer no longer reaches back to seq
     no_dump: tuple
+    # Some rank that issued it has not completed it (the rules looking for where a group
+    # stands read only these: most of a group's thousands of collectives are finished).
+    unfinished: bool
     disagreement: Optional[Disagreement] = None
     _completed: Optional[tuple] = None
     # Members with no entry for it whose pg_status says they finished it.
@@ -534,7 +537,8 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyC
             why = [streams[r].absence(seq) for r in absent]
             absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
         matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
-                                       no_dump, disagreement, completed, absence.get("finished", ())))
+                                       no_dump, len(completed) < len(issuers), disagreement, completed,
+                                       absence.get("finished", ())))
     return matches
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..matcher import CollectiveMatch, GroupView
+from ..matcher import CollectiveMatch, GroupView, RankStream
+from ..rank_index import SeqMap
 from ..wording import call_site, group_text, ranks_text
-from .facts import Facts, new_finding, oldest_created
+from .facts import Facts, new_finding, oldest_created, unfinished
 from .finding import Finding
 
 
@@ -38,7 +39,7 @@ def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[Collec
     if not matches:
         return None
     if reliable:
-        return next((m for m in matches if len(m.completed_ranks) < len(m.calls)), matches[-1])
+        return next(unfinished(matches), matches[-1])
     return matches[-1]
 
 
@@ -163,9 +164,7 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
     for view in full.views:
         matches = full.index.collectives_of.get(view.group.id, [])
         finished = _newest_finished(view, matches)
-        for match in matches:
-            if len(match.completed_ranks) == len(match.calls):
-                continue  # every member that issued it finished it: nobody holds it
+        for match in unfinished(matches):
             done = set(match.completed_ranks) | set(match.finished_unseen)
             holders = tuple(r for r in match.issued if r not in done)
             if holders and any(finished.get(r, -1) > match.seq for r in done):
@@ -177,12 +176,28 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
 def _newest_finished(view: GroupView, matches: list[CollectiveMatch]) -> dict[int, int]:
     """rank -> the newest collective of the group it is known to have finished."""
     newest: dict[int, int] = {}
-    for match in matches:  # by seq: the last a rank completed is its newest
-        newest.update(dict.fromkeys(match.completed_ranks, match.seq))
+    # Newest first (matches are by seq): the first a rank completed is its newest, and
+    # the read stops once every rank that issued any collective of the group has one,
+    # a few ops back, instead of visiting every rank of every op (a job-wide group
+    # holds thousands of each). Calls hold only ranks of the streams.
+    unknown = {rank for rank, stream in view.streams.items() if _holds_collectives(stream)}
+    for match in reversed(matches):
+        if not unknown:
+            break
+        found = unknown.intersection(match.completed_ranks)
+        newest.update(dict.fromkeys(found, match.seq))
+        unknown -= found
     for rank, stream in view.streams.items():
         if stream.finished is not None:
             newest[rank] = max(newest.get(rank, -1), stream.finished)
     return newest
+
+
+def _holds_collectives(stream: RankStream) -> bool:
+    """Whether the rank holds any collective of the group (a SeqMap's size takes a set of its
+    numbers where a batch holds several entries: its last number says as much)."""
+    collectives = stream.collectives
+    return collectives.last is not None if isinstance(collectives, SeqMap) else bool(collectives)
 
 
 def _stuck_on_device(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...]) -> Finding:

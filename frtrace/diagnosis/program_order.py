@@ -16,13 +16,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import islice
-from typing import Optional
+from itertools import islice, repeat
+from typing import Iterator, Optional, Sequence
 
 from ..builder import Layout
 from ..matcher import MatchResult, batch_signature
-from ..model import UNDESCRIBED, Entry, Group, RankDump
+from ..model import UNDESCRIBED, Entry, Group, OpName, RankDump
+from ..entry_table import EntryTable
+from ..rank_index import RowList, SeqMap
 from ..standing import keeps_only_active
+from .columns import first_rows
 from .finding import Finding, WentPast
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
@@ -32,6 +35,7 @@ MAX_PROFILES = 4  # distinct places in the program the witnesses may come from
 HISTORY_RANKS = 8  # absent ranks per finding checked that way, at most
 HISTORY_SPAN = 256  # ops since its last op on the channel, at most
 HISTORY_TRIES = 4  # earlier occurrences of the op to compare with
+_UNSEEN = object()  # a memo's "not computed yet" (None is a value)
 
 
 @dataclass(slots=True)
@@ -50,6 +54,14 @@ def _entry_index(entry: Entry) -> int:
 
 def _p2p_seq(entry: Entry) -> int:
     return entry.p2p_seq_id
+
+
+def p2p_seq_ids(p2p: Sequence[Entry]) -> list:
+    """p2p_seq_id of each of a stream's P2P ops (`RankStream.p2p`), oldest first: read off
+    the column when they are rows of a table (a RowList), without building the entries."""
+    if isinstance(p2p, RowList):
+        return p2p.table.field_at("p2p_seq_id", p2p.rows)
+    return list(map(_p2p_seq, p2p))
 
 
 class ProgramOrder:
@@ -75,12 +87,16 @@ class ProgramOrder:
                 key = (rank, family)
                 self.group_in_family[key] = None if key in self.group_in_family else view.group.id
         self._tokens: dict = {}  # (rank, position) -> token
+        self._bounds: dict = {}  # (rank, position) -> (first, last) position of its batch
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
+        self._token_parts: dict = {}  # (rank, static rows of a batch's entries) -> see _token_part
+        self._batch_signatures: dict = {}  # ids of a batch's op names and shapes -> batch_signature
         self.collectives = matches.index.at
         self._p2p_of_group = matches.index.p2p_of
         self._partners: dict = {}  # group id -> {(rank, position of its send or recv): where the other end is}
         self._p2p_seqs: dict = {}  # (group id, rank) -> p2p_seq_id of each of its P2P ops
         self._sibling_parts: dict = {}  # see sibling_part
+        self._sibling_witnesses: dict = {}  # see sibling_witnesses
 
     def partner(self, group_id: int, rank: int, position: int) -> Optional[Entry]:
         """The entry at the other end of the rank's send or recv at `position` in the group. Indexed per group
@@ -94,6 +110,30 @@ class ProgramOrder:
                     partners[(pair.dst, pair.recv_row)] = (pair.send_table, pair.send_row)
         other_end = partners.get((rank, position))
         return other_end[0][other_end[1]] if other_end else None
+
+    def sibling_witnesses(self, group_id: int, local_holder: int, local_absent: int, held: tuple) -> tuple:
+        """(token, [(rank, entry)]) of what the ranks at `local_absent` in the sibling groups of
+        `group_id` posted as partner of the op `held` names at `local_holder`, the token most
+        of them posted. Kept: the findings of a job-wide hang (one per pipeline channel) ask
+        alike, and all but those of the family's first groups read the same siblings."""
+        siblings = self.members[self.family[group_id]]
+        # Bounded like the witnesses: one finding per pipeline channel must not visit every
+        # sibling channel of a large job (that is quadratic in ranks).
+        own = group_id if group_id in siblings[:MAX_WITNESSES] else None  # else the first ones are read
+        key = (self.family[group_id], own, local_holder, local_absent, held)
+        found = self._sibling_witnesses.get(key)
+        if found is None:
+            witnesses: list[tuple[int, Entry]] = []
+            tokens: dict[tuple, int] = defaultdict(int)
+            for sibling in islice((g for g in siblings if g != group_id), MAX_WITNESSES):
+                part = self.sibling_part(sibling, local_holder, local_absent, held)
+                if part is not None:
+                    their_absent, partner, token = part
+                    witnesses.append((their_absent, partner))
+                    tokens[token] += 1
+            op_token = max(tokens.items(), key=lambda kv: kv[1])[0] if tokens else None
+            found = self._sibling_witnesses[key] = (op_token, witnesses) if tokens else (None, [])
+        return found
 
     def sibling_part(self, sibling: int, local_holder: int, local_absent: int, held: tuple) -> Optional[tuple]:
         """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
@@ -124,15 +164,35 @@ class ProgramOrder:
             i = bisect_left(entries, entry.index, key=_entry_index)
         return i if i < len(entries) and entries[i] == entry else None
 
+    def p2p_position(self, rank: int, p2p: Sequence[Entry], k: int) -> Optional[int]:
+        """position of the rank's `k`-th P2P op in a group (`p2p`: RankStream.p2p)."""
+        if isinstance(p2p, RowList):
+            return self.row_position(rank, p2p.table, p2p.rows[k])
+        return self.position(rank, p2p[k])
+
+    def row_position(self, rank: int, table: EntryTable, row: int) -> Optional[int]:
+        """position of the rank's entry at `row` of `table`. A row of the rank's own table
+        whose entry says it stands at its own index needs no entry built: that is where
+        `position` finds it."""
+        if table is self.entries.get(rank) and table.value("index", row) == row:
+            return row
+        return self.position(rank, table[row])
+
     def _batch_bounds(self, rank: int, position: int) -> tuple:
-        entries = self.entries[rank]
-        key = entries.batch_key(position)
-        start = end = position
-        while start > 0 and entries.batch_key(start - 1) == key:
-            start -= 1
-        while end + 1 < len(entries) and entries.batch_key(end + 1) == key:
-            end += 1
-        return start, end
+        """(first, last) position of the batch the op at `position` is in (itself, alone).
+        Kept for every op of the batch: walking a rank's past asks for each op's twice."""
+        bounds = self._bounds.get((rank, position))
+        if bounds is None:
+            entries = self.entries[rank]
+            key = entries.batch_key(position)
+            start = end = position
+            while start > 0 and entries.batch_key(start - 1) == key:
+                start -= 1
+            while end + 1 < len(entries) and entries.batch_key(end + 1) == key:
+                end += 1
+            bounds = (start, end)
+            self._bounds.update(dict.fromkeys(zip(repeat(rank), range(start, end + 1)), bounds))
+        return bounds
 
     def previous(self, rank: int, position: int) -> Optional[int]:
         start, _ = self._batch_bounds(rank, position)
@@ -150,16 +210,46 @@ class ProgramOrder:
         return self._tokens[key]
 
     def _token(self, rank: int, position: int) -> Optional[tuple]:
+        # Read off the batch's static rows and its sequence number, without building its
+        # entries: a rank's past is read op by op, some 100,000 ops in a large job.
         start, end = self._batch_bounds(rank, position)
         entries = self.entries[rank]
-        entry = entries[start]
-        gid = self.layout.group_of(entry.pg_name, rank)
-        if gid is None or gid not in self.family:
+        part = self._token_part(rank, start, end)
+        if part is None:
             return None
-        name = entry.name
-        seq = entry.p2p_seq_id if name.is_p2p else entry.collective_seq_id
-        return (self.family[gid], name.is_p2p, seq, name.op, name.local_src, name.local_dst,
-                batch_signature(entries[start:end + 1], self._signatures))
+        family, name, signature = part
+        seq = entries.value("p2p_seq_id" if name.is_p2p else "collective_seq_id", start)
+        return (family, name.is_p2p, seq, name.op, name.local_src, name.local_dst, signature)
+
+    def _token_part(self, rank: int, start: int, end: int) -> Optional[tuple]:
+        """(family, op name, batch signature) of the rank's batch from `start` to `end`
+        (None: outside every group of the layout): all of its token but its sequence
+        number, read off its entries' static rows. The same for each step of a training
+        loop, so kept per rank and static rows."""
+        entries = self.entries[rank]
+        key = (rank, tuple(entries.codes[start:end + 1]))
+        part = self._token_parts.get(key, _UNSEEN)
+        if part is _UNSEEN:
+            statics = [entries.statics[code] for code in key[1]]
+            pg_name, _, name = statics[0][:3]
+            gid = self.layout.group_of(pg_name, rank)
+            part = None
+            if gid is not None and gid in self.family:
+                part = (self.family[gid], name, self._batch_signature(rank, start, end, statics))
+            self._token_parts[key] = part
+        return part
+
+    def _batch_signature(self, rank: int, start: int, end: int, statics: list) -> Optional[tuple]:
+        """batch_signature of the rank's entries from `start` to `end`, which hold the static
+        rows `statics`. A signature reads only op names and shapes, objects ranks share:
+        kept by their identity (as batch_signature keeps its own), entries are built for
+        each distinct batch of the job."""
+        key = tuple([id(part) for static in statics for part in static[2:4]])  # (name, shapes) of each
+        signature = self._batch_signatures.get(key, _UNSEEN)
+        if signature is _UNSEEN:
+            entries = self.entries[rank][start:end + 1]
+            signature = self._batch_signatures[key] = batch_signature(entries, self._signatures)
+        return signature
 
     def token_of(self, rank: int, entry: Entry) -> Optional[tuple]:
         position = self.position(rank, entry)
@@ -183,9 +273,9 @@ class ProgramOrder:
         if is_p2p:
             seqs = self._p2p_seqs.get((gid, rank))
             if seqs is None:
-                seqs = self._p2p_seqs[(gid, rank)] = list(map(_p2p_seq, stream.p2p))
+                seqs = self._p2p_seqs[(gid, rank)] = p2p_seq_ids(stream.p2p)
             i = bisect_left(seqs, seq)
-            while i < len(stream.p2p) and stream.p2p[i].p2p_seq_id == seq:
+            while i < len(seqs) and seqs[i] == seq:
                 entry = stream.p2p[i]
                 if (entry.op, entry.name.local_src, entry.name.local_dst) == (op, src, dst):
                     return self.position(rank, entry)
@@ -336,7 +426,9 @@ class ProgramOrder:
         skipped the op this time. Its last HISTORY_TRIES such ops are read."""
         if op_shape is None:
             return None
-        ops = [p for p in channel if _shape(self.token(rank, p) or ()) == op_shape][-HISTORY_TRIES:]
+        # The last HISTORY_TRIES, found newest first: the older ones' tokens are not read.
+        newest_first = (p for p in reversed(channel) if _shape(self.token(rank, p) or ()) == op_shape)
+        ops = list(islice(newest_first, HISTORY_TRIES))[::-1]
         if len(ops) < 2:
             return None
         befores = {self._shape_at(rank, self.previous(rank, p)) for p in ops}
@@ -431,22 +523,7 @@ def _p2p_witnesses(order: ProgramOrder, finding: Finding) -> tuple:
     if held is None:
         return None, []
     ranks = view.group.ranks
-    local_holder, local_absent = ranks.index(ends.posted_by), ranks.index(ends.missing_on)
-    witnesses: list[tuple[int, Entry]] = []
-    tokens: dict[tuple, int] = defaultdict(int)
-    siblings = (g for g in order.members[order.family[view.group.id]] if g != view.group.id)
-    # Bounded like the witnesses: one finding per pipeline channel must not visit every
-    # sibling channel of a large job (that is quadratic in ranks).
-    for sibling in islice(siblings, MAX_WITNESSES):
-        part = order.sibling_part(sibling, local_holder, local_absent, held)
-        if part is not None:
-            their_absent, partner, token = part
-            witnesses.append((their_absent, partner))
-            tokens[token] += 1
-    if not tokens:
-        return None, []
-    op_token = max(tokens.items(), key=lambda kv: kv[1])[0]
-    return op_token, witnesses
+    return order.sibling_witnesses(view.group.id, ranks.index(ends.posted_by), ranks.index(ends.missing_on), held)
 
 
 def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
@@ -458,14 +535,18 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
         return []
     if finding.kind == "p2p_unmatched":
         wanted = _unposted_channel(finding)
-        newest_first = (e for e in reversed(stream.p2p) if _p2p_channel(e) == wanted)
-        positions = (order.position(rank, e) for e in newest_first)
+        newest_first = (k for k, name in newest_p2p_names(stream.p2p) if _name_channel(name) == wanted)
+        positions = (order.p2p_position(rank, stream.p2p, k) for k in newest_first)
         # Every op on the channel is like the one never posted, so `past_says_skipped`
         # reads no further back than its last HISTORY_TRIES + 1: finding the rest would
         # scan a long pipeline run's every send and recv, once per finding.
         return list(islice((p for p in positions if p is not None), HISTORY_TRIES + 1))[::-1]
-    entries = [stream.collectives[s][0] for s in sorted(stream.collectives) if s < finding.collective_seq_id]
-    positions = (order.position(rank, e) for e in entries)
+    collectives = stream.collectives
+    seqs = [s for s in sorted(collectives) if s < finding.collective_seq_id]
+    if isinstance(collectives, SeqMap):  # rows of a table: its ops placed without building them
+        positions = (order.row_position(rank, collectives.table, row) for row in first_rows(collectives, seqs))
+    else:
+        positions = (order.position(rank, collectives[s][0]) for s in seqs)
     return [p for p in positions if p is not None]
 
 
@@ -516,7 +597,22 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
 
 
 def _p2p_channel(entry: Entry) -> tuple:
-    return entry.op, entry.name.local_src, entry.name.local_dst
+    return _name_channel(entry.name)
+
+
+def _name_channel(name: OpName) -> tuple:
+    """The channel of a send or recv named `name`: (op, group-local src, dst)."""
+    return name.op, name.local_src, name.local_dst
+
+
+def newest_p2p_names(p2p: Sequence[Entry]) -> Iterator[tuple[int, OpName]]:
+    """(k, op name) of a stream's P2P ops (`RankStream.p2p`), newest first: read off the
+    codes when they are rows of a table (a RowList), one by one (readers stop after a
+    few), without building the entries."""
+    if isinstance(p2p, RowList):
+        statics, codes, rows = p2p.table.statics, p2p.table.codes, p2p.rows
+        return ((k, statics[codes[rows[k]]][2]) for k in range(len(rows) - 1, -1, -1))
+    return ((k, p2p[k].name) for k in range(len(p2p) - 1, -1, -1))
 
 
 def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:

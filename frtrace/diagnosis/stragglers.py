@@ -14,9 +14,11 @@ import statistics
 from collections import Counter
 from collections import defaultdict
 from itertools import chain
+from typing import Sequence
 
-from ..matcher import CollectiveMatch, first_values
+from ..matcher import CollectiveMatch
 from ..wording import ranks_text
+from .columns import first_value_columns
 from .facts import Facts, new_finding, took_part_unrecorded
 from .finding import Finding
 
@@ -70,14 +72,17 @@ def _recent_clean(matches: list[CollectiveMatch], reliable: bool) -> list[Collec
     return clean
 
 
-def _arrival_lateness(match: CollectiveMatch) -> dict[int, float]:
-    """rank -> ms after the on-time arrival at one collective. On time is the median
-    arrival; with two members it is the earlier one, as a median of two would make
-    both ranks half late and half early."""
-    ranks = match.calls.keys()
-    created = first_values(match.calls, "time_created_ns")
-    on_time = min(created) if len(created) == 2 else statistics.median(created)
-    return dict(zip(ranks, [(t - on_time) / 1e6 for t in created]))
+def _on_time(created: Sequence[int]) -> float:
+    """The on-time arrival at one collective, given when each member created it: the
+    median arrival; with two members the earlier one, as a median of two would make both
+    ranks half late and half early."""
+    return min(created) if len(created) == 2 else statistics.median(created)
+
+
+def _lateness_ms(created: Sequence[int], on_time: Sequence[float]) -> list[float]:
+    """A rank's ms after the on-time arrival at each of some collectives, given when it
+    created each (`created`) and when was on time there (`on_time`)."""
+    return [(t - o) / 1e6 for t, o in zip(created, on_time)]
 
 
 def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], dict[int, list[float]]]:
@@ -88,14 +93,16 @@ def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], d
     samples_of: dict[int, list[float]] = defaultdict(list)  # rank -> its lateness at each sample, in ms
     sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group: set[int] = set()
-    for match in clean:
-        if len(match.calls) < 2:
-            continue
-        for rank, ms in _arrival_lateness(match).items():
-            samples_of[rank].append(ms)
-        sampled_in[match.group_id].update(match.calls)
-        if len(match.calls) > 2:
-            in_wide_group.update(match.calls)
+    sample = [match for match in clean if len(match.calls) >= 2]
+    # Read a column per rank and group (a large job samples some 100,000 collectives),
+    # and kept so: a rank's samples are what the statistics below read.
+    for block in first_value_columns(sample, "time_created_ns"):
+        on_time = list(map(_on_time, zip(*block.columns)))  # per collective, from its members' times
+        for rank, created in zip(block.ranks, block.columns):
+            samples_of[rank] += _lateness_ms(created, on_time)
+        sampled_in[block.matches[0].group_id].update(block.ranks)
+        if len(block.ranks) > 2:
+            in_wide_group.update(block.ranks)
     groups_of = Counter(chain.from_iterable(sampled_in.values()))  # rank -> groups it was sampled in
     typical, samples = {}, {}
     for rank, values in samples_of.items():

@@ -1,0 +1,88 @@
+"""Fields of many collectives' entries, read a column at a time.
+
+Takes `CollectiveMatch`es (of any groups) and a field name; returns `Block`s: that
+field of each rank's first entry in the matches' `calls` (what `matcher.first_values`
+gives for each match), laid out a column per rank. A rule that samples thousands of
+collectives across thousands of ranks would ask first_values for a million values one
+at a time; here the collectives of a group that all its ranks issued and the matcher
+settled (their calls are `LazyCalls` over the group's streams) are read once per rank,
+its rows for every sampled sequence number in one `EntryTable.field_at`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from itertools import repeat
+from operator import sub
+from typing import NamedTuple, Sequence
+
+from ..matcher import CollectiveMatch, first_values
+from ..rank_index import LazyCalls, SeqMap
+
+
+class Block(NamedTuple):
+    """Some collectives of one group that the same ranks issued: `columns[i][j]` is rank
+    `ranks[i]`'s value at `matches[j]`, whose calls list exactly `ranks`, in that order."""
+
+    ranks: tuple
+    matches: list
+    columns: list
+
+
+def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[Block]:
+    """Field `name` of each rank's (first) entry in each of `matches`' calls, in blocks:
+    one per group for the collectives all ranks of its streams issued and the matcher
+    settled (most), read a rank at a time; one per collective for the others (what
+    members disagree on or did not all finish, what some ranks' buffers no longer hold),
+    read as first_values reads them. Each match is in one block."""
+    blocks: list[Block] = []
+    by_all: dict[int, list[CollectiveMatch]] = defaultdict(list)  # id of a group's streams -> its matches
+    for match in matches:
+        calls = match.calls
+        if isinstance(calls, LazyCalls) and calls.ranks is None:
+            by_all[id(calls.streams)].append(match)
+        else:
+            blocks.append(Block(tuple(calls), [match], [[value] for value in first_values(calls, name)]))
+    for group in by_all.values():
+        streams = group[0].calls.streams  # type: ignore[attr-defined]  # LazyCalls, as above
+        seqs = [match.seq for match in group]
+        # LazyCalls lists the ranks in the order of the streams.
+        blocks.append(Block(tuple(streams), group, [_column_at(stream.collectives, seqs, name)
+                                                    for stream in streams.values()]))
+    return blocks
+
+
+def _column_at(collectives, seqs: list[int], name: str) -> list:
+    """Field `name` of the rank's first entry under each of `seqs`."""
+    collectives = _seq_map(collectives)
+    return collectives.table.field_at(name, first_rows(collectives, seqs))
+
+
+def first_rows(collectives: SeqMap, seqs: Sequence[int]) -> Sequence[int]:
+    """The table row of the rank's first entry under each of `seqs` (the row SeqMap.value_at
+    reads); KeyError for a number the rank holds no entry under, as value_at."""
+    numbers = collectives.seqs  # sorted: a batch's entries side by side, oldest first
+    if not seqs:
+        return []
+    low, high = min(seqs), max(seqs)
+    if not numbers or low < numbers[0] or high > numbers[-1]:
+        raise KeyError(low if not numbers or low < numbers[0] else high)
+    if collectives.contiguous:  # one entry per number, none skipped: found by subtraction
+        start = seqs[0] - numbers[0]
+        if list(seqs) == list(range(seqs[0], seqs[0] + len(seqs))):  # a run of numbers: a run of rows
+            return collectives.rows[start:start + len(seqs)]
+        return list(map(collectives.rows.__getitem__, map(sub, seqs, repeat(numbers[0]))))
+    starts = list(map(bisect_left, repeat(numbers), seqs))  # each below len(numbers): seq <= the last
+    found = list(map(numbers.__getitem__, starts))
+    if found != list(seqs):  # a number between two the rank holds
+        raise KeyError(next(seq for seq, held in zip(seqs, found) if held != seq))
+    return list(map(collectives.rows.__getitem__, starts))
+
+
+def _seq_map(collectives) -> SeqMap:
+    """A settled collective's member holds its collectives in a SeqMap (LazyCalls reads them
+    through SeqMap.value_at)."""
+    if not isinstance(collectives, SeqMap):
+        raise TypeError(f"settled calls read from a {type(collectives).__name__}, not a SeqMap")
+    return collectives
