@@ -230,7 +230,8 @@ class EntryTable(Sequence[Entry]):
         """Swap the static rows' values for the objects `shared` (SharedValues) keeps, one
         per distinct value across ranks: tables built apart (in worker processes) hold
         copies, and the matcher tells equal ops apart by identity first."""
-        self._statics = [tuple(map(shared.one_of, static)) for static in self._statics]
+        one_of = shared.values.setdefault  # (SharedValues.one_of, without a call in Python per value)
+        self._statics = [tuple(map(one_of, static, static)) for static in self._statics]
         self._static_code = self._in_use = None
 
     @classmethod

@@ -24,12 +24,14 @@ from .model import Entry, has_completed
 NOT_SINGLE = object()
 
 
-def _ints(values: Sequence[int]) -> Sequence[int]:
+def _ints(values: Sequence[int], low: Optional[int] = None, high: Optional[int] = None) -> Sequence[int]:
     """`values` in the narrowest int array that holds them (rows of a 2,000-entry buffer
-    take two bytes), or a list when none does (a corrupt dump's sequence numbers)."""
+    take two bytes), or a list when none does (a corrupt dump's sequence numbers).
+    `low` and `high`, when the caller knows them, bound the values (no pass to find them)."""
     if not values:
         return array("h")
-    low, high = min(values), max(values)
+    if low is None or high is None:
+        low, high = min(values), max(values)
     for typecode in ("h", "i", "q"):
         size = 8 * array(typecode).itemsize
         if -(1 << (size - 1)) <= low and high < 1 << (size - 1):
@@ -44,14 +46,17 @@ class SeqMap(Mapping[int, tuple]):
 
     def __init__(self, table: EntryTable, rows: Sequence[int]) -> None:
         seqs = table.field_at("collective_seq_id", rows)
-        if not all(map(operator.le, seqs, seqs[1:])):
+        rising = all(map(operator.lt, seqs, seqs[1:]))  # as a rule: one entry per number
+        if not rising and not all(map(operator.le, seqs, seqs[1:])):
             order = sorted(range(len(rows)), key=seqs.__getitem__)  # stable: a batch keeps its order
             rows, seqs = [rows[k] for k in order], [seqs[k] for k in order]
+            rising = all(map(operator.lt, seqs, seqs[1:]))
         self.table = table
-        self.rows = _ints(rows)
-        self.seqs = _ints(seqs)
+        # Rows index the table, and the numbers are sorted now: their bounds are known.
+        self.rows = _ints(rows, 0, len(table))
+        self.seqs = _ints(seqs, seqs[0], seqs[-1]) if seqs else array("h")
         # One entry per number, none skipped: then a number's row is found by subtraction.
-        self.contiguous = not seqs or seqs[-1] - seqs[0] == len(seqs) - 1 == len(set(seqs)) - 1
+        self.contiguous = not seqs or (rising and seqs[-1] - seqs[0] == len(seqs) - 1)
 
     def _span(self, seq: int) -> tuple[int, int]:
         if self.contiguous:

@@ -40,7 +40,7 @@ def keeps_only_active(dump: RankDump) -> bool:
     entries = dump.entries
     if not entries or dump.unreadable_entries or dump.backend == "gloo":
         return False
-    return entries[-1].record_id - entries[0].record_id + 1 > len(entries)
+    return entries.value("record_id", len(entries) - 1) - entries.value("record_id", 0) + 1 > len(entries)
 
 
 def only_active_job(dumps: list[RankDump]) -> bool:
