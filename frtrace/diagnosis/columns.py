@@ -4,8 +4,8 @@ Takes `CollectiveMatch`es (of any groups) and a field name; returns `Block`s: th
 field of each rank's first entry in the matches' `calls` (what `matcher.first_values`
 gives for each match), laid out a column per rank. A rule that samples thousands of
 collectives across thousands of ranks would ask first_values for a million values one
-at a time; here the collectives of a group that all its ranks issued and the matcher
-settled (their calls are `LazyCalls` over the group's streams) are read once per rank,
+at a time; here the collectives of a group that all the ranks of its streams issued
+(their calls are `LazyCalls` over all of the group's streams) are read once per rank,
 its rows for every sampled sequence number in one `EntryTable.field_at`.
 """
 
@@ -32,10 +32,9 @@ class Block(NamedTuple):
 
 def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[Block]:
     """Field `name` of each rank's (first) entry in each of `matches`' calls, in blocks:
-    one per group for the collectives all ranks of its streams issued and the matcher
-    settled (most), read a rank at a time; one per collective for the others (what
-    members disagree on or did not all finish, what some ranks' buffers no longer hold),
-    read as first_values reads them. Each match is in one block."""
+    one per group for the collectives all ranks of its streams issued (most), read a rank
+    at a time; one per collective for the others (what some ranks never issued or their
+    buffers no longer hold), read as first_values reads them. Each match is in one block."""
     blocks: list[Block] = []
     by_all: dict[int, list[CollectiveMatch]] = defaultdict(list)  # id of a group's streams -> its matches
     for match in matches:
@@ -81,8 +80,8 @@ def first_rows(collectives: SeqMap, seqs: Sequence[int]) -> Sequence[int]:
 
 
 def _seq_map(collectives) -> SeqMap:
-    """A settled collective's member holds its collectives in a SeqMap (LazyCalls reads them
+    """A member of a group that LazyCalls reads holds its collectives in a SeqMap (read
     through SeqMap.value_at)."""
     if not isinstance(collectives, SeqMap):
-        raise TypeError(f"settled calls read from a {type(collectives).__name__}, not a SeqMap")
+        raise TypeError(f"calls read from a {type(collectives).__name__}, not a SeqMap")
     return collectives
