@@ -25,7 +25,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Mapping, NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from .builder import Layout
 from .entry_table import EntryTable
@@ -33,7 +33,6 @@ from .model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, RankDump, Shap
 from .rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, buckets_by_code, code_keys
 from .standing import mixes_numberings, only_active_job
 
-_NAME_SHAPES_STATE = operator.attrgetter("name", "shapes", "state")
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
 _NEVER = object()
@@ -54,8 +53,8 @@ class RankStream:
     """One rank's entries in one group."""
 
     rank: int
-    collectives: dict  # collective_seq_id -> tuple[Entry, ...]
-    p2p: list  # P2P entries, oldest first
+    collectives: SeqMap  # collective_seq_id -> tuple[Entry, ...]
+    p2p: RowList  # P2P entries, oldest first
     first_seq: Optional[int]
     last_seq: Optional[int]
     # The rank's ring buffer wrapped: sequence numbers before first_seq fell off it.
@@ -109,7 +108,7 @@ class Disagreement:
 class CollectiveMatch:
     group_id: int
     seq: int
-    calls: Mapping[int, tuple]  # rank -> its entries (several for a coalesced batch), read on demand (LazyCalls)
+    calls: LazyCalls  # rank -> its entries (several for a coalesced batch), read on demand
     not_issued: tuple  # members whose window covers seq but who have no entry for it
     out_of_window: tuple  # members whose buffer no longer reaches back to seq
     no_dump: tuple
@@ -316,7 +315,8 @@ def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None, only_
                 # A member with a dump but no entries of this group: nothing fell off
                 # unless its buffer wrapped.
                 dump = dumps_by_rank[rank]
-                streams[rank] = RankStream(rank, {}, [], None, None, only_active or dump.wrapped, _gaps_are_unknown(dump))
+                streams[rank] = RankStream(rank, SeqMap(dump.entries, []), RowList(dump.entries, []), None, None,
+                                           only_active or dump.wrapped, _gaps_are_unknown(dump))
         no_dump = tuple(r for r in group.ranks if r not in dumped)
         _read_pg_status(streams, group.ranks, dumps_by_rank)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
@@ -358,34 +358,19 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
 
 
-# A stream's collectives are a SeqMap and its P2P ops a RowList (empty: a dict, a list,
-# for a member with no entry of the group). The two below read a field or two of them
-# off the columns, once per member and group, without building an Entry.
-
-
 def _first_pg_id(stream: RankStream) -> Optional[int]:
     """pg_id of the stream's first entry: its oldest collective's, else its first P2P
-    op's; None when it holds none."""
-    collectives, p2p = stream.collectives, stream.p2p
-    if isinstance(collectives, SeqMap) and collectives:
-        return collectives.oldest_value("pg_id")
-    if collectives:
-        return next(iter(collectives.values()))[0].pg_id
-    if isinstance(p2p, RowList) and p2p:
-        return p2p.value_at(0, "pg_id")
-    return p2p[0].pg_id if p2p else None
+    op's; None when it holds none. Read off the columns, without building an Entry."""
+    if stream.collectives:
+        return stream.collectives.oldest_value("pg_id")
+    return stream.p2p.value_at(0, "pg_id") if stream.p2p else None
 
 
 def _newest_is_collective(stream: RankStream) -> bool:
     """Whether the stream's newest entry (by position in the rank's dump) is a collective."""
-    collectives, p2p = stream.collectives, stream.p2p
-    if not collectives or stream.last_seq is None:
+    if not stream.collectives:
         return False
-    if not p2p:
-        return True
-    newest = (collectives.newest_value("index") if isinstance(collectives, SeqMap)
-              else collectives[stream.last_seq][-1].index)
-    return newest > (p2p.value_at(-1, "index") if isinstance(p2p, RowList) else p2p[-1].index)
+    return not stream.p2p or stream.collectives.newest_value("index") > stream.p2p.value_at(-1, "index")
 
 
 # --------------------------------------------------------------------------- signatures
@@ -520,7 +505,7 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyC
     members = [r for r in view.group.ranks if r in streams]
     group_id, no_dump = view.group.id, view.no_dump
     strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    keys = [_keys_at(table, seqs, key_cache) for table in tables]
+    keys = [table.keys_at(seqs, key_cache.of(table.table)) for table in tables]
     unsettled = _unsettled(keys)
     matches = []
     for position, seq in enumerate(seqs):
@@ -547,7 +532,7 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     collective `seq`, one `_unsettled` found, from the key each of `ranks` (the ranks of
     `streams`) holds at it (`row`, see SeqMap.keys_at): the keys hold the op names,
     shapes and states. Only a rank whose key does not say completed has its entries'
-    other fields read (see `_completed_at`), and no Entry is built: most such
+    other fields read (see `SeqMap.completed_at`), and no Entry is built: most such
     collectives are alike, and differ by state (a hang) or by sizes an op may differ in
     (all_to_all); find_disagreement's result comes from signatures of the keys."""
     held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
@@ -557,7 +542,7 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     distinct = {id(key): key for _, key in held}
     says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
     completed = tuple(rank for rank, key in held
-                      if says_completed[id(key)] or _completed_at(streams[rank].collectives, seq))
+                      if says_completed[id(key)] or streams[rank].collectives.completed_at(seq))
     kinds = [_kinds_of_key(key) for key in distinct.values()]
     if all(map(operator.eq, kinds, repeat(kinds[0]))):
         return issuers, completed, None
@@ -570,35 +555,6 @@ def _says_completed(key) -> bool:
     if isinstance(key, BatchKey):
         return all(state == "completed" for _, _, state in key)
     return key[2] == "completed"
-
-
-def _completed_at(collectives, seq: int) -> bool:
-    """Whether the rank completed each of its entries under `seq` (Entry.completed)."""
-    if isinstance(collectives, SeqMap):
-        return collectives.completed_at(seq)
-    return all(entry.completed for entry in collectives[seq])
-
-
-def first_values(calls: Mapping[int, tuple], name: str) -> list:
-    """Field `name` of each rank's (first) entry in a collective's `calls`, in rank order:
-    read off the columns for a settled one, which the diagnosis samples by the thousand."""
-    if isinstance(calls, LazyCalls):
-        return calls.first_values(name)
-    return [getattr(batch[0], name) for batch in calls.values()]
-
-
-def first_value(calls: Mapping[int, tuple], rank: int, name: str):
-    """Field `name` of the rank's (first) entry in a collective's `calls` (see first_values)."""
-    if isinstance(calls, LazyCalls):
-        return calls.first_value(rank, name)
-    return getattr(calls[rank][0], name)
-
-
-def _keys_at(table, seqs: list, key_cache: "_KeyCache") -> list:
-    """What the rank issued at each of `seqs` (see SeqMap.keys_at)."""
-    if isinstance(table, SeqMap):
-        return table.keys_at(seqs, key_cache.of(table.table))
-    return [_key_of(table.get(seq, ())) for seq in seqs]
 
 
 class _KeyCache:
@@ -619,12 +575,6 @@ class _KeyCache:
         return cached[1]
 
 
-def _key_of(batch: tuple):
-    if len(batch) == 1:
-        return _NAME_SHAPES_STATE(batch[0])
-    return BatchKey(map(_NAME_SHAPES_STATE, batch)) if batch else NOT_SINGLE
-
-
 def _completed_key(key):
     """What every rank's key must be for the collective to be settled: the first rank's,
     completed (for a batch: every entry of it)."""
@@ -636,7 +586,7 @@ def _completed_key(key):
 
 
 def _unsettled(columns: list) -> set:
-    """Positions of the rows of `columns` (one column of keys per rank, see `_keys_at`, one
+    """Positions of the rows of `columns` (one column of keys per rank, see `SeqMap.keys_at`, one
     row per sequence number) that are not settled: settled is when every rank issued one
     entry (or one coalesced batch), with the same op names and shapes as the others, and
     says each completed. Most
@@ -781,7 +731,7 @@ def _deal_p2p(view: GroupView) -> tuple:
 def _p2p_table(streams: dict, rank: int) -> Optional[EntryTable]:
     """The table the rank's P2P ops of the group are rows of; None when it has none."""
     stream = streams.get(rank)
-    return stream.p2p.table if stream is not None and isinstance(stream.p2p, RowList) else None
+    return stream.p2p.table if stream is not None else None
 
 
 def _match_p2p(view: GroupView) -> list:

@@ -52,7 +52,6 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 from . import __version__
 from .batches import batch_start
 from .entry_table import EntryTable
-from .matcher import first_value
 from .model import Entry, Group
 from .util import fold_ranks
 from .wording import call_site, group_label
@@ -564,7 +563,7 @@ def _flow_events(plan: _Plan, w: _Writer, anchors: dict) -> Iterator[dict]:
         if match.group_id not in plan.wanted:
             continue
         # Only drawn ranks have anchors: the others' entries are never read.
-        keys = [(r, first_value(match.calls, r, "index")) for r in match.calls if r in plan.drawn]
+        keys = [(r, match.calls.first_value(r, "index")) for r in match.calls if r in plan.drawn]
         ends = [anchors[key] for key in keys if key in anchors]
         if len(ends) < 2:
             continue

@@ -1,5 +1,5 @@
 """The diagnosis's column reads (frtrace/diagnosis/columns.py) give exactly what reading
-one value at a time gives (`SeqMap.value_at`, `matcher.first_values`): any sequence
+one value at a time gives (`SeqMap.value_at`, `LazyCalls.first_values`): any sequence
 numbers, batches, gaps, numbers no machine int holds, wrapped buffers, and collectives
 only some ranks hold."""
 
@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from frtrace.diagnosis.columns import first_rows, first_value_columns
 from frtrace.entry_table import EntryTable
-from frtrace.matcher import first_values
 from frtrace.model import Entry, OpName, Shapes
 from frtrace.rank_index import LazyCalls, SeqMap
 from frtrace.testing.synth import Fault, generate
@@ -67,7 +66,7 @@ def _as_read_one_by_one(matches: list, name: str) -> list:
 
 
 def _first_values(matches: list, name: str) -> list:
-    return [(list(match.calls), first_values(match.calls, name)) for match in matches]
+    return [(list(match.calls), match.calls.first_values(name)) for match in matches]
 
 
 def test_first_value_columns_reads_settled_calls_over_some_ranks():
@@ -79,10 +78,10 @@ def test_first_value_columns_reads_settled_calls_over_some_ranks():
         streams[rank] = stream
     matches = [type("Match", (), {"calls": calls, "seq": seq})() for seq, calls in
                ((3, LazyCalls(streams, 3)), (4, LazyCalls(streams, 4, (1, 3))), (5, LazyCalls(streams, 5)),
-                (3, {2: (_entry(9, 3),)}))]
+                (3, LazyCalls(streams, 3, (2,))))]
     expected = _first_values(matches, "time_created_ns")
     assert _as_read_one_by_one(matches, "time_created_ns") == expected
-    assert expected[1] == ([1, 3], [1000 + 7 * 2, 1000 + 7 * 2]) and expected[3] == ([2], [1000 + 7 * 9])
+    assert expected[1] == ([1, 3], [1000 + 7 * 2, 1000 + 7 * 2]) and expected[3] == ([2], [1000 + 7 * 2])
     assert len(first_value_columns(matches, "time_created_ns")) == 3  # the two over all ranks in one
 
 
@@ -105,8 +104,8 @@ def test_first_value_columns_of_every_collective_of_a_job_are_first_values(name)
     analysis, _ = analyse_dicts(dict(generate(**JOBS[name]).dumps), render=False)
     for result in (analysis.matches, analysis.device):
         matches = result.collectives
-        assert any(isinstance(m.calls, LazyCalls) for m in matches)
-        if name == "wrapped_hang":
-            assert any(isinstance(m.calls, LazyCalls) and m.calls.ranks is not None for m in matches)
+        assert any(m.calls.ranks is None for m in matches)  # read a column per rank
+        if name == "wrapped_hang":  # collectives only some ranks' buffers still hold: read one by one
+            assert any(m.calls.ranks is not None for m in matches)
         for field in ("time_created_ns", "record_id", "time_completed_ns"):
             assert _as_read_one_by_one(matches, field) == _first_values(matches, field)

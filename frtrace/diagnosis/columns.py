@@ -1,7 +1,7 @@
 """Fields of many collectives' entries, read a column at a time.
 
 Takes `CollectiveMatch`es (of any groups) and a field name; returns `Block`s: that
-field of each rank's first entry in the matches' `calls` (what `matcher.first_values`
+field of each rank's first entry in the matches' `calls` (what `LazyCalls.first_values`
 gives for each match), laid out a column per rank. A rule that samples thousands of
 collectives across thousands of ranks would ask first_values for a million values one
 at a time; here the collectives of a group that all the ranks of its streams issued
@@ -17,8 +17,8 @@ from itertools import repeat
 from operator import sub
 from typing import NamedTuple, Sequence
 
-from ..matcher import CollectiveMatch, first_values
-from ..rank_index import LazyCalls, SeqMap
+from ..matcher import CollectiveMatch
+from ..rank_index import SeqMap
 
 
 class Block(NamedTuple):
@@ -39,12 +39,12 @@ def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[B
     by_all: dict[int, list[CollectiveMatch]] = defaultdict(list)  # id of a group's streams -> its matches
     for match in matches:
         calls = match.calls
-        if isinstance(calls, LazyCalls) and calls.ranks is None:
+        if calls.ranks is None:
             by_all[id(calls.streams)].append(match)
         else:
-            blocks.append(Block(tuple(calls), [match], [[value] for value in first_values(calls, name)]))
+            blocks.append(Block(tuple(calls), [match], [[value] for value in calls.first_values(name)]))
     for group in by_all.values():
-        streams = group[0].calls.streams  # type: ignore[attr-defined]  # LazyCalls, as above
+        streams = group[0].calls.streams
         seqs = [match.seq for match in group]
         # LazyCalls lists the ranks in the order of the streams.
         blocks.append(Block(tuple(streams), group, [_column_at(stream.collectives, seqs, name)
@@ -52,9 +52,8 @@ def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[B
     return blocks
 
 
-def _column_at(collectives, seqs: list[int], name: str) -> list:
+def _column_at(collectives: SeqMap, seqs: list[int], name: str) -> list:
     """Field `name` of the rank's first entry under each of `seqs`."""
-    collectives = _seq_map(collectives)
     return collectives.table.field_at(name, first_rows(collectives, seqs))
 
 
@@ -77,11 +76,3 @@ def first_rows(collectives: SeqMap, seqs: Sequence[int]) -> Sequence[int]:
     if found != list(seqs):  # a number between two the rank holds
         raise KeyError(next(seq for seq, held in zip(seqs, found) if held != seq))
     return list(map(collectives.rows.__getitem__, starts))
-
-
-def _seq_map(collectives) -> SeqMap:
-    """A member of a group that LazyCalls reads holds its collectives in a SeqMap (read
-    through SeqMap.value_at)."""
-    if not isinstance(collectives, SeqMap):
-        raise TypeError(f"calls read from a {type(collectives).__name__}, not a SeqMap")
-    return collectives

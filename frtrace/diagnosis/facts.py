@@ -13,7 +13,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, Iterator, Optional
 
-from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch, first_values
+from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
 from ..model import UNDESCRIBED, Entry, RankDump
 from ..pipeline import Analysis
 from ..standing import blocked_in
@@ -131,4 +131,4 @@ def last_entry(view: GroupView, rank: int) -> Optional[Entry]:
 
 
 def oldest_created(match: CollectiveMatch) -> int:
-    return min(first_values(match.calls, "time_created_ns"))
+    return min(match.calls.first_values("time_created_ns"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..matcher import CollectiveMatch, GroupView, RankStream
-from ..rank_index import SeqMap
 from ..wording import call_site, group_text, ranks_text
 from .facts import Facts, new_finding, oldest_created, unfinished
 from .finding import Finding
@@ -196,8 +195,7 @@ def _newest_finished(view: GroupView, matches: list[CollectiveMatch]) -> dict[in
 def _holds_collectives(stream: RankStream) -> bool:
     """Whether the rank holds any collective of the group (a SeqMap's size takes a set of its
     numbers where a batch holds several entries: its last number says as much)."""
-    collectives = stream.collectives
-    return collectives.last is not None if isinstance(collectives, SeqMap) else bool(collectives)
+    return stream.collectives.last is not None
 
 
 def _stuck_on_device(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...]) -> Finding:

@@ -17,13 +17,13 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import islice, repeat
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional
 
 from ..builder import Layout
 from ..matcher import MatchResult, batch_signature
 from ..model import UNDESCRIBED, Entry, Group, OpName, RankDump
 from ..entry_table import EntryTable
-from ..rank_index import RowList, SeqMap
+from ..rank_index import RowList
 from ..standing import keeps_only_active
 from .columns import first_rows
 from .finding import Finding, WentPast
@@ -52,16 +52,10 @@ def _entry_index(entry: Entry) -> int:
     return entry.index
 
 
-def _p2p_seq(entry: Entry) -> int:
-    return entry.p2p_seq_id
-
-
-def p2p_seq_ids(p2p: Sequence[Entry]) -> list:
+def p2p_seq_ids(p2p: RowList) -> list:
     """p2p_seq_id of each of a stream's P2P ops (`RankStream.p2p`), oldest first: read off
-    the column when they are rows of a table (a RowList), without building the entries."""
-    if isinstance(p2p, RowList):
-        return p2p.table.field_at("p2p_seq_id", p2p.rows)
-    return list(map(_p2p_seq, p2p))
+    the column, without building the entries."""
+    return p2p.table.field_at("p2p_seq_id", p2p.rows)
 
 
 class ProgramOrder:
@@ -164,11 +158,9 @@ class ProgramOrder:
             i = bisect_left(entries, entry.index, key=_entry_index)
         return i if i < len(entries) and entries[i] == entry else None
 
-    def p2p_position(self, rank: int, p2p: Sequence[Entry], k: int) -> Optional[int]:
+    def p2p_position(self, rank: int, p2p: RowList, k: int) -> Optional[int]:
         """position of the rank's `k`-th P2P op in a group (`p2p`: RankStream.p2p)."""
-        if isinstance(p2p, RowList):
-            return self.row_position(rank, p2p.table, p2p.rows[k])
-        return self.position(rank, p2p[k])
+        return self.row_position(rank, p2p.table, p2p.rows[k])
 
     def row_position(self, rank: int, table: EntryTable, row: int) -> Optional[int]:
         """position of the rank's entry at `row` of `table`. A row of the rank's own table
@@ -543,10 +535,8 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
         return list(islice((p for p in positions if p is not None), HISTORY_TRIES + 1))[::-1]
     collectives = stream.collectives
     seqs = [s for s in sorted(collectives) if s < finding.collective_seq_id]
-    if isinstance(collectives, SeqMap):  # rows of a table: its ops placed without building them
-        positions = (order.row_position(rank, collectives.table, row) for row in first_rows(collectives, seqs))
-    else:
-        positions = (order.position(rank, collectives[s][0]) for s in seqs)
+    # Rows of the rank's table: its ops placed without building them.
+    positions = (order.row_position(rank, collectives.table, row) for row in first_rows(collectives, seqs))
     return [p for p in positions if p is not None]
 
 
@@ -605,14 +595,11 @@ def _name_channel(name: OpName) -> tuple:
     return name.op, name.local_src, name.local_dst
 
 
-def newest_p2p_names(p2p: Sequence[Entry]) -> Iterator[tuple[int, OpName]]:
+def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     """(k, op name) of a stream's P2P ops (`RankStream.p2p`), newest first: read off the
-    codes when they are rows of a table (a RowList), one by one (readers stop after a
-    few), without building the entries."""
-    if isinstance(p2p, RowList):
-        statics, codes, rows = p2p.table.statics, p2p.table.codes, p2p.rows
-        return ((k, statics[codes[rows[k]]][2]) for k in range(len(rows) - 1, -1, -1))
-    return ((k, p2p[k].name) for k in range(len(p2p) - 1, -1, -1))
+    codes one by one (readers stop after a few), without building the entries."""
+    statics, codes, rows = p2p.table.statics, p2p.table.codes, p2p.rows
+    return ((k, statics[codes[rows[k]]][2]) for k in range(len(rows) - 1, -1, -1))
 
 
 def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:
