@@ -27,7 +27,6 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 
 from .entry_columns import SharedValues
-from .entry_table import EntryTable
 from .model import LoadIssue, LoadResult, RankDump
 from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 
@@ -328,8 +327,7 @@ def _as_array(ranks, arrays: dict) -> array:
 
 def _received(result, shared: SharedValues):
     if isinstance(result, RankDump):
-        if isinstance(result.entries, EntryTable):
-            result.entries.share(shared)
+        result.entries.share(shared)
         _share_rank_lists(result, shared)
     return result
 
