@@ -22,7 +22,7 @@ from array import array
 from itertools import count, repeat
 from typing import NamedTuple, Optional, Sequence
 
-from .entry_table import STATIC_FIELDS, EntryTable, narrowest_int_array
+from .entry_table import INT_RANGES, STATIC_FIELDS, EntryTable
 from .model import Entry
 
 _NONE = type(None)
@@ -43,7 +43,8 @@ _ROW_FIELDS = ("process_group", "is_p2p", "input_sizes", "input_dtypes", "output
 # shapes, state, stack), which every rank shares (see SharedValues).
 _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
 _EXAMPLE_ROUNDS = 6  # see _examples
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Int array widths, narrowest first, each with its lowest value (kept for None).
+_WIDTHS = tuple((typecode, low) for typecode, (low, _) in INT_RANGES.items())
 
 
 class Columns(NamedTuple):
@@ -111,18 +112,27 @@ def _rows(raw_entries: list, names: tuple) -> list:
 
 
 def _int_column(column: Sequence) -> Optional[array]:
-    """The column in the narrowest int array that holds it (see EntryTable), or None when
-    a value is not an int as torch writes it (a bool, a float, a number past 64 bits).
+    """The column in the narrowest int array that holds it and one value below it (see
+    EntryTable), or None when a value is not an int as torch writes it (a bool, a float, a
+    number past 64 bits).
 
-    Passes in C: the types (bools and int subclasses are not `int`), the bounds, then the
-    conversion; the table keeps the array as it is."""
+    Passes in C: the types (bools and int subclasses are not `int`), then a conversion
+    per width, narrowest first, which stops at the first value that does not fit (its own
+    bounds check: no min and max first); the table keeps the array as it is."""
     if list(map(type, column)).count(int) != len(column):  # a list counts faster than a set grows
         return None
-    low, high = min(column), max(column)
-    ints = narrowest_int_array(column, low, high)
-    if ints is None and _INT64_MIN <= low and high <= _INT64_MAX:
-        return array("q", column)  # it holds int64's lowest value, which the others keep for None
-    return ints
+    for typecode, lowest in _WIDTHS:
+        try:
+            ints = array(typecode, column)
+        except OverflowError:
+            continue
+        if lowest not in column:
+            return ints
+    # Only int64's lowest value itself gets here, which the others keep for None: kept as is.
+    try:
+        return array("q", column)
+    except OverflowError:
+        return None
 
 
 def _optional_int_column(column: Sequence) -> Optional[Sequence[int]]:

@@ -33,7 +33,7 @@ _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
 _OTHER_POSITIONS = tuple(i for i in range(len(Entry._fields)) if i not in _STATIC_POSITIONS)
 _COLUMN_OF = {Entry._fields[position]: k for k, position in enumerate(_OTHER_POSITIONS)}
 # The machine int arrays, narrowest first, with the range each holds.
-_INT_RANGES = {code: (-(1 << (8 * array(code).itemsize - 1)), (1 << (8 * array(code).itemsize - 1)) - 1)
+INT_RANGES = {code: (-(1 << (8 * array(code).itemsize - 1)), (1 << (8 * array(code).itemsize - 1)) - 1)
                for code in ("b", "h", "i", "q")}
 _FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
 TABLE_FORMAT = 1  # of a pickled EntryTable (see EntryTable.__reduce__)
@@ -118,7 +118,7 @@ def _fits(values: array, value, decode: Optional[dict]) -> bool:
         return type(value) is bool
     if values.typecode == "d":
         return type(value) is float and not math.isnan(value) and value != _FLOAT_NONE
-    low, high = _INT_RANGES[values.typecode]
+    low, high = INT_RANGES[values.typecode]
     return type(value) is int and low < value <= high  # the lowest value is kept for None
 
 
@@ -151,7 +151,7 @@ def narrowest_int_array(values: Sequence[int], low: int, high: int) -> Optional[
 
 
 def _narrowest_typecode(low: int, high: int) -> Optional[str]:
-    for typecode, (type_low, type_high) in _INT_RANGES.items():
+    for typecode, (type_low, type_high) in INT_RANGES.items():
         if type_low < low and high <= type_high:
             return typecode
     return None
@@ -167,7 +167,7 @@ def _int_column(values: Sequence, present: Sequence[int], has_none: bool) -> Opt
     typecode = _narrowest_typecode(low, high)
     if typecode is None:
         return None
-    none = _INT_RANGES[typecode][0]
+    none = INT_RANGES[typecode][0]
     return _Column(array(typecode, [none if v is None else v for v in values]), {none: None})
 
 
@@ -177,7 +177,7 @@ def column_of(values: Sequence) -> _Column:
         return _Column(values)
     if values and _all_alike(values):
         return _Column(_Same(values[0], len(values)))
-    if isinstance(values, array) and values.typecode in _INT_RANGES:  # narrowed already (narrowest_int_array)
+    if isinstance(values, array) and values.typecode in INT_RANGES:  # narrowed already (narrowest_int_array)
         return _Column(values)
     values = list(values)
     kinds = set(map(type, values))

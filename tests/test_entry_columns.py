@@ -102,6 +102,31 @@ def test_odd_values_are_judged_as_the_entry_by_entry_path_judges_them():
             assert fast is None, field
 
 
+# Each int array width's edges: its lowest value is kept for None, so a column holding it
+# must go one width up; past 64 bits no width holds it, and the entry-by-entry path takes
+# the dump.
+_WIDTH_EDGES = [0, 127, 128, -127, -128, -129, 32767, 32768, -32767, -32768, -32769, 2**31 - 1, 2**31,
+                -(2**31) + 1, -(2**31), -(2**31) - 1, 2**63 - 1, -(2**63) + 1, -(2**63), 2**63, -(2**63) - 1]
+
+
+@pytest.mark.parametrize("field", ["record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id",
+                                   "time_created_ns"])
+def test_int_fields_at_every_width_edge_keep_their_values(field):
+    job = generate(4, 2, 1, steps=2)
+    raw, _ = decode_dump_bytes(encode_dump(job.dumps[0], "pickle"), 1 << 30)
+    for edge in _WIDTH_EDGES:
+        entries = [dict(entry) for entry in raw["entries"]]
+        entries[-1][field] = edge
+        fast, slow, _, _ = both_paths(entries)
+        if not -(2**63) <= edge < 2**63:  # no array holds it: the entry-by-entry path judges it
+            assert fast is None, (field, edge)
+            continue
+        assert fast is not None, (field, edge)
+        table = entry_table(fast)
+        assert tuple(table) == tuple(entry_table(slow)), (field, edge)
+        assert edge in table.field_at(field, range(len(entries))), (field, edge)  # sorted by record_id
+
+
 # Entries that are mostly what torch writes (so the fast path is tried), sometimes with an
 # odd value in any field (so it must notice and step aside).
 mostly_plausible = st.lists(
