@@ -7,7 +7,9 @@ inputs give byte-identical output (ranks and groups sorted, no timestamps of our
 from __future__ import annotations
 
 import json
+import operator
 from collections import Counter, defaultdict
+from itertools import compress
 from typing import Optional
 
 from tabulate import tabulate
@@ -99,23 +101,25 @@ def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
 
 
 def _match_counts(analysis: Analysis) -> dict:
-    states: Counter[str] = Counter()
-    for match in analysis.matches.collectives:
-        if match.disagreement is not None:
-            states["mismatched"] += 1
-        elif match.not_issued or match.no_dump:
-            states["partial"] += 1
-        else:
-            states["agreed"] += 1
-    p2p_paired = sum(1 for p in analysis.matches.p2p if p.paired)
+    collectives = analysis.matches.collectives
+    # Most of a job's collectives agree, with every member there: the others are picked
+    # out in C (any of a disagreement, members that did not issue it, members without a
+    # dump), and only those are looked at one by one.
+    odd = list(compress(collectives, map(any, map(_NOT_AGREED, collectives))))
+    mismatched = sum(1 for match in odd if match.disagreement is not None)
+    p2p_paired = sum(map(_PAIRED, analysis.matches.p2p))
     return {
-        "collectives": len(analysis.matches.collectives),
-        "collectives_agreed": states["agreed"],
-        "collectives_partial": states["partial"],
-        "collectives_mismatched": states["mismatched"],
+        "collectives": len(collectives),
+        "collectives_agreed": len(collectives) - len(odd),
+        "collectives_partial": len(odd) - mismatched,
+        "collectives_mismatched": mismatched,
         "p2p_pairs": p2p_paired,
         "p2p_unpaired": len(analysis.matches.p2p) - p2p_paired,
     }
+
+
+_NOT_AGREED = operator.attrgetter("disagreement", "not_issued", "no_dump")
+_PAIRED = operator.attrgetter("paired")
 
 
 def render_json(analysis: Analysis, diagnosis: Diagnosis) -> str:
