@@ -212,7 +212,8 @@ def rank_standings(analysis: Analysis) -> list[RankStanding]:
 
 def _newest_created(analysis: Analysis) -> Optional[int]:
     """The newest op creation time of the job (ranks enqueue in time order, so each rank's last entry)."""
-    times = [d.entries[-1].time_created_ns for d in analysis.dumps if d.entries and d.entries[-1].time_created_ns > 0]
+    newest = [d.entries.value("time_created_ns", len(d.entries) - 1) for d in analysis.dumps if d.entries]
+    times = [t for t in newest if t > 0]
     return max(times) if times else None
 
 
