@@ -501,30 +501,64 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyC
         return []
     ranks = tuple(streams)  # sorted
     tables = [stream.collectives for stream in streams.values()]
-    seqs = sorted(set().union(*tables))
+    seqs = _numbers_held(tables)
     members = [r for r in view.group.ranks if r in streams]
-    group_id, no_dump = view.group.id, view.no_dump
-    strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    keys = [table.keys_at(seqs, key_cache.of(table.table)) for table in tables]
-    unsettled = _unsettled(keys)
-    matches = []
-    for position, seq in enumerate(seqs):
-        if position in unsettled:
-            issuers, completed, disagreement = _judge(streams, ranks, seq, [k[position] for k in keys], signature_cache)
-        else:  # settled: every rank issued the same op or batch and completed it
-            issuers, completed, disagreement = ranks, ranks, None
-        # Judged from the keys: the entries are read when someone asks.
-        calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
-        absence: dict[str, tuple[int, ...]] = {}
-        if strays or len(issuers) < len(members):
-            held = set(issuers)
-            absent = [rank for rank in members if rank not in held]
-            why = [streams[r].absence(seq) for r in absent]
-            absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
-        matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
-                                       no_dump, len(completed) < len(issuers), disagreement, completed,
-                                       absence.get("finished", ())))
+    keys = [table.keys_at(seqs, key_cache.of(table.table), key_cache.layouts) for table in tables]
+    matches: list[CollectiveMatch] = []
+    done = 0  # positions of seqs before it have their match
+    for position in sorted(_unsettled(keys)):
+        matches += _settled_matches(view, ranks, seqs[done:position])
+        issuers, completed, disagreement = _judge(streams, ranks, seqs[position], [k[position] for k in keys],
+                                                  signature_cache)
+        matches.append(_judged_match(view, ranks, members, seqs[position], issuers, completed, disagreement))
+        done = position + 1
+    matches += _settled_matches(view, ranks, seqs[done:])
     return matches
+
+
+def _numbers_held(tables: list[SeqMap]) -> Sequence[int]:
+    """The sequence numbers any of `tables` holds, sorted. As a rule each rank holds
+    every number from its first to its last, and the ranks' spans overlap: their union
+    is then a range, found from the bounds alone (not the union of thousands of sets)."""
+    spans: list[tuple[int, int]] = sorted((table.seqs[0], table.seqs[-1]) for table in tables if table)
+    if spans and all(table.dense for table in tables):
+        low, high = spans[0]
+        for first, last in spans:
+            if first > high + 1:  # a number no rank holds
+                break
+            high = max(high, last)
+        else:
+            return range(low, high + 1)
+    return sorted(set().union(*tables))
+
+
+def _settled_matches(view: GroupView, ranks: tuple, seqs: Sequence[int]) -> list[CollectiveMatch]:
+    """The matches of collectives `_unsettled` found settled: each of `ranks` (every rank
+    of the view) issued the same op or batch and completed it, so no member is absent
+    and all but the number is the same for each (built in C, a run at a time: most of a
+    job's hundreds of thousands of collectives are these)."""
+    streams = view.streams
+    return list(map(CollectiveMatch, repeat(view.group.id), seqs, map(LazyCalls, repeat(streams), seqs),
+                    repeat(()), repeat(()), repeat(view.no_dump), repeat(False), repeat(None), repeat(ranks), repeat(())))
+
+
+def _judged_match(view: GroupView, ranks: tuple, members: list[int], seq: int, issuers: tuple, completed: tuple,
+                  disagreement: Optional[Disagreement]) -> CollectiveMatch:
+    """The match of collective `seq`, which `issuers` of `ranks` (every rank of the view)
+    issued and `completed` completed; why each member that holds no entry of it has none."""
+    streams = view.streams
+    # Judged from the keys: the entries are read when someone asks.
+    calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
+    absence: dict[str, tuple[int, ...]] = {}
+    strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
+    if strays or len(issuers) < len(members):
+        held = set(issuers)
+        absent = [rank for rank in members if rank not in held]
+        why = [streams[r].absence(seq) for r in absent]
+        absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
+    return CollectiveMatch(view.group.id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
+                           view.no_dump, len(completed) < len(issuers), disagreement, completed,
+                           absence.get("finished", ()))
 
 
 def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
@@ -559,14 +593,16 @@ def _says_completed(key) -> bool:
 
 class _KeyCache:
     """Each table's `code_keys` in one `match` call, computed once per table (a rank's
-    table serves each group the rank is in), equal keys one object across tables.
+    table serves each group the rank is in), equal keys one object across tables; and
+    the `NumberLayout`s of the ranks' numbers (see SeqMap.keys_at).
     Keyed by object ids, so it must not outlive the entries."""
 
-    __slots__ = ("_of_table", "_shared")
+    __slots__ = ("_of_table", "_shared", "layouts")
 
     def __init__(self) -> None:
         self._of_table: dict = {}  # id(table) -> (table, its keys): the table kept, its id never another's
         self._shared: dict = {}  # see code_keys
+        self.layouts: dict = {}
 
     def of(self, table: EntryTable) -> list:
         cached = self._of_table.get(id(table))
@@ -577,9 +613,12 @@ class _KeyCache:
 
 def _completed_key(key):
     """What every rank's key must be for the collective to be settled: the first rank's,
-    completed (for a batch: every entry of it)."""
+    completed (for a batch: every entry of it). That is the key itself as a rule, so the
+    other ranks' keys (the same shared object) compare by identity."""
     if key is NOT_SINGLE:
         return _NEVER
+    if _says_completed(key):
+        return key
     if isinstance(key, BatchKey):
         return BatchKey((name, shapes, "completed") for name, shapes, _ in key)
     return key[0], key[1], "completed"
@@ -594,7 +633,10 @@ def _unsettled(columns: list) -> set:
     rather than rank by rank in Python. Equal values are shared objects (see the
     loader), so comparing them mostly costs an identity check."""
     rows = range(len(columns[0]))
-    expected = list(map(_completed_key, columns[0]))
+    # A group's collectives are a few distinct ops: each distinct key is looked at once.
+    first = dict(zip(map(id, columns[0]), columns[0]))
+    expected_of = {key_id: _completed_key(key) for key_id, key in first.items()}
+    expected = list(map(expected_of.__getitem__, map(id, columns[0])))
     unsettled: set = set()
     for column in columns:
         if column != expected:
