@@ -277,6 +277,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
         if gid is not None:
             names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
+    clipped = clipped or dump.wrapped
     per_group: dict = {}
     for gid, names in names_of.items():
         if len(names) == 1:
@@ -288,7 +289,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
             p2p = RowList(table, sorted(row for n in names for row in dealt[n].p2p.rows))
             batched = frozenset().union(*(dealt[n].batched for n in names))
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
-                                    clipped or dump.wrapped, uncertain, batched)
+                                    clipped, uncertain, batched)
     return per_group
 
 
@@ -329,13 +330,9 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     its peers use). It holds the sequence number of the group's last work, which is a
     P2P number when that work was a send or recv: so it is read only for groups with no
     P2P op, or for ranks whose newest entry of the group is a collective."""
-    ids: Counter = Counter()
-    has_p2p = False
-    for stream in streams.values():
-        has_p2p = has_p2p or bool(stream.p2p)
-        pg_id = _first_pg_id(stream)
-        if pg_id is not None:
-            ids[pg_id] += 1
+    has_p2p = any(stream.p2p for stream in streams.values())
+    pg_ids = {rank: _first_pg_id(stream) for rank, stream in streams.items()}
+    ids = Counter(pg_id for pg_id in pg_ids.values() if pg_id is not None)
     if not ids:
         return
     common = ids.most_common(1)[0][0]
@@ -343,7 +340,7 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     for rank in members:
         member, dump = streams.get(rank), dumps.get(rank)
         if member is not None and dump is not None and dump.pg_status:
-            pg_id = _first_pg_id(member)
+            pg_id = pg_ids[rank]
             status = dump.pg_status.get(pg_id if pg_id is not None else common)
             if status is not None:
                 statuses[rank] = status
@@ -753,7 +750,8 @@ def _deal_p2p(view: GroupView) -> tuple:
         if not stream.p2p:
             continue
         table, rows = stream.p2p.table, stream.p2p.rows
-        codes = list(map(table.codes.__getitem__, rows))
+        table_codes = table.codes
+        codes = [table_codes[row] for row in rows]  # faster than map over an array's __getitem__
         bucket_of_code = {}
         for code in set(codes):
             name = table.statics[code][2]
