@@ -566,19 +566,24 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     other fields read (see `SeqMap.completed_at`), and no Entry is built: most such
     collectives are alike, and differ by state (a hang) or by sizes an op may differ in
     (all_to_all); find_disagreement's result comes from signatures of the keys."""
-    held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
-    issuers = tuple(rank for rank, _ in held)
+    # Read in C, per rank, wherever a rank's key decides: a row holds thousands of ranks.
+    holds = list(map(operator.is_not, row, repeat(NOT_SINGLE)))
+    issuers, keys = tuple(compress(ranks, holds)), list(compress(row, holds))
+    key_ids = list(map(id, keys))
     # Ranks that issued the same op and say the same state share one key (see code_keys):
     # each distinct key is looked at once, a thousand ranks waiting in a hang at one go.
-    distinct = {id(key): key for _, key in held}
+    distinct = dict(zip(key_ids, keys))
     says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
-    completed = tuple(rank for rank, key in held
-                      if says_completed[id(key)] or streams[rank].collectives.completed_at(seq))
+    said = list(map(says_completed.__getitem__, key_ids))
+    if all(said):
+        completed = issuers
+    else:  # only these ranks have their entries' other fields read
+        completed = tuple(rank for rank, done in zip(issuers, said) if done or streams[rank].collectives.completed_at(seq))
     kinds = [_kinds_of_key(key) for key in distinct.values()]
     if all(map(operator.eq, kinds, repeat(kinds[0]))):
         return issuers, completed, None
     signature_of = {key_id: _key_signature(key, cache) for key_id, key in distinct.items()}
-    return issuers, completed, _disagreement([(rank, signature_of[id(key)]) for rank, key in held])
+    return issuers, completed, _disagreement(list(zip(issuers, map(signature_of.__getitem__, key_ids))))
 
 
 def _says_completed(key) -> bool:
