@@ -76,7 +76,8 @@ class _Column:
     def read_rows(self, rows: Sequence[int]) -> list:
         if isinstance(self.values, _Same):
             return [self.values.value] * len(rows)
-        return self._decoded(list(map(self.values.__getitem__, rows)))
+        values = self.values
+        return self._decoded([values[row] for row in rows])  # faster than map over an array's __getitem__
 
     def read_all(self) -> list:
         return self._decoded(list(self.values))
@@ -413,7 +414,8 @@ class EntryTable(Sequence[Entry]):
         position = Entry._fields.index(name)
         if position in _STATIC_POSITIONS:
             k = _STATIC_POSITIONS.index(position)
-            return [self._statics[code][k] for code in map(self._codes.__getitem__, rows)]
+            statics, codes = self._statics, self._codes
+            return [statics[codes[row]][k] for row in rows]
         return self._columns[_OTHER_POSITIONS.index(position)].read_rows(rows)
 
     def static_values(self, name: str) -> list:

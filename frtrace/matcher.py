@@ -24,8 +24,8 @@ import operator
 from bisect import bisect_left
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from typing import NamedTuple, Optional, Sequence
+from itertools import compress, count, repeat
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 from .builder import Layout
 from .entry_table import EntryTable
@@ -277,6 +277,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
         if gid is not None:
             names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
+    clipped = clipped or dump.wrapped
     per_group: dict = {}
     for gid, names in names_of.items():
         if len(names) == 1:
@@ -288,7 +289,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, 
             p2p = RowList(table, sorted(row for n in names for row in dealt[n].p2p.rows))
             batched = frozenset().union(*(dealt[n].batched for n in names))
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
-                                    clipped or dump.wrapped, uncertain, batched)
+                                    clipped, uncertain, batched)
     return per_group
 
 
@@ -329,13 +330,9 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     its peers use). It holds the sequence number of the group's last work, which is a
     P2P number when that work was a send or recv: so it is read only for groups with no
     P2P op, or for ranks whose newest entry of the group is a collective."""
-    ids: Counter = Counter()
-    has_p2p = False
-    for stream in streams.values():
-        has_p2p = has_p2p or bool(stream.p2p)
-        pg_id = _first_pg_id(stream)
-        if pg_id is not None:
-            ids[pg_id] += 1
+    has_p2p = any(stream.p2p for stream in streams.values())
+    pg_ids = {rank: _first_pg_id(stream) for rank, stream in streams.items()}
+    ids = Counter(pg_id for pg_id in pg_ids.values() if pg_id is not None)
     if not ids:
         return
     common = ids.most_common(1)[0][0]
@@ -343,7 +340,7 @@ def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], du
     for rank in members:
         member, dump = streams.get(rank), dumps.get(rank)
         if member is not None and dump is not None and dump.pg_status:
-            pg_id = _first_pg_id(member)
+            pg_id = pg_ids[rank]
             status = dump.pg_status.get(pg_id if pg_id is not None else common)
             if status is not None:
                 statuses[rank] = status
@@ -501,30 +498,64 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyC
         return []
     ranks = tuple(streams)  # sorted
     tables = [stream.collectives for stream in streams.values()]
-    seqs = sorted(set().union(*tables))
+    seqs = _numbers_held(tables)
     members = [r for r in view.group.ranks if r in streams]
-    group_id, no_dump = view.group.id, view.no_dump
-    strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
-    keys = [table.keys_at(seqs, key_cache.of(table.table)) for table in tables]
-    unsettled = _unsettled(keys)
-    matches = []
-    for position, seq in enumerate(seqs):
-        if position in unsettled:
-            issuers, completed, disagreement = _judge(streams, ranks, seq, [k[position] for k in keys], signature_cache)
-        else:  # settled: every rank issued the same op or batch and completed it
-            issuers, completed, disagreement = ranks, ranks, None
-        # Judged from the keys: the entries are read when someone asks.
-        calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
-        absence: dict[str, tuple[int, ...]] = {}
-        if strays or len(issuers) < len(members):
-            held = set(issuers)
-            absent = [rank for rank in members if rank not in held]
-            why = [streams[r].absence(seq) for r in absent]
-            absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
-        matches.append(CollectiveMatch(group_id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
-                                       no_dump, len(completed) < len(issuers), disagreement, completed,
-                                       absence.get("finished", ())))
+    keys = [table.keys_at(seqs, key_cache.of(table.table), key_cache.layouts) for table in tables]
+    matches: list[CollectiveMatch] = []
+    done = 0  # positions of seqs before it have their match
+    for position in sorted(_unsettled(keys)):
+        matches += _settled_matches(view, ranks, seqs[done:position])
+        issuers, completed, disagreement = _judge(streams, ranks, seqs[position], [k[position] for k in keys],
+                                                  signature_cache)
+        matches.append(_judged_match(view, ranks, members, seqs[position], issuers, completed, disagreement))
+        done = position + 1
+    matches += _settled_matches(view, ranks, seqs[done:])
     return matches
+
+
+def _numbers_held(tables: list[SeqMap]) -> Sequence[int]:
+    """The sequence numbers any of `tables` holds, sorted. As a rule each rank holds
+    every number from its first to its last, and the ranks' spans overlap: their union
+    is then a range, found from the bounds alone (not the union of thousands of sets)."""
+    spans: list[tuple[int, int]] = sorted((table.seqs[0], table.seqs[-1]) for table in tables if table)
+    if spans and all(table.dense for table in tables):
+        low, high = spans[0]
+        for first, last in spans:
+            if first > high + 1:  # a number no rank holds
+                break
+            high = max(high, last)
+        else:
+            return range(low, high + 1)
+    return sorted(set().union(*tables))
+
+
+def _settled_matches(view: GroupView, ranks: tuple, seqs: Sequence[int]) -> list[CollectiveMatch]:
+    """The matches of collectives `_unsettled` found settled: each of `ranks` (every rank
+    of the view) issued the same op or batch and completed it, so no member is absent
+    and all but the number is the same for each (built in C, a run at a time: most of a
+    job's hundreds of thousands of collectives are these)."""
+    streams = view.streams
+    return list(map(CollectiveMatch, repeat(view.group.id), seqs, map(LazyCalls, repeat(streams), seqs),
+                    repeat(()), repeat(()), repeat(view.no_dump), repeat(False), repeat(None), repeat(ranks), repeat(())))
+
+
+def _judged_match(view: GroupView, ranks: tuple, members: list[int], seq: int, issuers: tuple, completed: tuple,
+                  disagreement: Optional[Disagreement]) -> CollectiveMatch:
+    """The match of collective `seq`, which `issuers` of `ranks` (every rank of the view)
+    issued and `completed` completed; why each member that holds no entry of it has none."""
+    streams = view.streams
+    # Judged from the keys: the entries are read when someone asks.
+    calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
+    absence: dict[str, tuple[int, ...]] = {}
+    strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
+    if strays or len(issuers) < len(members):
+        held = set(issuers)
+        absent = [rank for rank in members if rank not in held]
+        why = [streams[r].absence(seq) for r in absent]
+        absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
+    return CollectiveMatch(view.group.id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
+                           view.no_dump, len(completed) < len(issuers), disagreement, completed,
+                           absence.get("finished", ()))
 
 
 def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
@@ -535,19 +566,24 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     other fields read (see `SeqMap.completed_at`), and no Entry is built: most such
     collectives are alike, and differ by state (a hang) or by sizes an op may differ in
     (all_to_all); find_disagreement's result comes from signatures of the keys."""
-    held = [(rank, key) for rank, key in zip(ranks, row) if key is not NOT_SINGLE]
-    issuers = tuple(rank for rank, _ in held)
+    # Read in C, per rank, wherever a rank's key decides: a row holds thousands of ranks.
+    holds = list(map(operator.is_not, row, repeat(NOT_SINGLE)))
+    issuers, keys = tuple(compress(ranks, holds)), list(compress(row, holds))
+    key_ids = list(map(id, keys))
     # Ranks that issued the same op and say the same state share one key (see code_keys):
     # each distinct key is looked at once, a thousand ranks waiting in a hang at one go.
-    distinct = {id(key): key for _, key in held}
+    distinct = dict(zip(key_ids, keys))
     says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
-    completed = tuple(rank for rank, key in held
-                      if says_completed[id(key)] or streams[rank].collectives.completed_at(seq))
+    said = list(map(says_completed.__getitem__, key_ids))
+    if all(said):
+        completed = issuers
+    else:  # only these ranks have their entries' other fields read
+        completed = tuple(rank for rank, done in zip(issuers, said) if done or streams[rank].collectives.completed_at(seq))
     kinds = [_kinds_of_key(key) for key in distinct.values()]
     if all(map(operator.eq, kinds, repeat(kinds[0]))):
         return issuers, completed, None
     signature_of = {key_id: _key_signature(key, cache) for key_id, key in distinct.items()}
-    return issuers, completed, _disagreement([(rank, signature_of[id(key)]) for rank, key in held])
+    return issuers, completed, _disagreement(list(zip(issuers, map(signature_of.__getitem__, key_ids))))
 
 
 def _says_completed(key) -> bool:
@@ -559,14 +595,16 @@ def _says_completed(key) -> bool:
 
 class _KeyCache:
     """Each table's `code_keys` in one `match` call, computed once per table (a rank's
-    table serves each group the rank is in), equal keys one object across tables.
+    table serves each group the rank is in), equal keys one object across tables; and
+    the `NumberLayout`s of the ranks' numbers (see SeqMap.keys_at).
     Keyed by object ids, so it must not outlive the entries."""
 
-    __slots__ = ("_of_table", "_shared")
+    __slots__ = ("_of_table", "_shared", "layouts")
 
     def __init__(self) -> None:
         self._of_table: dict = {}  # id(table) -> (table, its keys): the table kept, its id never another's
         self._shared: dict = {}  # see code_keys
+        self.layouts: dict = {}
 
     def of(self, table: EntryTable) -> list:
         cached = self._of_table.get(id(table))
@@ -577,9 +615,12 @@ class _KeyCache:
 
 def _completed_key(key):
     """What every rank's key must be for the collective to be settled: the first rank's,
-    completed (for a batch: every entry of it)."""
+    completed (for a batch: every entry of it). That is the key itself as a rule, so the
+    other ranks' keys (the same shared object) compare by identity."""
     if key is NOT_SINGLE:
         return _NEVER
+    if _says_completed(key):
+        return key
     if isinstance(key, BatchKey):
         return BatchKey((name, shapes, "completed") for name, shapes, _ in key)
     return key[0], key[1], "completed"
@@ -594,7 +635,10 @@ def _unsettled(columns: list) -> set:
     rather than rank by rank in Python. Equal values are shared objects (see the
     loader), so comparing them mostly costs an identity check."""
     rows = range(len(columns[0]))
-    expected = list(map(_completed_key, columns[0]))
+    # A group's collectives are a few distinct ops: each distinct key is looked at once.
+    first = dict(zip(map(id, columns[0]), columns[0]))
+    expected_of = {key_id: _completed_key(key) for key_id, key in first.items()}
+    expected = list(map(expected_of.__getitem__, map(id, columns[0])))
     unsettled: set = set()
     for column in columns:
         if column != expected:
@@ -622,6 +666,8 @@ def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
 # are rows of its source's table, its receives rows of its destination's. Pairs are
 # (send row, recv row), None where that end never posted the op.
 Pair = tuple[Optional[int], Optional[int]]
+# A channel's pairs as two columns of equal length: the send rows and the recv rows.
+PairColumns = tuple[list[Optional[int]], list[Optional[int]]]
 
 
 def _pair_channel(sends: list[int], recvs: list[int], sender_pending: set[int], receiver_pending: set[int]) -> list[Pair]:
@@ -643,15 +689,15 @@ def _pair_channel(sends: list[int], recvs: list[int], sender_pending: set[int], 
     return pairs
 
 
-def _pair_in_order(sends: list[int], recvs: list[int]) -> list[Pair]:
-    """(send, recv) pairs of a channel both of whose ends hold their whole history (no
-    ring buffer wrapped): the k-th send goes with the k-th recv. A send that completed
-    while its recv still looks pending (the receiver's GPU stopped reporting) stays
-    paired with it, as it must: a send cannot finish before its recv is posted."""
+def _pair_in_order(sends: list[int], recvs: list[int]) -> PairColumns:
+    """(send, recv) pairs, as columns, of a channel both of whose ends hold their whole
+    history (no ring buffer wrapped): the k-th send goes with the k-th recv. A send that
+    completed while its recv still looks pending (the receiver's GPU stopped reporting)
+    stays paired with it, as it must: a send cannot finish before its recv is posted."""
     count = max(len(sends), len(recvs))
     padded_sends: list[Optional[int]] = [*sends, *[None] * (count - len(sends))]
     padded_recvs: list[Optional[int]] = [*recvs, *[None] * (count - len(recvs))]
-    return list(zip(padded_sends, padded_recvs))
+    return padded_sends, padded_recvs
 
 
 def _split_done(rows: list[int], pending: set[int]) -> tuple[list[int], list[int]]:
@@ -711,7 +757,8 @@ def _deal_p2p(view: GroupView) -> tuple:
         if not stream.p2p:
             continue
         table, rows = stream.p2p.table, stream.p2p.rows
-        codes = list(map(table.codes.__getitem__, rows))
+        table_codes = table.codes
+        codes = [table_codes[row] for row in rows]  # faster than map over an array's __getitem__
         bucket_of_code = {}
         for code in set(codes):
             name = table.statics[code][2]
@@ -754,13 +801,15 @@ def _match_p2p(view: GroupView) -> list:
             plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
         whole = not (src in streams and streams[src].clipped) and not (dst in streams and streams[dst].clipped)
-        if whole:
-            pairs = _pair_in_order(plain_sends, plain_recvs) + _pair_in_order(batched_sends, batched_recvs)
+        if whole:  # the common case: pairs go straight to columns, not through 2-tuples
+            plain, batched = _pair_in_order(plain_sends, plain_recvs), _pair_in_order(batched_sends, batched_recvs)
+            send_rows, recv_rows = plain[0] + batched[0], plain[1] + batched[1]
         else:
             sender_pending, receiver_pending = pending.get(src, none_pending), pending.get(dst, none_pending)
             pairs = (_pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
                      + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending))
-        matches += _channel_matches(group_id, src, dst, send_table, recv_table, pairs)
+            send_rows, recv_rows = [send for send, _ in pairs], [recv for _, recv in pairs]
+        matches += _channel_matches(group_id, src, dst, send_table, recv_table, send_rows, recv_rows)
     for dst, leftovers in sorted(any_source.items()):
         recv_table = _p2p_table(streams, dst)
         matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
@@ -768,11 +817,23 @@ def _match_p2p(view: GroupView) -> list:
 
 
 def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[EntryTable],
-                     recv_table: Optional[EntryTable], pairs: list[Pair]) -> list[P2PMatch]:
-    """A P2PMatch per pair of rows of the channel src -> dst, numbered in order."""
-    return [P2PMatch(group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
-                     None if recv is None else recv_table, -1 if recv is None else recv)
-            for ordinal, (send, recv) in enumerate(pairs)]
+                     recv_table: Optional[EntryTable], sends: list[Optional[int]],
+                     recvs: list[Optional[int]]) -> list[P2PMatch]:
+    """A P2PMatch per pair of rows of the channel src -> dst (`sends[k]` with
+    `recvs[k]`), numbered in order; built in C, as a job holds hundreds of thousands."""
+    send_tables, send_rows = _end_of_pairs(send_table, sends)
+    recv_tables, recv_rows = _end_of_pairs(recv_table, recvs)
+    return list(map(P2PMatch, repeat(group_id), repeat(src), repeat(dst), count(),
+                    send_tables, send_rows, recv_tables, recv_rows))
+
+
+def _end_of_pairs(table: Optional[EntryTable], rows: list[Optional[int]]) -> tuple[Iterable, Iterable]:
+    """(table, row) of one end of each of a channel's pairs, as P2PMatch takes them: (None,
+    -1) where that end never posted the op. As a rule every op has both ends, and every
+    pair the same table."""
+    if None not in rows:
+        return repeat(table), rows
+    return [None if row is None else table for row in rows], [-1 if row is None else row for row in rows]
 
 
 def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:

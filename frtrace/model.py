@@ -142,7 +142,7 @@ class RankDump:
     @property
     def wrapped(self) -> bool:
         """The ring buffer overwrote older entries (its oldest record id is not 0)."""
-        return bool(self.entries) and self.entries[0].record_id > 0
+        return bool(self.entries) and self.entries.value("record_id", 0) > 0
 
     @property
     def has_frames(self) -> bool:

@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import compress, islice, repeat
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from .entry_table import EntryTable
 from .model import Entry, has_completed
@@ -42,7 +42,7 @@ def _ints(values: Sequence[int], low: Optional[int] = None, high: Optional[int] 
 class SeqMap(Mapping[int, tuple]):
     """collective_seq_id -> the rank's entries under it, oldest first (see module docstring)."""
 
-    __slots__ = ("table", "rows", "seqs", "contiguous")
+    __slots__ = ("table", "rows", "seqs", "contiguous", "numbers")
 
     def __init__(self, table: EntryTable, rows: Sequence[int]) -> None:
         seqs = table.field_at("collective_seq_id", rows)
@@ -57,6 +57,8 @@ class SeqMap(Mapping[int, tuple]):
         self.seqs = _ints(seqs, seqs[0], seqs[-1]) if seqs else array("h")
         # One entry per number, none skipped: then a number's row is found by subtraction.
         self.contiguous = not seqs or (rising and seqs[-1] - seqs[0] == len(seqs) - 1)
+        # How many distinct numbers it holds (counted once: `len` is asked often).
+        self.numbers = len(seqs) if rising else 1 + sum(map(operator.ne, islice(seqs, 1, None), seqs))
 
     def _span(self, seq: int) -> tuple[int, int]:
         if self.contiguous:
@@ -85,7 +87,13 @@ class SeqMap(Mapping[int, tuple]):
         return iter(dict.fromkeys(self.seqs))
 
     def __len__(self) -> int:
-        return len(self.seqs) if self.contiguous else len(set(self.seqs))
+        return self.numbers
+
+    @property
+    def dense(self) -> bool:
+        """Whether it holds every number from its first to its last (a batch's several
+        entries under one of them), as a rank's buffer does unless a number is missing."""
+        return not self.seqs or self.numbers == self.seqs[-1] - self.seqs[0] + 1
 
     def value_at(self, seq: int, name: str):
         """Field `name` of the first entry under `seq`, without building it."""
@@ -111,6 +119,15 @@ class SeqMap(Mapping[int, tuple]):
             raise KeyError(seq)
         return all(row_completed(self.table, row) for row in self.rows[low:high])
 
+    def _layout(self, layouts: Optional[dict]) -> "NumberLayout":
+        """The NumberLayout of its numbers, from `layouts` when an equal one is there."""
+        if layouts is None or not isinstance(self.seqs, array):
+            return NumberLayout.of(self.seqs)
+        found = layouts.get((self.seqs.typecode, self.seqs.tobytes()))
+        if found is None:
+            found = layouts[self.seqs.typecode, self.seqs.tobytes()] = NumberLayout.of(self.seqs)
+        return found
+
     @property
     def first(self) -> Optional[int]:
         return self.seqs[0] if self.seqs else None
@@ -119,20 +136,25 @@ class SeqMap(Mapping[int, tuple]):
     def last(self) -> Optional[int]:
         return self.seqs[-1] if self.seqs else None
 
-    def keys_at(self, seqs: Sequence[int], key_of_code: Optional[list] = None) -> list:
+    def keys_at(self, seqs: Sequence[int], key_of_code: Optional[list] = None,
+                layouts: Optional[dict] = None) -> list:
         """For each of `seqs` (sorted), what the rank issued under it: `(name, shapes,
         state)` of its one entry, a `BatchKey` of those of a coalesced batch's entries, or
         NOT_SINGLE when it holds none. Read off the codes, in C where the numbers line
         up, without building an Entry. `key_of_code` is `code_keys(self.table)`, which a
-        caller reading several groups of one table computes once."""
+        caller reading several groups of one table computes once; `layouts` (one dict
+        across SeqMaps) keeps the `NumberLayout`s of their numbers, which the ranks of a
+        group mostly share."""
         if key_of_code is None:
             key_of_code = code_keys(self.table)
         codes = self.table.codes
-        row_keys = list(map(key_of_code.__getitem__, map(codes.__getitem__, self.rows)))
-        if self.contiguous and self.seqs:
+        # A comprehension, not map over codes.__getitem__: an array's method is slow to call.
+        row_keys = [key_of_code[codes[row]] for row in self.rows]
+        if self.dense and self.seqs:
             first, last = self.seqs[0], self.seqs[-1]
             if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and seqs[0] <= first and last <= seqs[-1]:
-                return [NOT_SINGLE] * (first - seqs[0]) + row_keys + [NOT_SINGLE] * (seqs[-1] - last)
+                held = row_keys if self.contiguous else self._layout(layouts).keys(row_keys)
+                return [NOT_SINGLE] * (first - seqs[0]) + held + [NOT_SINGLE] * (seqs[-1] - last)
         # Otherwise each number's key is looked up in a table of the rank's own: a batch
         # (several rows under one number, which the sorted rows hold side by side) gets
         # the keys of all its rows.
@@ -158,6 +180,32 @@ def code_keys(table: EntryTable, shared: Optional[dict] = None) -> list:
         return keys
     # The dict keeps each key, hence its values and their ids, alive while it lives.
     return [shared.setdefault((id(name), id(shapes), id(state)), (name, shapes, state)) for name, shapes, state in keys]
+
+
+class NumberLayout(NamedTuple):
+    """Where each distinct number of a SeqMap's sorted numbers is among its rows. The
+    ranks of a group mostly hold the same numbers, batches alike: one layout serves them
+    all (see SeqMap.keys_at)."""
+
+    starts: list[int]  # each number's first row
+    batches: list[int]  # the positions (among the numbers) of those held by several rows
+    batch_rows: list[slice]  # their rows
+
+    @classmethod
+    def of(cls, seqs: Sequence[int]) -> "NumberLayout":
+        starts = [0, *compress(range(1, len(seqs)), map(operator.ne, islice(seqs, 1, None), seqs))]
+        ends = [*islice(starts, 1, None), len(seqs)]
+        batches = list(compress(range(len(starts)), map(operator.gt, map(operator.sub, ends, starts), repeat(1))))
+        return cls(starts, batches, [slice(starts[k], ends[k]) for k in batches])
+
+    def keys(self, row_keys: list) -> list:
+        """The key of each number, in order, from the keys of the rows (see
+        SeqMap.keys_at): a row's own, or a `BatchKey` of a batch's. Python steps once per
+        batch, not per number."""
+        numbered = list(map(row_keys.__getitem__, self.starts))
+        for position, rows in zip(self.batches, self.batch_rows):
+            numbered[position] = BatchKey(row_keys[rows])
+        return numbered
 
 
 def _batches(seqs: Sequence[int], keys: list) -> dict:

@@ -38,9 +38,10 @@ def keeps_only_active(dump: RankDump) -> bool:
     set it): finished entries were left out, which shows as gaps in its record ids (a
     ring buffer drops only its oldest). gloo's states say nothing, so never gloo's."""
     entries = dump.entries
-    if not entries or dump.unreadable_entries or dump.backend == "gloo":
+    if not entries or dump.unreadable_entries:
         return False
-    return entries.value("record_id", len(entries) - 1) - entries.value("record_id", 0) + 1 > len(entries)
+    gaps = entries.value("record_id", len(entries) - 1) - entries.value("record_id", 0) + 1 > len(entries)
+    return gaps and dump.backend != "gloo"  # the backend last: it is read off every op name
 
 
 def only_active_job(dumps: list[RankDump]) -> bool:

@@ -35,7 +35,8 @@ def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
     for entry in entries:
         expected.setdefault(entry.collective_seq_id, []).append(entry)
     assert dict(index) == {seq: tuple(batch) for seq, batch in expected.items()}
-    assert list(index) == sorted(expected)
+    assert list(index) == sorted(expected) and len(index) == len(expected)
+    assert index.dense == (len(expected) == max(expected) - min(expected) + 1)
     assert (index.first, index.last) == (min(expected), max(expected))
     # The oldest and newest entries, as the matcher reads them to place pg_status.
     assert index.oldest_value("index") == next(iter(index.values()))[0].index
@@ -53,6 +54,28 @@ def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
             assert key == (_OP, _SHAPES, batch[0].state) and not isinstance(key, BatchKey)
         else:
             assert isinstance(key, BatchKey) and list(key) == [(_OP, _SHAPES, e.state) for e in batch]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=12), min_size=1, max_size=4),
+       st.integers(min_value=-3, max_value=3))
+def test_keys_of_ranks_holding_each_number_once_or_in_a_batch(ranks, first):
+    """The case keys_at reads through a layout of the numbers that the ranks share (one
+    `layouts` dict for all): each rank holds a run of numbers, some as batches."""
+    layouts: dict = {}
+    for counts in ranks:  # a rank: how many entries it holds under each number from `first` on
+        held = [first + k for k, count in enumerate(counts) for _ in range(count)]
+        entries = [_entry(i, seq, ("completed", "started")[i % 2]) for i, seq in enumerate(held)]
+        table = EntryTable.from_entries(entries)
+        index = SeqMap(table, range(len(entries)))
+        assert index.dense and len(index) == len(counts)
+        probe = range(first - 2, first + len(counts) + 1)
+        batches = [[e for e in entries if e.collective_seq_id == seq] for seq in probe]
+        expected = [NOT_SINGLE if not batch else (_OP, _SHAPES, batch[0].state) if len(batch) == 1
+                    else BatchKey((_OP, _SHAPES, e.state) for e in batch) for batch in batches]
+        keys = index.keys_at(probe, code_keys(table), layouts)
+        assert keys == expected and index.keys_at(list(probe)) == expected
+        assert [type(key) for key in keys] == [type(key) for key in expected]
 
 
 def test_lazy_calls_over_some_ranks_reads_only_theirs():
