@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from frtrace.diagnosis.frontier import _newest_finished
-from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, newest_p2p_names, p2p_seq_ids)
+from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, _shape, newest_p2p_names, p2p_seq_ids)
 from frtrace.matcher import batch_signature
 from frtrace.standing import batch_key
 from frtrace.testing.synth import Fault, generate
@@ -158,3 +158,31 @@ def test_the_unfinished_collectives_are_those_some_issuer_did_not_complete(analy
             matches = result.index.collectives_of.get(view.group.id, [])
             expected = [m for m in matches if len(m.completed_ranks) < len(m.calls)]
             assert list(unfinished(matches)) == expected
+
+def _shapes_by_tokens(order: ProgramOrder, rank: int, start, stop: int, limit: int) -> tuple:
+    """ProgramOrder._shapes as the tokens say it: token by token, batch after batch."""
+    shapes: list = []
+    while start is not None and start < stop and len(shapes) < limit:
+        token = order.token(rank, start)
+        if token is None:
+            return shapes, False
+        shapes.append(_shape(token))
+        start = order.following(rank, start)
+    return shapes, start is None or start >= stop
+
+
+def test_shapes_walked_off_the_columns_are_the_tokens_shapes(analysis):
+    """The walk through a rank's past reads each op's batch key once and no token; it
+    gives the shapes of the tokens, batch by batch, from inside a batch too, cut where
+    the tokens' walk is cut (at `stop`, at `limit`, at an op outside every group)."""
+    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    walked = 0
+    for rank, table in order.entries.items():
+        length = len(table)
+        for start in list(range(length)) + [None]:
+            for stop, limit in [(length, 256), (length, 3), (length, 1), (length, 0),
+                                ((start or 0) + 5, 256), ((start or 0) + 1, 2), (start or 0, 4)]:
+                fresh = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+                assert order._shapes(rank, start, stop, limit) == _shapes_by_tokens(fresh, rank, start, stop, limit)
+                walked += 1
+    assert walked > 50

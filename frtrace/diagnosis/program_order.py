@@ -370,15 +370,51 @@ class ProgramOrder:
 
     def _shapes(self, rank: int, start: Optional[int], stop: int, limit: int) -> tuple:
         """(shapes of the rank's ops from `start` up to `stop`, at most `limit` of them;
-        whether that reached `stop`)."""
+        whether that reached `stop`): `shape_walk`, the ops' shapes read off the columns
+        as the walk goes. Every finding of a job-wide hang reads a few stretches of one
+        rank's past, some 100,000 ops in all and hardly any read twice, so neither their
+        tokens nor their batch bounds are worth keeping."""
         shapes: list[tuple] = []
-        while start is not None and start < stop and len(shapes) < limit:
-            token = self.token(rank, start)
-            if token is None:
+        if start is None or start >= stop or limit <= 0:
+            return shapes, start is None or start >= stop
+        length = len(self.entries[rank])
+        first, last = self._batch_bounds(rank, start)  # `start` may be inside a batch
+        for first, last in self._batches_from(rank, first, last):
+            shape = self._batch_shape(rank, first, last)
+            if shape is None:
                 return shapes, False
-            shapes.append(_shape(token))
-            start = self.following(rank, start)
-        return shapes, start is None or start >= stop
+            shapes.append(shape)
+            if last + 1 >= stop or len(shapes) == limit:
+                break
+        return shapes, last + 1 >= min(stop, length)
+
+    def _batches_from(self, rank: int, first: int, last: int) -> Iterator[tuple[int, int]]:
+        """(first, last) position of each batch from the one at `first` to `last` on,
+        oldest first: the batch after one starts right after it, so only its end is looked
+        for (what `_batch_bounds` finds walking both ways), each op's key read once."""
+        entries = self.entries[rank]
+        length, batch_key = len(entries), entries.batch_key
+        yield first, last
+        at = last + 1
+        key = batch_key(at) if at < length else None
+        while at < length:
+            first = last = at
+            at += 1
+            following = batch_key(at) if at < length else None
+            while following == key:
+                last, at = at, at + 1
+                following = batch_key(at) if at < length else None
+            yield first, last
+            key = following
+
+    def _batch_shape(self, rank: int, first: int, last: int) -> Optional[tuple]:
+        """`_shape` of the token of the rank's batch from `first` to `last`: what its
+        `_token_part` says (no sequence number is read). None outside every group."""
+        part = self._token_part(rank, first, last)
+        if part is None:
+            return None
+        family, name, signature = part
+        return family, name.is_p2p, name.op, name.local_src, name.local_dst, signature
 
     def past_says_skipped(self, rank: int, channel: list, op_shape: Optional[tuple]) -> Optional[WentPast]:
         """With nobody like it to compare with, a rank's own past: if what it did since
