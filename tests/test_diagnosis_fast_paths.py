@@ -186,3 +186,79 @@ def test_shapes_walked_off_the_columns_are_the_tokens_shapes(analysis):
                 assert order._shapes(rank, start, stop, limit) == _shapes_by_tokens(fresh, rank, start, stop, limit)
                 walked += 1
     assert walked > 50
+
+
+def _past_says_skipped_by_tokens(order: ProgramOrder, rank: int, channel: list, op_shape):
+    """ProgramOrder.past_says_skipped as it reads with every stretch walked whole, token by
+    token (no early stop at the first op unlike the stretch it is compared with)."""
+    from frtrace.diagnosis.program_order import HISTORY_SPAN, HISTORY_TRIES
+
+    if len(channel) < 2:
+        return None
+    start = order.following(rank, channel[-1])
+    if start is None:
+        return None
+    end = len(order.entries[rank])
+    now, whole = _shapes_by_tokens(order, rank, start, end, HISTORY_SPAN)
+    tries = 0
+    for j in range(len(channel) - 1, 0, -1):
+        if tries == HISTORY_TRIES:
+            break
+        if op_shape is not None and _shape(order.token(rank, channel[j]) or ()) != op_shape:
+            continue
+        tries += 1
+        before, complete = _shapes_by_tokens(order, rank, order.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
+        if not (whole and complete) or now[:len(before)] != before[:len(now)]:
+            continue
+        if len(now) <= len(before):
+            return None
+        after, _ = _shapes_by_tokens(order, rank, order.following(rank, channel[j]), end, len(now) - len(before))
+        if now[len(before):] == after:
+            return order._went_past(rank, order._nth_following(rank, start, len(before)), 0, True)
+    return None
+
+
+PAST_JOBS = {
+    "own_past": dict(world_size=8, tp=1, pp=8, steps=4, fault=Fault("skip_op", rank=3, group="default", step=2)),
+    "steps_differ": dict(world_size=8, tp=1, pp=4, steps=4, fault=Fault("skip_op", rank=0, group="default", step=2)),
+    "first_stage_skips_send": dict(world_size=8, tp=1, pp=8, steps=4, fault=Fault("p2p_unmatched", rank=0, group="pp", step=2)),
+    "pipeline_hang": dict(world_size=16, tp=2, pp=4, steps=4, timing=True, fault=Fault("hang", rank=5, group="tp", step=2)),
+    "batched_p2p": JOBS["batched_p2p"],
+    "wrapped": JOBS["wrapped"],
+}
+
+
+def test_a_ranks_past_read_with_early_stops_says_what_the_whole_stretches_say():
+    """past_says_skipped, which stops reading a stretch of the rank's past at its first op
+    unlike what the rank did since (and reads nothing more when that is unfinished), says
+    what reading every stretch whole says: for every rank, on each of its groups'
+    collective channels (every prefix, with and without the op's shape) and P2P channels."""
+    from frtrace.diagnosis.program_order import _name_channel, _shape as shape_of
+
+    said = asked = 0
+    for name, params in PAST_JOBS.items():
+        analysis, _ = analyse_dicts(dict(generate(**params).dumps), render=False)
+        order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        reference = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        for view in analysis.device.views:
+            for rank, stream in view.streams.items():
+                if rank not in order.entries:
+                    continue
+                channels = []
+                positions = [order.position(rank, stream.collectives[s][0]) for s in sorted(stream.collectives)]
+                positions = [p for p in positions if p is not None]
+                for k in range(2, len(positions) + 1):
+                    channels.append((positions[:k], None))
+                    channels.append((positions[:k], shape_of(order.token(rank, positions[k - 1]) or ())))
+                by_channel: dict = {}
+                for k, entry in enumerate(stream.p2p):
+                    position = order.p2p_position(rank, stream.p2p, k)
+                    if position is not None:
+                        by_channel.setdefault(_name_channel(entry.name), []).append(position)
+                channels += [(positions, None) for positions in by_channel.values()]
+                for channel, op_shape in channels:
+                    expected = _past_says_skipped_by_tokens(reference, rank, channel, op_shape)
+                    assert order.past_says_skipped(rank, channel, op_shape) == expected, (name, rank, channel)
+                    asked += 1
+                    said += expected is not None
+    assert asked > 1000 and said > 0
