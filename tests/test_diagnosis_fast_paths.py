@@ -262,3 +262,47 @@ def test_a_ranks_past_read_with_early_stops_says_what_the_whole_stretches_say():
                     asked += 1
                     said += expected is not None
     assert asked > 1000 and said > 0
+
+
+def _turns_say_skipped_by_entries(order: ProgramOrder, rank: int, p2p, skipped: tuple):
+    """ProgramOrder.turns_say_skipped reading the P2P entries themselves, newest first."""
+    from frtrace.diagnosis.program_order import HISTORY_SPAN
+
+    entries = list(p2p)
+    if len(entries) < 3:
+        return None
+    newest = entries[-1]
+    other = _p2p_channel(newest)
+    if other == skipped:
+        return None
+    turns = 0
+    for channel in [_p2p_channel(entry) for entry in entries[::-1][:HISTORY_SPAN]]:
+        if channel == skipped or channel == other:
+            if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
+                return None
+            turns += 1
+    if turns < 3:
+        return None
+    position = order.position(rank, newest)
+    return order._went_past(rank, position, 0, True) if position is not None else None
+
+
+def test_turns_read_off_the_codes_are_the_entries_turns():
+    """turns_say_skipped reads the channels of a rank's P2P ops off the codes: for every
+    rank, group and channel it could be asked about, what reading the entries says."""
+    said = asked = 0
+    for name, params in PAST_JOBS.items():
+        analysis, _ = analyse_dicts(dict(generate(**params).dumps), render=False)
+        order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        for view in analysis.device.views:
+            for rank, stream in view.streams.items():
+                if rank not in order.entries:
+                    continue
+                for skipped in {_p2p_channel(entry) for entry in stream.p2p}:
+                    for op in ("send", "recv"):
+                        skipped = (op, *skipped[1:])
+                        expected = _turns_say_skipped_by_entries(order, rank, stream.p2p, skipped)
+                        assert order.turns_say_skipped(rank, stream.p2p, skipped) == expected, (name, rank, skipped)
+                        asked += 1
+                        said += expected is not None
+    assert asked > 100 and said > 0

@@ -498,7 +498,7 @@ class ProgramOrder:
             position, read = self.following(rank, position), read + 1
         return None
 
-    def turns_say_skipped(self, rank: int, p2p: list, skipped: tuple) -> Optional[WentPast]:
+    def turns_say_skipped(self, rank: int, p2p: RowList, skipped: tuple) -> Optional[WentPast]:
         """A rank whose P2P ops in a group (`p2p`, oldest first) took turns between the
         `skipped` channel and one other (a first pipeline stage's forward send and
         backward recv, one micro-batch per step: c d c d) and then posted on the other
@@ -512,9 +512,11 @@ class ProgramOrder:
         if other == skipped:
             return None
         # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
-        # Read op by op: most ranks asked about break the pattern within a few ops.
+        # Read op by op, off the codes (no entry built): most ranks asked about break the
+        # pattern within a few ops.
         turns = 0
-        for channel in map(_p2p_channel, islice(reversed(p2p), HISTORY_SPAN)):
+        for _, name in islice(newest_p2p_names(p2p), HISTORY_SPAN):
+            channel = _name_channel(name)
             if channel == skipped or channel == other:
                 if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
                     return None
