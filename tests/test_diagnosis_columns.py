@@ -109,3 +109,40 @@ def test_first_value_columns_of_every_collective_of_a_job_are_first_values(name)
             assert any(m.calls.ranks is not None for m in matches)
         for field in ("time_created_ns", "record_id", "time_completed_ns"):
             assert _as_read_one_by_one(matches, field) == _first_values(matches, field)
+
+
+def _same_values(a: list, b: list) -> bool:
+    """Equal, and of the same types (an int median and a float one print apart)."""
+    return a == b and [type(x) for x in a] == [type(x) for x in b]
+
+
+@pytest.mark.parametrize("members", [2, 3, 4, 5, 8, 9, 128])
+def test_on_times_of_a_block_are_each_collectives_on_time(members):
+    """The stragglers rule's on-time arrivals, a block at a time (medians of sorted
+    columns, means of the two middle ones as floats), are `_on_time` of each collective
+    (statistics.median), value and type; lateness in C is the comprehension's."""
+    from random import Random
+
+    from frtrace.diagnosis.stragglers import _lateness_ms, _on_time, _on_times
+
+    rng = Random(members)
+    base = 1_700_000_000_000_000_000
+    # Ties and whole-number means included: the types still have to agree.
+    columns = [[base + 2 * rng.randrange(5) * 10**6 + j * 10**9 for j in range(20)] for _ in range(members)]
+    expected = [_on_time(created) for created in zip(*columns)]
+    assert _same_values(_on_times(columns), expected)
+    for created in columns:
+        assert _same_values(_lateness_ms(created, expected), [(t - o) / 1e6 for t, o in zip(created, expected)])
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_on_times_of_a_jobs_blocks_are_each_collectives_on_time(name):
+    from frtrace.diagnosis.stragglers import _on_time, _on_times, _recent_clean
+
+    analysis, _ = analyse_dicts(dict(generate(**JOBS[name]).dumps), render=False)
+    device = analysis.device
+    clean = [m for view in device.views for m in _recent_clean(device.index.collectives_of.get(view.group.id, []), True)]
+    blocks = first_value_columns([m for m in clean if len(m.calls) >= 2], "time_created_ns")
+    assert blocks
+    for block in blocks:
+        assert _same_values(_on_times(block.columns), [_on_time(created) for created in zip(*block.columns)])

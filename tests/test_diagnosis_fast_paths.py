@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from frtrace.diagnosis.frontier import _newest_finished
-from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, newest_p2p_names, p2p_seq_ids)
+from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, _shape, newest_p2p_names, p2p_seq_ids)
 from frtrace.matcher import batch_signature
 from frtrace.standing import batch_key
 from frtrace.testing.synth import Fault, generate
@@ -158,3 +158,151 @@ def test_the_unfinished_collectives_are_those_some_issuer_did_not_complete(analy
             matches = result.index.collectives_of.get(view.group.id, [])
             expected = [m for m in matches if len(m.completed_ranks) < len(m.calls)]
             assert list(unfinished(matches)) == expected
+
+def _shapes_by_tokens(order: ProgramOrder, rank: int, start, stop: int, limit: int) -> tuple:
+    """ProgramOrder._shapes as the tokens say it: token by token, batch after batch."""
+    shapes: list = []
+    while start is not None and start < stop and len(shapes) < limit:
+        token = order.token(rank, start)
+        if token is None:
+            return shapes, False
+        shapes.append(_shape(token))
+        start = order.following(rank, start)
+    return shapes, start is None or start >= stop
+
+
+def test_shapes_walked_off_the_columns_are_the_tokens_shapes(analysis):
+    """The walk through a rank's past reads each op's batch key once and no token; it
+    gives the shapes of the tokens, batch by batch, from inside a batch too, cut where
+    the tokens' walk is cut (at `stop`, at `limit`, at an op outside every group)."""
+    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    walked = 0
+    for rank, table in order.entries.items():
+        length = len(table)
+        for start in list(range(length)) + [None]:
+            for stop, limit in [(length, 256), (length, 3), (length, 1), (length, 0),
+                                ((start or 0) + 5, 256), ((start or 0) + 1, 2), (start or 0, 4)]:
+                fresh = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+                assert order._shapes(rank, start, stop, limit) == _shapes_by_tokens(fresh, rank, start, stop, limit)
+                walked += 1
+    assert walked > 50
+
+
+def _past_says_skipped_by_tokens(order: ProgramOrder, rank: int, channel: list, op_shape):
+    """ProgramOrder.past_says_skipped as it reads with every stretch walked whole, token by
+    token (no early stop at the first op unlike the stretch it is compared with)."""
+    from frtrace.diagnosis.program_order import HISTORY_SPAN, HISTORY_TRIES
+
+    if len(channel) < 2:
+        return None
+    start = order.following(rank, channel[-1])
+    if start is None:
+        return None
+    end = len(order.entries[rank])
+    now, whole = _shapes_by_tokens(order, rank, start, end, HISTORY_SPAN)
+    tries = 0
+    for j in range(len(channel) - 1, 0, -1):
+        if tries == HISTORY_TRIES:
+            break
+        if op_shape is not None and _shape(order.token(rank, channel[j]) or ()) != op_shape:
+            continue
+        tries += 1
+        before, complete = _shapes_by_tokens(order, rank, order.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
+        if not (whole and complete) or now[:len(before)] != before[:len(now)]:
+            continue
+        if len(now) <= len(before):
+            return None
+        after, _ = _shapes_by_tokens(order, rank, order.following(rank, channel[j]), end, len(now) - len(before))
+        if now[len(before):] == after:
+            return order._went_past(rank, order._nth_following(rank, start, len(before)), 0, True)
+    return None
+
+
+PAST_JOBS = {
+    "own_past": dict(world_size=8, tp=1, pp=8, steps=4, fault=Fault("skip_op", rank=3, group="default", step=2)),
+    "steps_differ": dict(world_size=8, tp=1, pp=4, steps=4, fault=Fault("skip_op", rank=0, group="default", step=2)),
+    "first_stage_skips_send": dict(world_size=8, tp=1, pp=8, steps=4, fault=Fault("p2p_unmatched", rank=0, group="pp", step=2)),
+    "pipeline_hang": dict(world_size=16, tp=2, pp=4, steps=4, timing=True, fault=Fault("hang", rank=5, group="tp", step=2)),
+    "batched_p2p": JOBS["batched_p2p"],
+    "wrapped": JOBS["wrapped"],
+}
+
+
+def test_a_ranks_past_read_with_early_stops_says_what_the_whole_stretches_say():
+    """past_says_skipped, which stops reading a stretch of the rank's past at its first op
+    unlike what the rank did since (and reads nothing more when that is unfinished), says
+    what reading every stretch whole says: for every rank, on each of its groups'
+    collective channels (every prefix, with and without the op's shape) and P2P channels."""
+    from frtrace.diagnosis.program_order import _name_channel, _shape as shape_of
+
+    said = asked = 0
+    for name, params in PAST_JOBS.items():
+        analysis, _ = analyse_dicts(dict(generate(**params).dumps), render=False)
+        order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        reference = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        for view in analysis.device.views:
+            for rank, stream in view.streams.items():
+                if rank not in order.entries:
+                    continue
+                channels = []
+                positions = [order.position(rank, stream.collectives[s][0]) for s in sorted(stream.collectives)]
+                positions = [p for p in positions if p is not None]
+                for k in range(2, len(positions) + 1):
+                    channels.append((positions[:k], None))
+                    channels.append((positions[:k], shape_of(order.token(rank, positions[k - 1]) or ())))
+                by_channel: dict = {}
+                for k, entry in enumerate(stream.p2p):
+                    position = order.p2p_position(rank, stream.p2p, k)
+                    if position is not None:
+                        by_channel.setdefault(_name_channel(entry.name), []).append(position)
+                channels += [(positions, None) for positions in by_channel.values()]
+                for channel, op_shape in channels:
+                    expected = _past_says_skipped_by_tokens(reference, rank, channel, op_shape)
+                    assert order.past_says_skipped(rank, channel, op_shape) == expected, (name, rank, channel)
+                    asked += 1
+                    said += expected is not None
+    assert asked > 1000 and said > 0
+
+
+def _turns_say_skipped_by_entries(order: ProgramOrder, rank: int, p2p, skipped: tuple):
+    """ProgramOrder.turns_say_skipped reading the P2P entries themselves, newest first."""
+    from frtrace.diagnosis.program_order import HISTORY_SPAN
+
+    entries = list(p2p)
+    if len(entries) < 3:
+        return None
+    newest = entries[-1]
+    other = _p2p_channel(newest)
+    if other == skipped:
+        return None
+    turns = 0
+    for channel in [_p2p_channel(entry) for entry in entries[::-1][:HISTORY_SPAN]]:
+        if channel == skipped or channel == other:
+            if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
+                return None
+            turns += 1
+    if turns < 3:
+        return None
+    position = order.position(rank, newest)
+    return order._went_past(rank, position, 0, True) if position is not None else None
+
+
+def test_turns_read_off_the_codes_are_the_entries_turns():
+    """turns_say_skipped reads the channels of a rank's P2P ops off the codes: for every
+    rank, group and channel it could be asked about, what reading the entries says."""
+    said = asked = 0
+    for name, params in PAST_JOBS.items():
+        analysis, _ = analyse_dicts(dict(generate(**params).dumps), render=False)
+        order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        for view in analysis.device.views:
+            for rank, stream in view.streams.items():
+                if rank not in order.entries:
+                    continue
+                for skipped in {_p2p_channel(entry) for entry in stream.p2p}:
+                    for op in ("send", "recv"):
+                        skipped = (op, *skipped[1:])
+                        expected = _turns_say_skipped_by_entries(order, rank, stream.p2p, skipped)
+                        assert order.turns_say_skipped(rank, stream.p2p, skipped) == expected, (name, rank, skipped)
+                        asked += 1
+                        said += expected is not None
+    assert asked > 100 and said > 0

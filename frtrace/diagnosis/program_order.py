@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import islice, repeat
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from ..builder import Layout
 from ..matcher import MatchResult, batch_signature
@@ -85,6 +85,7 @@ class ProgramOrder:
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
         self._token_parts: dict = {}  # (rank, static rows of a batch's entries) -> see _token_part
         self._batch_signatures: dict = {}  # ids of a batch's op names and shapes -> batch_signature
+        self._batch_shapes: dict = {}  # ids of a batch's op names and shapes -> all of its shape but the family
         self.collectives = matches.index.at
         self._p2p_of_group = matches.index.p2p_of
         self._partners: dict = {}  # group id -> {(rank, position of its send or recv): where the other end is}
@@ -368,17 +369,69 @@ class ProgramOrder:
 
     # ---- the rank's own past
 
-    def _shapes(self, rank: int, start: Optional[int], stop: int, limit: int) -> tuple:
+    def _shapes(self, rank: int, start: Optional[int], stop: int, limit: int, like: Sequence = ()) -> tuple:
         """(shapes of the rank's ops from `start` up to `stop`, at most `limit` of them;
-        whether that reached `stop`)."""
+        whether that reached `stop`), read off the columns batch by batch. Every finding
+        of a job-wide hang reads a few stretches of one rank's past, some 100,000 ops in
+        all and hardly any twice, so neither their tokens nor their bounds are kept. A
+        walk told what its stretch should begin `like` stops at the first op unlike it,
+        as one that did not reach `stop`: such a stretch is no repeat of the other."""
         shapes: list[tuple] = []
-        while start is not None and start < stop and len(shapes) < limit:
-            token = self.token(rank, start)
-            if token is None:
+        if start is None or start >= stop or limit <= 0:
+            return shapes, start is None or start >= stop
+        length = len(self.entries[rank])
+        first, last = self._batch_bounds(rank, start)  # `start` may be inside a batch
+        for first, last in self._batches_from(rank, first, last):
+            shape = self._batch_shape(rank, first, last)
+            if shape is None or (len(shapes) < len(like) and shape != like[len(shapes)]):
                 return shapes, False
-            shapes.append(_shape(token))
-            start = self.following(rank, start)
-        return shapes, start is None or start >= stop
+            shapes.append(shape)
+            if last + 1 >= stop or len(shapes) == limit:
+                break
+        return shapes, last + 1 >= min(stop, length)
+
+    def _batches_from(self, rank: int, first: int, last: int) -> Iterator[tuple[int, int]]:
+        """(first, last) position of each batch from the one at `first` to `last` on,
+        oldest first: the batch after one starts right after it, so only its end is looked
+        for (what `_batch_bounds` finds walking both ways), each op's key read once."""
+        entries = self.entries[rank]
+        length, batch_key = len(entries), entries.batch_key
+        yield first, last
+        at = last + 1
+        key = batch_key(at) if at < length else None
+        while at < length:
+            first = last = at
+            at += 1
+            following = batch_key(at) if at < length else None
+            while following == key:
+                last, at = at, at + 1
+                following = batch_key(at) if at < length else None
+            yield first, last
+            key = following
+
+    def _batch_shape(self, rank: int, first: int, last: int) -> Optional[tuple]:
+        """`_shape` of the token of the rank's batch from `first` to `last` (None outside
+        every group), read off its static rows; no sequence number is read. Ranks share
+        op names and shapes (the objects), and the ranks a hang's findings ask about each
+        read a few dozen ops, mostly ones no other asked about before: kept by those
+        objects, as `_batch_signature` keeps signatures, not per rank (as `_token_part`)."""
+        entries = self.entries[rank]
+        statics = entries.statics
+        if first == last:
+            batch = [statics[entries.codes[first]]]
+        else:
+            batch = [statics[code] for code in entries.codes[first:last + 1]]
+        gid = self.layout.group_of(batch[0][0], rank)
+        family = self.family.get(gid) if gid is not None else None
+        if family is None:
+            return None
+        key = tuple([id(part) for static in batch for part in static[2:4]])  # (name, shapes) of each
+        rest = self._batch_shapes.get(key)
+        if rest is None:
+            name = batch[0][2]
+            signature = self._batch_signature(rank, first, last, batch)
+            rest = self._batch_shapes[key] = (name.is_p2p, name.op, name.local_src, name.local_dst, signature)
+        return (family, *rest)
 
     def past_says_skipped(self, rank: int, channel: list, op_shape: Optional[tuple]) -> Optional[WentPast]:
         """With nobody like it to compare with, a rank's own past: if what it did since
@@ -392,6 +445,8 @@ class ProgramOrder:
         if start is None:
             return None  # it stands right after its last op there: behind
         now, whole = self._shapes(rank, start, len(self.entries[rank]), HISTORY_SPAN)
+        if not whole:
+            return None  # no stretch of its past can be compared with an unfinished one
         tries = 0
         for j in range(len(channel) - 1, 0, -1):
             if tries == HISTORY_TRIES:
@@ -399,7 +454,7 @@ class ProgramOrder:
             if op_shape is not None and _shape(self.token(rank, channel[j]) or ()) != op_shape:
                 continue
             tries += 1
-            before, complete = self._shapes(rank, self.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
+            before, complete = self._shapes(rank, self.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN, now)
             if not (whole and complete) or now[:len(before)] != before[:len(now)]:
                 continue
             if len(now) <= len(before):
@@ -443,7 +498,7 @@ class ProgramOrder:
             position, read = self.following(rank, position), read + 1
         return None
 
-    def turns_say_skipped(self, rank: int, p2p: list, skipped: tuple) -> Optional[WentPast]:
+    def turns_say_skipped(self, rank: int, p2p: RowList, skipped: tuple) -> Optional[WentPast]:
         """A rank whose P2P ops in a group (`p2p`, oldest first) took turns between the
         `skipped` channel and one other (a first pipeline stage's forward send and
         backward recv, one micro-batch per step: c d c d) and then posted on the other
@@ -457,9 +512,11 @@ class ProgramOrder:
         if other == skipped:
             return None
         # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
-        # Read op by op: most ranks asked about break the pattern within a few ops.
+        # Read op by op, off the codes (no entry built): most ranks asked about break the
+        # pattern within a few ops.
         turns = 0
-        for channel in map(_p2p_channel, islice(reversed(p2p), HISTORY_SPAN)):
+        for _, name in islice(newest_p2p_names(p2p), HISTORY_SPAN):
+            channel = _name_channel(name)
             if channel == skipped or channel == other:
                 if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
                     return None
