@@ -11,10 +11,8 @@ decides what to say.
 
 import faulthandler
 import functools
-import io
 import multiprocessing
 import os
-import pickle
 import signal
 import stat
 import threading
@@ -27,6 +25,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 
 from .entry_columns import SharedValues
+from .forked import Forked
 from .model import LoadIssue, LoadResult, RankDump
 from .safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
 
@@ -199,43 +198,7 @@ def _in_child(function, *args) -> tuple:
     such as dask's and multiprocessing's workers may do it too)."""
     if not hasattr(os, "fork"):
         return _in_spawned_child(function, *args)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: compute, send, and leave without running any cleanup of the parent's
-        code = 1
-        try:
-            # If this process crashes, the parent names the file in one line: a fault handler
-            # inherited from it (python -X faulthandler, pytest) would add a traceback to stderr.
-            faulthandler.disable()
-            os.close(read_fd)
-            with open(write_fd, "wb", closefd=True) as pipe:
-                pickle.dump(function(*args), pipe, protocol=pickle.HIGHEST_PROTOCOL)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with open(read_fd, "rb", closefd=True) as pipe:
-        payload = pipe.read()  # before waiting: a large result would fill the pipe
-    _, status = os.waitpid(pid, 0)
-    exitcode = os.waitstatus_to_exitcode(status)
-    if exitcode != 0 or not payload:
-        return None, exitcode
-    # The child is this program on data it checked: its own pickle of its results, read
-    # back allowing this package's records and nothing else that could run code.
-    return _OwnResultUnpickler(io.BytesIO(payload)).load(), 0
-
-
-class _OwnResultUnpickler(pickle.Unpickler):
-    """Reads what a child of this process pickled: frtrace's own records (and the arrays
-    and sets they hold), never another module's callables."""
-
-    _ALLOWED = {("array", "array"), ("array", "_array_reconstructor"), ("builtins", "frozenset"),
-                ("builtins", "set"), ("builtins", "range"), ("builtins", "slice")}
-
-    def find_class(self, module: str, name: str):  # type: ignore[no-untyped-def]
-        if module.startswith("frtrace.") or (module, name) in self._ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"unexpected {module}.{name} in a child's result")
+    return Forked.start(function, *args).collect()
 
 
 def _in_spawned_child(function, *args) -> tuple:
@@ -251,7 +214,7 @@ def _in_spawned_child(function, *args) -> tuple:
     finally:
         receiver.close()
     child.join()
-    return (result, 0) if result is not None else (None, child.exitcode)
+    return (result, None) if result is not None else (None, child.exitcode)
 
 
 def _compute_and_send(function, args: tuple, sender) -> None:

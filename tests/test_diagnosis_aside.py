@@ -60,7 +60,7 @@ def test_not_wanted_it_is_computed_by_the_caller():
 def test_an_unread_child_is_ended_and_reaped():
     with Aside(lambda: threading.Event().wait(60)) as aside:
         assert aside._child is not None
-        pid = aside._child[0]
+        pid = aside._child.pid
     with pytest.raises(ChildProcessError):  # reaped: no such child any more
         os.waitpid(pid, os.WNOHANG)
 
