@@ -267,6 +267,38 @@ def find_torchfrtrace(args) -> Optional[str]:
     return None
 
 
+def _round(args, ranks: int, dumps: Path, truth: dict, workers: list, runs: Path, tag: str) -> dict:
+    """A bare unpickle in one process and in two, then frtrace end to end, one after the other."""
+    log(f"{ranks} ranks: bare unpickle{tag}")
+    bare = run_measured([sys.executable, str(HERE / "bare_unpickle.py"), str(dumps)],
+                        runs / "bare.json", runs / "bare.err")
+    bare["result"] = _json_stdout(runs / "bare.json")
+    log(f"{ranks} ranks: bare unpickle, two processes{tag}")
+    bare2 = run_measured([sys.executable, str(HERE / "bare_unpickle.py"), str(dumps), "--processes", "2"],
+                         runs / "bare2.json", runs / "bare2.err")
+    log(f"{ranks} ranks: frtrace end to end{tag}")
+    cli = run_measured([sys.executable, "-m", "frtrace", "-d", str(dumps), "--format", "json", *workers],
+                       runs / "frtrace.json", runs / "frtrace.err")
+    report = _json_stdout(runs / "frtrace.json") or {}
+    cli["status"], cli["suspect_ranks"] = report.get("status"), report.get("suspect_ranks")
+    cli["verdict_matches_truth"] = (cli["status"] == truth.get("status")
+                                    and cli["suspect_ranks"] == truth.get("suspect_ranks"))
+    return {"bare": bare, "bare2": bare2, "frtrace": cli}
+
+
+def _median_run(runs: list) -> dict:
+    """The run of median wall time (the lower middle one of an even number)."""
+    return sorted(runs, key=lambda run: run["wall_s"])[(len(runs) - 1) // 2]
+
+
+def _ratio_cell(ratios: list) -> str:
+    """The median ratio, with the range over the rounds when there were several."""
+    if not ratios:
+        return "—"
+    middle = ratios[(len(ratios) - 1) // 2]
+    return f"{middle:.2f}×" if len(ratios) == 1 else f"{middle:.2f}× ({ratios[0]:.2f}–{ratios[-1]:.2f})"
+
+
 def bench_size(args, ranks: int, torchfrtrace: Optional[str]) -> dict:
     dumps, truth, generated = ensure_dumps(args, ranks)
     files = sorted(dumps.iterdir())
@@ -275,25 +307,18 @@ def bench_size(args, ranks: int, torchfrtrace: Optional[str]) -> dict:
     runs = args.runs_dir / f"r{ranks}"
     workers = ["--workers", str(args.workers)] if args.workers else []
 
-    log(f"{ranks} ranks: bare unpickle")
-    bare = run_measured([sys.executable, str(HERE / "bare_unpickle.py"), str(dumps)],
-                        runs / "bare.json", runs / "bare.err")
-    bare["result"] = _json_stdout(runs / "bare.json")
-    result["bare"] = bare
-    result["entries"] = (bare["result"] or {}).get("entries")
-    log(f"{ranks} ranks: bare unpickle, two processes")
-    bare2 = run_measured([sys.executable, str(HERE / "bare_unpickle.py"), str(dumps), "--processes", "2"],
-                         runs / "bare2.json", runs / "bare2.err")
-    result["bare2"] = bare2
-
-    log(f"{ranks} ranks: frtrace end to end")
-    cli = run_measured([sys.executable, "-m", "frtrace", "-d", str(dumps), "--format", "json", *workers],
-                       runs / "frtrace.json", runs / "frtrace.err")
-    report = _json_stdout(runs / "frtrace.json") or {}
-    cli["status"], cli["suspect_ranks"] = report.get("status"), report.get("suspect_ranks")
-    cli["verdict_matches_truth"] = (cli["status"] == truth.get("status")
-                                    and cli["suspect_ranks"] == truth.get("suspect_ranks"))
-    result["frtrace"] = cli
+    rounds = [_round(args, ranks, dumps, truth, workers, runs / f"round-{k + 1}" if args.repeat > 1 else runs,
+                     f" (round {k + 1} of {args.repeat})" if args.repeat > 1 else "")
+              for k in range(args.repeat)]
+    result["rounds"] = rounds
+    # Each figure is that of its median round; the ratios pair each round's runs, taken
+    # minutes apart at most, which the machine's drift spoils less than runs far apart.
+    for name in ("bare", "bare2", "frtrace"):
+        result[name] = _median_run([r[name] for r in rounds])
+    result["verdicts_match_truth"] = all(r["frtrace"]["verdict_matches_truth"] for r in rounds)
+    result["entries"] = (result["bare"]["result"] or {}).get("entries")
+    result["x_bare"] = sorted(r["frtrace"]["wall_s"] / r["bare"]["wall_s"] for r in rounds)
+    result["x_bare2"] = sorted(r["frtrace"]["wall_s"] / r["bare2"]["wall_s"] for r in rounds)
 
     log(f"{ranks} ranks: frtrace phases")
     phases = run_measured([sys.executable, str(HERE / "phases.py"), str(dumps), *workers],
@@ -369,12 +394,12 @@ def table(results: list) -> str:
             # at least its largest process.
             _f(cli["peak_mb"], 0), _f(max(cli["tree_peak_mb"] or 0, cli["peak_mb"]), 0),
             *(_f(phase_s.get(p)) for p in PHASES), tft_s, tft_mb, speedup,
-            f"{cli['wall_s'] / bare['wall_s']:.2f}×",
-            f"{cli['wall_s'] / bare2['wall_s']:.2f}×" if bare2 else "—",
+            _ratio_cell(r.get("x_bare") or [cli["wall_s"] / bare["wall_s"]]),
+            _ratio_cell(r.get("x_bare2") or ([cli["wall_s"] / bare2["wall_s"]] if bare2 else [])),
             _f(cli["wall_s"] / entries * 1e6) if entries else "—",
             # What frtrace held at its peak, per entry (its largest process: the main one).
             _f(cli["peak_mb"] * 1e6 / entries, 0) if entries else "—",
-            "ok" if cli["verdict_matches_truth"] else f"WRONG ({cli['status']}, {cli['suspect_ranks']})",
+            "ok" if r.get("verdicts_match_truth", cli["verdict_matches_truth"]) else f"WRONG ({cli['status']}, {cli['suspect_ranks']})",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
@@ -426,9 +451,14 @@ def main(argv=None) -> int:
                              "as one group has more than 10 mismatches, which on these dumps happens early; a huge N "
                              "makes it analyse everything, as frtrace does")
     parser.add_argument("--timeout", type=float, default=600, help="seconds before torchfrtrace is killed (default 600)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run the bare unpickles and frtrace N times in turn at each size: the table shows each "
+                             "figure's median round, and the median ratio with its range over the rounds")
     parser.add_argument("--profile", type=int, nargs="*", metavar="RANKS",
                         help="also run frtrace under cProfile (--workers 1) at these sizes; top 15 into --out")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     for ranks in args.ranks:
         if ranks % (args.tp * args.pp):
             parser.error(f"--ranks {ranks} is not a multiple of tp*pp = {args.tp * args.pp} (change --tp/--pp)")
