@@ -25,14 +25,10 @@ import click
 from . import __version__
 from .builder import MAX_WORLD_SIZE
 from .diagnosis import diagnose
-from .diff_report import render_diff_json, render_diff_markdown, render_diff_text
 from .loader import InputError, discover_dump_files, iter_dump_files, select_files
 from .model import LoadIssue
 from .output_paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
-from .timeline import choose_ranks
-from .outputs import write_output
 from .pipeline import analyze, match_files
-from .progress_diff import JobMismatch, diff_progress
 from .rawview import (DEFAULT_LAST, SIDE_BY_SIDE_MAX, RenderedBlock, StackNumbers, rank_block_lines, render_block,
                       side_by_side_lines)
 from .sources import as_input, is_url
@@ -457,6 +453,11 @@ WRITTEN_AS = {"pickle": "pickle of (types, db)", "SQLite": "SQLite database; -o 
 def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list,
                    timeline_all: bool = False) -> list:
     """Write each output; the OutputErrors of those that failed (the report still follows)."""
+    # Imported when asked for (as the `diff` command's modules are): most runs write no
+    # file, and every run pays for what it imports before the first dump is read.
+    from .outputs import write_output
+    from .timeline import choose_ranks
+
     failed = []
     for target in targets:
         what = WRITTEN_AS.get(target.format, target.format)
@@ -583,6 +584,9 @@ def frtrace_diff(old, new, prefix, fmt, workers, max_file_size, exit_zero, verbo
         max_bytes = _parse_size(max_file_size)
     except ValueError:
         raise click.UsageError(f"--max-file-size takes a size such as 512M or 4G, not {max_file_size!r}")
+    from .diff_report import render_diff_json, render_diff_markdown, render_diff_text  # see _write_outputs
+    from .progress_diff import JobMismatch, diff_progress
+
     analyses = [_analyze_one(label, path, prefix, workers, max_bytes, verbose) for label, path in (("OLD", old), ("NEW", new))]
     try:
         diff = diff_progress(*analyses)
