@@ -2,9 +2,8 @@
 
 Takes a function and its arguments; `Forked.start` forks a child computing it and returns
 a handle, whose `collect()` returns `(result, None)`, or `(None, exit code)` when the
-child died or sent nothing. Two stages use it: the loader, so that a pickle which crashes the
-decoder costs one file and not the process (loader.py), and the diagnosis, to run a rule
-on the second core while the main process goes on (diagnosis/aside.py).
+child died or sent nothing. The loader decodes in one, so that a pickle which crashes the
+decoder costs one file and not the process (loader.py).
 
 The child is this program working on data it has checked: its pickle of the result is
 read back allowing frtrace's own records only (`OwnResultUnpickler`), never another
@@ -17,7 +16,6 @@ import faulthandler
 import io
 import os
 import pickle
-import signal
 from typing import Callable
 
 
@@ -35,7 +33,7 @@ class OwnResultUnpickler(pickle.Unpickler):
 
 
 class Forked:
-    """A forked child computing a function; `collect()` its result, or `end()` it unread."""
+    """A forked child computing a function; `collect()` its result."""
 
     __slots__ = ("pid", "_read_fd")
 
@@ -79,12 +77,3 @@ class Forked:
         if exitcode != 0 or not payload:
             return None, exitcode
         return OwnResultUnpickler(io.BytesIO(payload)).load(), None
-
-    def end(self) -> None:
-        """Kill the child unread, and reap it."""
-        os.close(self._read_fd)
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(self.pid, 0)

@@ -13,8 +13,7 @@ The rules, one module per question, run in this order:
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
-    stragglers.late_arrivals      ranks that consistently arrive late (a warning at most);
-                                  in a large job, on the other core from the start (aside.Aside)
+    stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
     missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
 
 Each fault kind is one row of `kinds.KINDS`.
@@ -22,11 +21,9 @@ Each fault kind is one row of `kinds.KINDS`.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable
 
 from ..pipeline import Analysis
-from .aside import Aside
 from .divergence import divergences
 from .facts import Facts
 from .finding import Diagnosis, Finding, P2PEnds, WentPast
@@ -48,22 +45,13 @@ Rule = Callable[[Facts], list[Finding]]
 FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, positions_from_pg_status)
 
 
-# Dumps from which the stragglers rule runs on the other core: below, it takes a few
-# hundredths of a second, and a fork would cost about as much as it saves.
-ASIDE_MIN_RANKS = 512
-
-
 def diagnose(analysis: Analysis) -> Diagnosis:
     facts = Facts.of(analysis)
-    # The stragglers rule reads only the facts, no other rule's findings, and a large job's
-    # sample (100,000 collectives at 4,096 ranks) takes it as long as linking: it runs on
-    # the other core meanwhile (the loader's workers are done by now).
-    with Aside(partial(late_arrivals, facts), wanted=len(facts.seen) >= ASIDE_MIN_RANKS) as late:
-        findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
-        # Linking breaks ties by the order it is given: per group, collectives before P2P.
-        findings.sort(key=_group_then_p2p)
-        link_consequences(findings, _went_past_judge(facts))
-        findings += late.result()
+    findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
+    # Linking breaks ties by the order it is given: per group, collectives before P2P.
+    findings.sort(key=_group_then_p2p)
+    link_consequences(findings, _went_past_judge(facts))
+    findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
     findings += empty_dumps(facts)
     return conclude(facts, findings)
