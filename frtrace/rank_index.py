@@ -157,10 +157,12 @@ class SeqMap(Mapping[int, tuple]):
                 return [NOT_SINGLE] * (first - seqs[0]) + held + [NOT_SINGLE] * (seqs[-1] - last)
         # Otherwise each number's key is looked up in a table of the rank's own: a batch
         # (several rows under one number, which the sorted rows hold side by side) gets
-        # the keys of all its rows.
-        own = dict(zip(self.seqs, row_keys))
-        if len(own) < len(row_keys):
-            own.update((seq, BatchKey(keys)) for seq, keys in _batches(self.seqs, row_keys).items())
+        # the keys of all its rows (see NumberLayout).
+        if self.numbers == len(row_keys):  # one row per number
+            own = dict(zip(self.seqs, row_keys))
+        else:
+            layout = self._layout(layouts)
+            own = dict(zip(map(self.seqs.__getitem__, layout.starts), layout.keys(row_keys)))
         return list(map(own.get, seqs, repeat(NOT_SINGLE)))
 
 
@@ -206,14 +208,6 @@ class NumberLayout(NamedTuple):
         for position, rows in zip(self.batches, self.batch_rows):
             numbered[position] = BatchKey(row_keys[rows])
         return numbered
-
-
-def _batches(seqs: Sequence[int], keys: list) -> dict:
-    """seq -> the keys of its rows, for each number that several of the sorted `seqs`
-    share. Where a number changes is found in C; Python steps once per number, not per
-    row (a batch of a dozen ops is common)."""
-    changes = list(compress(range(1, len(seqs)), map(operator.ne, islice(seqs, 1, None), seqs)))
-    return {seqs[start]: keys[start:end] for start, end in zip([0, *changes], [*changes, len(seqs)]) if end - start > 1}
 
 
 class BatchKey(tuple):
