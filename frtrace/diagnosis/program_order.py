@@ -83,7 +83,6 @@ class ProgramOrder:
         self._tokens: dict = {}  # (rank, position) -> token
         self._bounds: dict = {}  # (rank, position) -> (first, last) position of its batch
         self._signatures: dict = {}  # shared by batch_signature, as in the matcher
-        self._token_parts: dict = {}  # (rank, static rows of a batch's entries) -> see _token_part
         self._batch_signatures: dict = {}  # ids of a batch's op names and shapes -> batch_signature
         self._batch_shapes: dict = {}  # ids of a batch's op names and shapes -> all of its shape but the family
         self.collectives = matches.index.at
@@ -203,34 +202,14 @@ class ProgramOrder:
         return self._tokens[key]
 
     def _token(self, rank: int, position: int) -> Optional[tuple]:
-        # Read off the batch's static rows and its sequence number, without building its
-        # entries: a rank's past is read op by op, some 100,000 ops in a large job.
+        # The batch's shape (see _batch_shape) and its sequence number, without building
+        # its entries: a rank's past is read op by op, some 100,000 ops in a large job.
         start, end = self._batch_bounds(rank, position)
-        entries = self.entries[rank]
-        part = self._token_part(rank, start, end)
-        if part is None:
+        shape = self._batch_shape(rank, start, end)
+        if shape is None:
             return None
-        family, name, signature = part
-        seq = entries.value("p2p_seq_id" if name.is_p2p else "collective_seq_id", start)
-        return (family, name.is_p2p, seq, name.op, name.local_src, name.local_dst, signature)
-
-    def _token_part(self, rank: int, start: int, end: int) -> Optional[tuple]:
-        """(family, op name, batch signature) of the rank's batch from `start` to `end`
-        (None: outside every group of the layout): all of its token but its sequence
-        number, read off its entries' static rows. The same for each step of a training
-        loop, so kept per rank and static rows."""
-        entries = self.entries[rank]
-        key = (rank, tuple(entries.codes[start:end + 1]))
-        part = self._token_parts.get(key, _UNSEEN)
-        if part is _UNSEEN:
-            statics = [entries.statics[code] for code in key[1]]
-            pg_name, _, name = statics[0][:3]
-            gid = self.layout.group_of(pg_name, rank)
-            part = None
-            if gid is not None and gid in self.family:
-                part = (self.family[gid], name, self._batch_signature(rank, start, end, statics))
-            self._token_parts[key] = part
-        return part
+        seq = self.entries[rank].value("p2p_seq_id" if shape[1] else "collective_seq_id", start)
+        return (*shape[:2], seq, *shape[2:])
 
     def _batch_signature(self, rank: int, start: int, end: int, statics: list) -> Optional[tuple]:
         """batch_signature of the rank's entries from `start` to `end`, which hold the static
@@ -410,11 +389,12 @@ class ProgramOrder:
             key = following
 
     def _batch_shape(self, rank: int, first: int, last: int) -> Optional[tuple]:
-        """`_shape` of the token of the rank's batch from `first` to `last` (None outside
-        every group), read off its static rows; no sequence number is read. Ranks share
+        """What the rank's batch from `first` to `last` is, wherever it comes: (family,
+        is_p2p, op, src, dst, batch signature), or None outside every group; its token
+        adds the sequence number (`_token`). Read off its static rows. Ranks share
         op names and shapes (the objects), and the ranks a hang's findings ask about each
         read a few dozen ops, mostly ones no other asked about before: kept by those
-        objects, as `_batch_signature` keeps signatures, not per rank (as `_token_part`)."""
+        objects, as `_batch_signature` keeps signatures, not per rank."""
         entries = self.entries[rank]
         statics = entries.statics
         if first == last:
@@ -527,8 +507,7 @@ class ProgramOrder:
         return self._went_past(rank, position, 0, True) if position is not None else None
 
     def _shape_at(self, rank: int, position: Optional[int]) -> Optional[tuple]:
-        token = self.token(rank, position) if position is not None else None
-        return _shape(token) if token is not None else None
+        return self._batch_shape(rank, *self._batch_bounds(rank, position)) if position is not None else None
 
     def _nth_following(self, rank: int, position: int, n: int) -> int:
         at: Optional[int] = position
