@@ -8,7 +8,7 @@ share the files (every N-th file each, from a fork): the floor for frtrace --wor
 
 Plain `pickle.load` is fine here, and only here: the files are our own synthetic dumps written
 by `frtrace.testing.synth` for this benchmark, never user input. (frtrace itself reads dumps with an
-unpickler that refuses every class lookup; see frtrace/safe_decode.py.)
+unpickler that refuses every class lookup; see frtrace/load/safe_decode.py.)
 """
 
 from __future__ import annotations

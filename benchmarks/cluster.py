@@ -30,14 +30,14 @@ from pathlib import Path
 
 def one(mode: str, directory: str, workers: int) -> dict:
     from frtrace.diagnosis import diagnose
-    from frtrace.pipeline import analyze
-    from frtrace.report import render_json
+    from frtrace.match.analysis import analyze
+    from frtrace.report.render import render_json
 
     started = time.perf_counter()
     connect_seconds = 0.0
     scheduler = None
     if mode == "dask":
-        from frtrace import cluster
+        from frtrace.load import cluster
 
         connect = cluster.DaskRunner.connect
 
@@ -60,7 +60,11 @@ def one(mode: str, directory: str, workers: int) -> dict:
 
 
 def transfer_bytes(directory: str, sample: int = 64) -> dict:
-    from frtrace.loader import DEFAULT_MAX_FILE_BYTES, _load_batch_for_transfer, discover_dump_files
+    from frtrace.load.loader import (
+        DEFAULT_MAX_FILE_BYTES,
+        _load_batch_for_transfer,
+        discover_dump_files,
+    )
 
     files = discover_dump_files([Path(directory)]).files[:sample]
     jobs = [(rank, str(path), DEFAULT_MAX_FILE_BYTES, False) for rank, path in files]

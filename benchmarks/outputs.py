@@ -72,9 +72,9 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from frtrace.diagnosis import diagnose
-    from frtrace.pipeline import analyze
-    from frtrace.sqlite_export import write_sqlite
-    from frtrace.timeline import write_timeline
+    from frtrace.export.sqlite import write_sqlite
+    from frtrace.export.timeline import write_timeline
+    from frtrace.match.analysis import analyze
     from frtrace.util import cyclic_gc_paused
 
     out = Path(args.keep or tempfile.mkdtemp(prefix="frtrace-outputs-"))

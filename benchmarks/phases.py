@@ -2,8 +2,8 @@
 
     python benchmarks/phases.py DIR [--workers N] [--prefix P]
 
-Stages, in the order `frtrace -d DIR --format json` runs them (frtrace/pipeline.py `analyze`,
-then frtrace/cli.py): load (find + read + decode + normalise, `load_dumps`, with each dump
+Stages, in the order `frtrace -d DIR --format json` runs them (frtrace/match/analysis.py `analyze`,
+then frtrace/cli/analyse.py): load (find + read + decode + normalise, `load_dumps`, with each dump
 dealt into its groups as it arrives, `deal`), build
 (`build_layout`), match (`match`), diagnose (`diagnose`), render (`render_json`). Each is
 timed with `time.perf_counter`; `import` is the time to import the package. After every stage
@@ -24,12 +24,12 @@ import sys
 import time
 
 _started = time.perf_counter()
-from frtrace.builder import build_layout  # noqa: E402
 from frtrace.diagnosis import diagnose  # noqa: E402
-from frtrace.loader import load_dumps  # noqa: E402
-from frtrace.matcher import deal, match  # noqa: E402
-from frtrace.pipeline import finish_analysis  # noqa: E402
-from frtrace.report import render_json  # noqa: E402
+from frtrace.load.layout import build_layout  # noqa: E402
+from frtrace.load.loader import load_dumps  # noqa: E402
+from frtrace.match.analysis import finish_analysis  # noqa: E402
+from frtrace.match.matcher import deal, match  # noqa: E402
+from frtrace.report.render import render_json  # noqa: E402
 
 _imported = time.perf_counter()
 
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
                         help="loader processes, as frtrace --workers (default: number of cores, as the CLI)")
     parser.add_argument("--prefix", default=None)
     args = parser.parse_args(argv)
-    gc.disable()  # as frtrace's command line does (see frtrace/cli.py main)
+    gc.disable()  # as frtrace's command line does (see frtrace/cli/analyse.py main)
 
     seconds = {"import": _imported - _started}
     memory = {}

@@ -5,4 +5,6 @@ report / rawview / database / outputs; `pipeline.analyze` runs the first three a
 `cli` wires everything to the `frtrace` command.
 """
 
-__version__ = "0.1.0"
+from frtrace._version import __version__
+
+__all__ = ["__version__"]

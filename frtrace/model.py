@@ -11,10 +11,7 @@ Everything here is immutable or slotted so millions of entries stay cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple, Optional
-
-if TYPE_CHECKING:
-    from .entry_table import EntryTable
+from typing import NamedTuple, Optional
 
 
 class Frame(NamedTuple):
@@ -116,43 +113,6 @@ class PgStatus(NamedTuple):
     last_enqueued: Optional[int]
     last_started: Optional[int]
     last_completed: Optional[int]
-
-
-@dataclass(slots=True)
-class RankDump:
-    """Everything frtrace keeps from one rank's dump file."""
-
-    rank: int
-    path: str
-    encoding: str  # pickle | json, with "+gzip" when compressed
-    version: str
-    comm_lib_version: str
-    pg_config: tuple  # tuple[PgConfig, ...]
-    pg_status: dict  # rank-local pg_id -> PgStatus
-    entries: EntryTable  # oldest first (Entry tuples given here are stored as a table)
-    has_entries: bool  # False when the dump was taken without collectives
-    warnings: tuple = ()
-    # Entries dropped because where they stand (their collective_seq_id) could not be read.
-    unreadable_entries: int = 0
-
-    @property
-    def backend(self) -> str:
-        return next((name.backend for name in self.entries.static_values("name") if name.backend), "")
-
-    @property
-    def wrapped(self) -> bool:
-        """The ring buffer overwrote older entries (its oldest record id is not 0)."""
-        return bool(self.entries) and self.entries.value("record_id", 0) > 0
-
-    @property
-    def has_frames(self) -> bool:
-        return any(self.entries.static_values("frames"))
-
-    def __post_init__(self) -> None:
-        from .entry_table import EntryTable  # here: entry_table builds on this module
-
-        if not isinstance(self.entries, EntryTable):  # Entry tuples (a test, a hand-made dump)
-            self.entries = EntryTable.from_entries(self.entries)
 
 
 # What torch writes as a group's description when the program gave none: it says nothing

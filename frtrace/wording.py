@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from .model import Entry, Frame
-from .util import fold_ranks
+from frtrace.model import Entry, Frame
+from frtrace.util import fold_ranks
 
 
 def group_label(name: str, desc: str) -> str:

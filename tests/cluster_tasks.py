@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from frtrace.loader import _load_batch_for_transfer
+from frtrace.load.loader import _load_batch_for_transfer
 
 DOOMED_RANK = 3
 

@@ -6,8 +6,8 @@ import gzip
 import json
 import pickle
 import re
-from collections import defaultdict
 import struct
+from collections import defaultdict
 from pathlib import Path
 
 FRAMES = [
@@ -184,11 +184,10 @@ def run_cli(args, **kwargs):
     exception escaping the command is a crash: it fails the test with its traceback."""
     import traceback
 
+    import pytest
     from click.testing import CliRunner
 
-    from frtrace.cli import _join_multi_values, frtrace
-
-    import pytest
+    from frtrace.cli.analyse import _join_multi_values, frtrace
 
     result = CliRunner().invoke(frtrace, _join_multi_values([str(a) for a in args]), **kwargs)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -253,13 +252,13 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
     normalise (a dict that is not a dump counts as an unreadable rank, as in `load_one`),
     build the layout, match, diagnose, and (by default) render every report, the raw view
     and the Database. Returns `(analysis, diagnosis)`, or None when no rank was usable."""
-    from frtrace.builder import build_layout
     from frtrace.diagnosis import diagnose
-    from frtrace.loader import normalise_dump
-    from frtrace.matcher import match
+    from frtrace.load.layout import build_layout
+    from frtrace.load.loader import normalise_dump
+    from frtrace.load.safe_decode import DecodeError
+    from frtrace.match.analysis import finish_analysis
+    from frtrace.match.matcher import match
     from frtrace.model import LoadIssue, LoadResult
-    from frtrace.pipeline import finish_analysis
-    from frtrace.safe_decode import DecodeError
 
     dumps, errors, failed = [], [], []
     for rank, raw in sorted(dumps_by_rank.items()):
@@ -281,9 +280,9 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
 
 def render_report_outputs(analysis, diagnosis) -> None:
     """Everything the CLI can print or pickle for an analysis, in memory."""
-    from frtrace.database import build_database
-    from frtrace.rawview import render_raw_entries
-    from frtrace.report import render_json, render_markdown, render_text
+    from frtrace.export.database import build_database
+    from frtrace.report.raw_view import render_raw_entries
+    from frtrace.report.render import render_json, render_markdown, render_text
 
     render_json(analysis, diagnosis)
     render_text(analysis, diagnosis)

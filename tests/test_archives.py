@@ -12,9 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from frtrace.loader import load_dumps
 from helpers import nccl_hang_dumps, run_cli, stderr_lines, write_job
+
+from frtrace.load.loader import load_dumps
 
 ARCHIVES = ("dumps.tar", "dumps.tar.gz", "dumps.tgz", "dumps.zip")
 

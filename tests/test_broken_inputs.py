@@ -22,13 +22,25 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import (
+    analyse_dicts,
+    assert_no_traceback,
+    copy_fixture,
+    dump,
+    entry,
+    fixture_dir,
+    healthy_dumps,
+    no_crash,
+    run_cli,
+    stderr_lines,
+    write_job,
+    write_pickle,
+)
 
-from frtrace.loader import load_one
-from frtrace.model import LoadIssue, RankDump
-from frtrace.safe_decode import DecodeError, decode_dump_bytes
-
-from helpers import (analyse_dicts, assert_no_traceback, copy_fixture, dump, entry, fixture_dir, healthy_dumps,
-                     no_crash, run_cli, stderr_lines, write_job, write_pickle)
+from frtrace.load.loader import load_one
+from frtrace.load.safe_decode import DecodeError, decode_dump_bytes
+from frtrace.model import LoadIssue
+from frtrace.table.rank_dump import RankDump
 
 MISSING = object()
 
@@ -927,7 +939,8 @@ SYNTH_HEALTHY = {
 @pytest.mark.parametrize("fmt", ["pickle", "json"])
 @pytest.mark.parametrize("name", sorted(SYNTH_HEALTHY))
 def test_synthetic_healthy_jobs_stay_healthy(name, fmt, tmp_path):
-    from frtrace.testing.synth import generate, write_job as synth_write_job
+    from frtrace.testing.synth import generate
+    from frtrace.testing.synth import write_job as synth_write_job
 
     job = generate(seed=3, **SYNTH_HEALTHY[name])
     assert job.truth["status"] == "healthy"
@@ -1009,7 +1022,8 @@ def test_a_rank_dumped_without_collectives_while_its_peers_wait_is_weighed_like_
 
 @pytest.mark.parametrize("lookahead", [0, 1, 2])
 def test_lookahead_does_not_change_the_culprit_of_a_hang(lookahead, tmp_path):
-    from frtrace.testing.synth import Fault, generate, write_job as synth_write_job
+    from frtrace.testing.synth import Fault, generate
+    from frtrace.testing.synth import write_job as synth_write_job
 
     job = generate(8, 2, 2, steps=3, timing=True, lookahead=lookahead, fault=Fault("hang", rank=5, group="tp", step=2))
     assert job.truth["suspect_ranks"] == [5]

@@ -3,10 +3,9 @@ import pickle
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace.cli import _join_multi_values, frtrace
-
 from helpers import dump, entry, write_job
+
+from frtrace.cli.analyse import _join_multi_values, frtrace
 
 
 def run(args, **kwargs):

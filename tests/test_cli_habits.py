@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace import cli, outputs
-from frtrace.cli import _join_multi_values, frtrace
-from frtrace.output_paths import OutputError, plan_output, write_atomically
-
 from helpers import FIXTURES, dump, entry, write_job, write_json
+
+from frtrace.cli import analyse as cli
+from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.export import outputs
+from frtrace.export.paths import OutputError, plan_output, write_atomically
 
 NO_FRAMES = FIXTURES / "hang_no_frames"
 
@@ -171,7 +171,8 @@ def test_no_color_turns_colour_off(monkeypatch):
 # replaced by one that signals the process itself: deterministic, and quick.
 SIGNALLING_RUN = """
 import os, signal, sys
-from frtrace import cli, outputs
+from frtrace.cli import analyse as cli
+from frtrace.export import outputs
 where, signame = sys.argv[1], sys.argv[2]
 def stop(*args, **kwargs):
     if where == "write":

@@ -17,9 +17,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import nccl_hang_dumps, run_cli, stderr_lines, write_job, write_synth_job
 
 from frtrace.testing.synth import Fault, generate
-from helpers import run_cli, stderr_lines, write_job, write_synth_job, nccl_hang_dumps
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -31,13 +31,13 @@ IN_CLUSTER = textwrap.dedent("""
     import json, logging, os, sys
     from click.testing import CliRunner
     from distributed import LocalCluster
-    from frtrace.cli import frtrace
+    from frtrace.cli.analyse import frtrace
     processes = os.environ.get("TEST_PROCESSES") == "1"
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None,
                            silence_logs=logging.CRITICAL)
     if os.environ.get("TEST_DOOMED"):
         import cluster_tasks
-        from frtrace import cluster as frcluster
+        from frtrace.load import cluster as frcluster
         connect = frcluster.DaskRunner.connect
         def doomed(address):
             runner = connect(address)
@@ -141,8 +141,8 @@ def test_bad_local_worker_count_is_a_usage_error(tmp_path):
 
 def test_the_plain_cli_path_imports_neither_dask_nor_fsspec(tmp_path):
     directory = write_job(tmp_path / "job", nccl_hang_dumps(world=2, culprit=1))
-    code = ("import sys; from frtrace.cli import main; import frtrace.pipeline, frtrace.loader;"
-            "from click.testing import CliRunner; from frtrace.cli import frtrace as cmd;"
+    code = ("import sys; from frtrace.cli.analyse import main; import frtrace.match.analysis, frtrace.load.loader;"
+            "from click.testing import CliRunner; from frtrace.cli.analyse import frtrace as cmd;"
             f"CliRunner().invoke(cmd, [{str(directory)!r}]);"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'fsspec', 's3fs', 'gcsfs'));"
             "print(bad)")

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frtrace.entry_columns import Coded, columns_from_raw, entry_table
-from frtrace.normalise import BatchMemo, _entries_one_by_one, _Normaliser
-from frtrace.safe_decode import decode_dump_bytes
+from frtrace.load.normalise import BatchMemo, _entries_one_by_one, _Normaliser
+from frtrace.load.safe_decode import decode_dump_bytes
+from frtrace.table.entry_columns import Coded, columns_from_raw, entry_table
 from frtrace.testing.synth import Fault, encode_dump, generate
 
 CI = settings(max_examples=60, deadline=None, derandomize=True, database=None,

@@ -17,10 +17,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from frtrace.testing.synth import Fault, generate, write_job as synth_write_job
-
 from helpers import FIXTURES, run_cli
+
+from frtrace.testing.synth import Fault, generate
+from frtrace.testing.synth import write_job as synth_write_job
 
 SEEDS = (1, 2, 3)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace.cli import frtrace
-from frtrace.diagnosis import diagnose
-from frtrace.pipeline import analyze
-from frtrace.testing.synth import Fault, generate, write_job
 from helpers import assert_fault_kind_named
+
+from frtrace.cli.analyse import frtrace
+from frtrace.diagnosis import diagnose
+from frtrace.match.analysis import analyze
+from frtrace.testing.synth import Fault, generate, write_job
 
 GLOO = Path(__file__).parent / "fixtures" / "gloo"
 TRUTHS = sorted((GLOO / "truth").glob("*.json"))

@@ -1,4 +1,4 @@
-"""The diagnosis's column reads (frtrace/diagnosis/columns.py) give exactly what reading
+"""The diagnosis's column reads (frtrace/diagnosis/sampling.py) give exactly what reading
 one value at a time gives (`SeqMap.value_at`, `LazyCalls.first_values`): any sequence
 numbers, batches, gaps, numbers no machine int holds, wrapped buffers, and collectives
 only some ranks hold."""
@@ -6,16 +6,15 @@ only some ranks hold."""
 from __future__ import annotations
 
 import pytest
+from helpers import analyse_dicts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.diagnosis.columns import first_rows, first_value_columns
-from frtrace.entry_table import EntryTable
+from frtrace.diagnosis.sampling import first_rows, first_value_columns
 from frtrace.model import Entry, OpName, Shapes
-from frtrace.rank_index import LazyCalls, SeqMap
+from frtrace.table.entry_table import EntryTable
+from frtrace.table.seq_map import LazyCalls, SeqMap
 from frtrace.testing.synth import Fault, generate
-
-from helpers import analyse_dicts
 
 _OP = OpName("nccl:all_reduce", "nccl", "all_reduce", False)
 _SHAPES = Shapes(((4,),), ("Float",), ((4,),), ("Float",))

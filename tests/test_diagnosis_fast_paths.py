@@ -7,14 +7,19 @@ batches, coalesced markers, wrapped buffers and queued ops left out of the devic
 from __future__ import annotations
 
 import pytest
+from helpers import analyse_dicts, job
 
 from frtrace.diagnosis.frontier import _newest_finished
-from frtrace.diagnosis.program_order import (ProgramOrder, _p2p_channel, _shape, newest_p2p_names, p2p_seq_ids)
-from frtrace.matcher import batch_signature
-from frtrace.standing import batch_key
+from frtrace.diagnosis.program_order import (
+    ProgramOrder,
+    _p2p_channel,
+    _shape,
+    newest_p2p_names,
+    p2p_seq_ids,
+)
+from frtrace.match.matcher import batch_signature
+from frtrace.table.standing import batch_key
 from frtrace.testing.synth import Fault, generate
-
-from helpers import analyse_dicts, job
 
 JOBS = {
     "tp_hang_lookahead": dict(world_size=16, tp=2, pp=2, steps=4, timing=True, lookahead=3,
@@ -233,7 +238,8 @@ def test_a_ranks_past_read_with_early_stops_says_what_the_whole_stretches_say():
     unlike what the rank did since (and reads nothing more when that is unfinished), says
     what reading every stretch whole says: for every rank, on each of its groups'
     collective channels (every prefix, with and without the op's shape) and P2P channels."""
-    from frtrace.diagnosis.program_order import _name_channel, _shape as shape_of
+    from frtrace.diagnosis.program_order import _name_channel
+    from frtrace.diagnosis.program_order import _shape as shape_of
 
     said = asked = 0
     for name, params in PAST_JOBS.items():

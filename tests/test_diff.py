@@ -9,13 +9,13 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace.cli import _command_for, frtrace, frtrace_diff
-from frtrace.pipeline import analyze
-from frtrace.progress_diff import JobMismatch, diff_progress
-from frtrace.testing.synth import Fault, generate, write_job as write_synth
-
 from helpers import assert_no_traceback, fixture_dir, job, write_job
+
+from frtrace.cli.analyse import _command_for, frtrace, frtrace_diff
+from frtrace.match.analysis import analyze
+from frtrace.report.progress_diff import JobMismatch, diff_progress
+from frtrace.testing.synth import Fault, generate
+from frtrace.testing.synth import write_job as write_synth
 
 TP = {"0": ("default_pg", (0, 1, 2, 3)), "tp0": ("tp", (0, 1)), "tp1": ("tp", (2, 3))}
 

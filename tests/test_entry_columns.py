@@ -1,7 +1,7 @@
 """The column-at-a-time fast path must give exactly what the entry-by-entry path gives.
 
 The loader normalises a dump's entries a whole column at a time when every field holds
-what torch writes (frtrace/entry_columns.py), and falls back on checking entry by entry
+what torch writes (frtrace/table/entry_columns.py), and falls back on checking entry by entry
 otherwise. These tests hold the two paths to the same entries and the same warnings, on
 real gloo dumps, on synthetic NCCL dumps, and on generated entries with odd values, and
 check that real dumps do take the fast path. They also round-trip the packed form that
@@ -15,19 +15,18 @@ import pickle
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES, write_synth_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from frtrace.entry_table import EntryTable
-from frtrace.entry_columns import Coded, columns_from_entries, columns_from_raw, entry_table
-from frtrace.loader import load_dumps, load_one
-from frtrace.normalise import _entries_one_by_one, _Normaliser
-from frtrace.model import Entry, Frame
-from frtrace.safe_decode import decode_dump_bytes
-from frtrace.testing.synth import Fault, encode_dump, generate
-
-from helpers import FIXTURES, write_synth_job
 from test_fuzz import _drop_missing, _entries, plausible, safe_scalars
+
+from frtrace.load.loader import load_dumps, load_one
+from frtrace.load.normalise import _entries_one_by_one, _Normaliser
+from frtrace.load.safe_decode import decode_dump_bytes
+from frtrace.model import Entry, Frame
+from frtrace.table.entry_columns import Coded, columns_from_entries, columns_from_raw, entry_table
+from frtrace.table.entry_table import EntryTable
+from frtrace.testing.synth import Fault, encode_dump, generate
 
 CI = settings(max_examples=150, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
@@ -228,10 +227,10 @@ def test_values_shared_across_ranks_give_the_same_matches_and_verdict(tmp_path, 
     # Loaded from files, equal values are one object across ranks and the matcher settles
     # most collectives by identity, a column at a time; normalised one dump at a time, they
     # are not, and it looks at every collective rank by rank. Both must agree.
-    from frtrace.diagnosis import diagnose
-    from frtrace.pipeline import analyze
-
     from helpers import analyse_dicts
+
+    from frtrace.diagnosis import diagnose
+    from frtrace.match.analysis import analyze
 
     job = generate(16, 2, 2, steps=4, timing=True, lookahead=1, fault=fault)
     write_synth_job(tmp_path, job)

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.batches import batch_settlements
-from frtrace.entry_columns import entry_table
-from frtrace.entry_table import EntryTable
+from frtrace.load.normalise import normalised_without_entries, set_entries
+from frtrace.load.safe_decode import decode_dump_bytes
 from frtrace.model import Entry, Frame, OpName, Shapes
-from frtrace.normalise import normalised_without_entries, set_entries
-from frtrace.safe_decode import decode_dump_bytes
+from frtrace.table.batches import batch_settlements
+from frtrace.table.entry_columns import entry_table
+from frtrace.table.entry_table import EntryTable
 from frtrace.testing.synth import Fault, encode_dump, generate
 
 _NAMES = [OpName("nccl:all_reduce", "nccl", "all_reduce", False), OpName("nccl:send 0->1", "nccl", "send", True, 0, 1),

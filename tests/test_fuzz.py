@@ -25,18 +25,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from helpers import FIXTURES, analyse_dicts, render_report_outputs
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from frtrace.diagnosis import diagnose
-from frtrace.loader import load_one, normalise_dump
-from frtrace.model import LoadIssue, RankDump
-from frtrace.pipeline import analyze
-from frtrace.report import render_json, render_text
-from frtrace.safe_decode import DecodeError
+from frtrace.load.loader import load_one, normalise_dump
+from frtrace.load.safe_decode import DecodeError
+from frtrace.match.analysis import analyze
+from frtrace.model import LoadIssue
+from frtrace.report.render import render_json, render_text
+from frtrace.table.rank_dump import RankDump
 from frtrace.testing.synth import Fault, encode_dump, generate
-
-from helpers import FIXTURES, analyse_dicts, render_report_outputs
 
 CI = settings(max_examples=80, deadline=None, derandomize=True, database=None, print_blob=True,
               suppress_health_check=list(HealthCheck))
@@ -275,7 +275,7 @@ def check_generated_job(job: dict, encoding: str) -> str:
     try:
         analysis = analyze([directory])
     except Exception as exc:  # noqa: BLE001 - only InputError (nothing usable) is an answer
-        from frtrace.loader import InputError
+        from frtrace.load.loader import InputError
         if isinstance(exc, InputError):
             return status
         raise
@@ -361,9 +361,10 @@ def _hostile_rank(kind: str, size: int, option) -> bytes:
 def check_hostile_shape(kind: str, size: int, option) -> str:
     """A healthy 2-rank job plus a hostile rank_2: the analysis, every report, the SQLite
     export and the timeline come out; rank_2 is analysed or named as unreadable."""
-    from frtrace.sqlite_export import write_sqlite
-    from frtrace.timeline import write_timeline
     from helpers import healthy_dumps, write_job
+
+    from frtrace.export.sqlite import write_sqlite
+    from frtrace.export.timeline import write_timeline
 
     directory = SCRATCH / "hostile"
     shutil.rmtree(directory, ignore_errors=True)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.generations import DumpFile, SameRankTwice, choose_generation, split_generations
+from frtrace.load.generations import DumpFile, SameRankTwice, choose_generation, split_generations
 
 T = 1_700_000_000.0
 

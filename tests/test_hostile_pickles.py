@@ -19,12 +19,18 @@ import threading
 import time
 
 import pytest
+from helpers import (
+    assert_no_traceback,
+    copy_fixture,
+    healthy_dumps,
+    run_cli,
+    stderr_lines,
+    write_job,
+)
 
-from frtrace.loader import load_dumps, load_one
+from frtrace.load.loader import load_dumps, load_one
+from frtrace.load.safe_decode import DecodeError, decode_dump_bytes
 from frtrace.model import LoadIssue
-from frtrace.safe_decode import DecodeError, decode_dump_bytes
-
-from helpers import (assert_no_traceback, copy_fixture, healthy_dumps, run_cli, stderr_lines, write_job)
 
 # --------------------------------------------------------------------------- opcodes
 

@@ -22,15 +22,30 @@ import zlib
 from collections import defaultdict
 
 import pytest
+from helpers import (
+    assert_no_traceback,
+    deep_tuple_key_dump,
+    dump,
+    entry,
+    healthy_dumps,
+    memo_reference_dump,
+    pickle_text,
+    run_cli,
+    stderr_lines,
+    write_job,
+)
 
-from frtrace.matcher import deal
-from frtrace.loader import DEFAULT_MAX_ENTRIES, load_one, normalise_dump, parse_profiling_name
-from frtrace.model import Entry, LoadIssue, PgConfig, RankDump, Shapes
-from frtrace.safe_decode import MAX_GZIP_RATIO, SAFE_TUPLE_OPCODES, decode_dump_bytes, may_nest_too_deeply
-from frtrace.timeline import _assign_lanes, _Slice
-
-from helpers import (assert_no_traceback, deep_tuple_key_dump, dump, entry, healthy_dumps, memo_reference_dump,
-                     pickle_text, run_cli, stderr_lines, write_job)
+from frtrace.export.timeline import _assign_lanes, _Slice
+from frtrace.load.loader import DEFAULT_MAX_ENTRIES, load_one, normalise_dump, parse_profiling_name
+from frtrace.load.safe_decode import (
+    MAX_GZIP_RATIO,
+    SAFE_TUPLE_OPCODES,
+    decode_dump_bytes,
+    may_nest_too_deeply,
+)
+from frtrace.match.matcher import deal
+from frtrace.model import Entry, LoadIssue, PgConfig, Shapes
+from frtrace.table.rank_dump import RankDump
 
 # --------------------------------------------------------------------------- helpers
 

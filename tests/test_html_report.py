@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import analyse_dicts, copy_fixture, job, run_cli, write_job
 
-from frtrace.html_report import render_html
+from frtrace.report.html import render_html
 
 HOSTILE = 'a|b<img src=x onerror=alert(1)>"c"'
 

@@ -2,11 +2,10 @@ import gzip
 import pickle
 
 import pytest
-
-from frtrace.loader import InputError, find_dump_files, load_dumps, parse_rank_from_name
-from frtrace.safe_decode import DecodeError, decode_dump_bytes
-
 from helpers import FIXTURES, dump, entry, write_json, write_pickle
+
+from frtrace.load.loader import InputError, find_dump_files, load_dumps, parse_rank_from_name
+from frtrace.load.safe_decode import DecodeError, decode_dump_bytes
 
 
 @pytest.mark.parametrize(
@@ -117,7 +116,7 @@ def _advice_recorder(monkeypatch):
 def test_dumps_large_next_to_memory_leave_the_page_cache_once_read(monkeypatch):
     import os
 
-    from frtrace import loader
+    from frtrace.load import loader
 
     directory = FIXTURES / "hang_never_arrives"
     normal = load_dumps([directory])

@@ -18,16 +18,16 @@ from collections import defaultdict
 from itertools import repeat
 
 import pytest
+from helpers import write_synth_job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.builder import build_layout
-from frtrace.loader import load_dumps
-from frtrace.matcher import GroupView, MatchResult, _channel_ends, find_disagreement, match
-from frtrace.model import UNREADABLE_OP, Entry, Group, OpName, RankDump, Shapes
+from frtrace.load.layout import build_layout
+from frtrace.load.loader import load_dumps
+from frtrace.match.matcher import GroupView, MatchResult, _channel_ends, find_disagreement, match
+from frtrace.model import UNREADABLE_OP, Entry, Group, OpName, Shapes
+from frtrace.table.rank_dump import RankDump
 from frtrace.testing.synth import Fault, generate
-
-from helpers import write_synth_job
 
 # --------------------------------------------------------------------------- building dumps
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 
-from frtrace.entry_table import EntryTable
-from frtrace.builder import build_layout
-from frtrace.loader import load_dumps
-from frtrace.matcher import _rank_streams, deal, match
-from frtrace.pipeline import analyze
-from frtrace.testing.synth import Fault, generate
-
 from helpers import write_synth_job
+
+from frtrace.load.layout import build_layout
+from frtrace.load.loader import load_dumps
+from frtrace.match.analysis import analyze
+from frtrace.match.matcher import _rank_streams, deal, match
+from frtrace.table.entry_table import EntryTable
+from frtrace.testing.synth import Fault, generate
 
 
 def _facts(result) -> list:

@@ -8,14 +8,13 @@ the plain union of the numbers, finds: every field of every match, on realistic 
 from __future__ import annotations
 
 import pytest
-
-from frtrace import matcher
-from frtrace.builder import build_layout
-from frtrace.loader import load_dumps
-from frtrace.matcher import match
-from frtrace.testing.synth import Fault, generate
-
 from helpers import write_synth_job
+
+from frtrace.load.layout import build_layout
+from frtrace.load.loader import load_dumps
+from frtrace.match import matcher
+from frtrace.match.matcher import match
+from frtrace.testing.synth import Fault, generate
 
 
 def _every_field(result) -> list:

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.entry_table import EntryTable
 from frtrace.model import Entry, OpName, Shapes
-from frtrace.rank_index import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, code_keys
+from frtrace.table.entry_table import EntryTable
+from frtrace.table.seq_map import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, code_keys
 
 _OP = OpName("nccl:all_reduce", "nccl", "all_reduce", False)
 _SHAPES = Shapes(((4,),), ("Float",), ((4,),), ("Float",))

@@ -7,10 +7,10 @@ import re
 
 from helpers import analyse_dicts, fixture_dir, job, run_cli
 
-from frtrace.pipeline import analyze
 from frtrace.diagnosis import diagnose
-from frtrace.report import markdown_text, render_json, render_markdown, render_text
-from frtrace.standings import BLOCKED, IDLE, NO_DUMP, rank_view
+from frtrace.match.analysis import analyze
+from frtrace.report.rank_view import BLOCKED, IDLE, NO_DUMP, rank_view
+from frtrace.report.render import markdown_text, render_json, render_markdown, render_text
 from frtrace.testing.synth import Fault, generate
 
 
@@ -78,7 +78,7 @@ def test_a_thousand_ranks_fold_into_a_few_rows():
 
 
 def test_a_long_view_is_capped_in_the_report_with_a_note(monkeypatch):
-    import frtrace.report as report
+    import frtrace.report.render as report
 
     analysis, diagnosis = analyse_dicts(job({0: ["all_reduce"] * 2, 1: ["all_reduce"] * 2, 2: ["all_reduce"],
                                              3: ["all_reduce"] * 2}), render=False)

@@ -5,14 +5,13 @@ import functools
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace import loader
-from frtrace.cli import _join_multi_values, frtrace
-from frtrace.loader import discover_dump_files, iter_dump_files
-from frtrace.rawview import SIDE_BY_SIDE_MAX, render_block
-from frtrace.wording import printable
-
 from helpers import dump, entry, write_job
+
+from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.load import loader
+from frtrace.load.loader import discover_dump_files, iter_dump_files
+from frtrace.report.raw_view import SIDE_BY_SIDE_MAX, render_block
+from frtrace.wording import printable
 
 
 def run(args):

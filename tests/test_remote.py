@@ -12,7 +12,6 @@ import socket
 import sys
 
 import pytest
-
 from helpers import nccl_hang_dumps, run_cli, stderr_lines, write_job
 from test_cluster import frtrace_process, in_cluster
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from helpers import write_synth_job
 
 from frtrace.diagnosis import diagnose
-from frtrace.pipeline import analyze
-from frtrace.report import report_dict
+from frtrace.match.analysis import analyze
+from frtrace.report.render import report_dict
 from frtrace.testing.synth import Fault, generate
-
-from helpers import write_synth_job
 
 
 def _counted_one_by_one(matches) -> dict:

@@ -5,14 +5,14 @@ diagnosis status. Jobs are built with `helpers.job`."""
 import sqlite3
 
 import pytest
-
-import frtrace.matcher
-import frtrace.pipeline
-from frtrace.diagnosis import Finding, UnknownKind, diagnose, kind
-from frtrace.pipeline import analyze
-from frtrace.report import report_dict
-from frtrace.sqlite_export import write_sqlite
 from helpers import analyse_dicts, job, write_job
+
+import frtrace.match.analysis
+import frtrace.match.matcher
+from frtrace.diagnosis import Finding, UnknownKind, diagnose, kind
+from frtrace.export.sqlite import write_sqlite
+from frtrace.match.analysis import analyze
+from frtrace.report.render import report_dict
 
 AR = ["all_reduce"]
 DONE = ("all_reduce", {"state": "completed"})  # completed, though a member's dump does not show it
@@ -186,10 +186,10 @@ def test_the_matcher_runs_once_per_analysis_and_never_in_diagnosis(tmp_path, mon
             return real(*args, **kwargs)
         return called
 
-    match_spy = spy("match", frtrace.matcher.match)
-    monkeypatch.setattr(frtrace.matcher, "match", match_spy)
-    monkeypatch.setattr(frtrace.pipeline, "match", match_spy)  # the pipeline's own name for it
-    monkeypatch.setattr(frtrace.matcher, "build_views", spy("build_views", frtrace.matcher.build_views))
+    match_spy = spy("match", frtrace.match.matcher.match)
+    monkeypatch.setattr(frtrace.match.matcher, "match", match_spy)
+    monkeypatch.setattr(frtrace.match.analysis, "match", match_spy)  # the pipeline's own name for it
+    monkeypatch.setattr(frtrace.match.matcher, "build_views", spy("build_views", frtrace.match.matcher.build_views))
 
     analysis = analyze([write_job(tmp_path / "dumps", _tp_hang(queued=True))])
     assert analysis.device is not analysis.matches  # rank 0 queued an op: the device view was matched again

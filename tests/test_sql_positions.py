@@ -5,13 +5,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers import nccl_hang_dumps, write_job, write_synth_job
 
 from frtrace.diagnosis import diagnose
-from frtrace.pipeline import analyze
-from frtrace.sqlite_export import write_sqlite
+from frtrace.export.sqlite import write_sqlite
+from frtrace.match.analysis import analyze
 from frtrace.testing.synth import Fault, generate
-
-from helpers import nccl_hang_dumps, write_job, write_synth_job
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hang_never_arrives"

@@ -4,15 +4,14 @@ import sqlite3
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace import outputs
-from frtrace.cli import _join_multi_values, frtrace
-from frtrace.database import build_database
-from frtrace.diagnosis import diagnose
-from frtrace.outputs import OutputError, write_output
-from frtrace.pipeline import analyze
-
 from helpers import nccl_hang_dumps, write_job, write_json
+
+from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.diagnosis import diagnose
+from frtrace.export import outputs
+from frtrace.export.database import build_database
+from frtrace.export.outputs import OutputError, write_output
+from frtrace.match.analysis import analyze
 
 TABLES = ("meta", "ranks", "groups", "memberships", "tracebacks", "frames", "collectives", "ncclcalls", "findings")
 

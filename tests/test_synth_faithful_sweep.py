@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from helpers import analyse_dicts
 
 from frtrace.testing.synth import Fault, generate
-from helpers import analyse_dicts
 
 # Pipeline depth -> layout (world, tp, pp): TP groups of four, so that a size mismatch in one
 # has a consensus; two data-parallel replicas.

@@ -4,9 +4,9 @@ further on, a send never posted in a three-stage pipeline, and a straggler seen 
 through two-member groups. Each case checks the verdict against the truth file."""
 
 import pytest
+from helpers import analyse_dicts, assert_fault_kind_named
 
 from frtrace.testing.synth import Fault, generate
-from helpers import analyse_dicts, assert_fault_kind_named
 
 # (world, tp, pp), fault kind, group, culprit, step, lookahead, timing
 CASES = [

@@ -4,13 +4,12 @@ from collections import Counter, defaultdict
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace.cli import _join_multi_values, frtrace
-from frtrace.diagnosis import diagnose
-from frtrace.pipeline import analyze
-from frtrace.timeline import write_timeline
-
 from helpers import gloo_hang_dumps, nccl_hang_dumps, write_job, write_json
+
+from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.diagnosis import diagnose
+from frtrace.export.timeline import write_timeline
+from frtrace.match.analysis import analyze
 
 ENTRIES = 19  # in nccl_hang_dumps(): 6 + 6 + 4 + 3
 

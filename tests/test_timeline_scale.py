@@ -7,15 +7,14 @@ import re
 
 import pytest
 from click.testing import CliRunner
-
-from frtrace.cli import _join_multi_values, frtrace
-from frtrace.diagnosis import diagnose
-from frtrace.pipeline import analyze
-from frtrace.testing.synth import Fault, generate
-from frtrace.timeline import choose_ranks, write_timeline
-
-from helpers import T0_NS, MS_NS, _timed, entry, write_job, write_synth_job
+from helpers import MS_NS, T0_NS, _timed, entry, write_job, write_synth_job
 from test_timeline import check_well_formed, events, thread_names
+
+from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.diagnosis import diagnose
+from frtrace.export.timeline import choose_ranks, write_timeline
+from frtrace.match.analysis import analyze
+from frtrace.testing.synth import Fault, generate
 
 OVERFLOW = re.compile(r" \+\d+$")
 

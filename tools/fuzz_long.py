@@ -31,10 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import test_fuzz as tf  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
-import test_fuzz as tf  # noqa: E402
 
 PROPERTIES = {
     # name: (strategies for the check's arguments, check)

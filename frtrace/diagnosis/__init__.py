@@ -23,19 +23,19 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..pipeline import Analysis
-from .divergence import divergences
-from .facts import Facts
-from .finding import Diagnosis, Finding, P2PEnds, WentPast
-from .frontier import frontiers, stuck_on_device
-from .kinds import KINDS, Kind, UnknownKind, kind
-from .linking import WentPastJudge, link_consequences
-from .missing import empty_dumps, unaccounted_missing_ranks
-from .p2p import unmatched_p2p
-from .program_order import ProgramOrder, went_past_finding
-from .status_only import positions_from_pg_status
-from .stragglers import late_arrivals
-from .verdict import conclude
+from frtrace.diagnosis.divergence import divergences
+from frtrace.diagnosis.facts import Facts
+from frtrace.diagnosis.finding import Diagnosis, Finding, P2PEnds, WentPast
+from frtrace.diagnosis.frontier import frontiers, stuck_on_device
+from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
+from frtrace.diagnosis.linking import WentPastJudge, link_consequences
+from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks
+from frtrace.diagnosis.p2p import unmatched_p2p
+from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
+from frtrace.diagnosis.status_only import positions_from_pg_status
+from frtrace.diagnosis.stragglers import late_arrivals
+from frtrace.diagnosis.verdict import conclude
+from frtrace.match.analysis import Analysis
 
 __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "WentPast", "diagnose", "kind"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Container, Optional
 
-from ..matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
-from ..wording import call_site, group_text, ranks_text, shape_text
-from .facts import Facts, Siblings, last_entry, new_finding, oldest_created
-from .finding import Finding
+from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
+from frtrace.diagnosis.finding import Finding
+from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
+from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
 ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
 

@@ -13,12 +13,13 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, Iterator, Optional
 
-from ..matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
-from ..model import UNDESCRIBED, Entry, RankDump
-from ..pipeline import Analysis
-from ..standing import blocked_in
-from .finding import Finding
-from .kinds import kind as kind_row
+from frtrace.diagnosis.finding import Finding
+from frtrace.diagnosis.kinds import kind as kind_row
+from frtrace.match.analysis import Analysis
+from frtrace.match.matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
+from frtrace.model import UNDESCRIBED, Entry
+from frtrace.table.rank_dump import RankDump
+from frtrace.table.standing import blocked_in
 
 
 @dataclass(slots=True)

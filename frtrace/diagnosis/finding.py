@@ -12,9 +12,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
-from ..model import Entry
-from ..wording import call_site, op_text, ranks_text
-from .kinds import kind as kind_row
+from frtrace.diagnosis.kinds import kind as kind_row
+from frtrace.model import Entry
+from frtrace.wording import call_site, op_text, ranks_text
 
 # Said of a not_issued finding on an even split until something better explains it.
 TIE_NOTE = " (even split: the ranks that did not arrive are blamed, as they are behind)"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..matcher import CollectiveMatch, GroupView, RankStream
-from ..wording import call_site, group_text, ranks_text
-from .facts import Facts, new_finding, oldest_created, unfinished
-from .finding import Finding
+from frtrace.diagnosis.facts import Facts, new_finding, oldest_created, unfinished
+from frtrace.diagnosis.finding import Finding
+from frtrace.match.matcher import CollectiveMatch, GroupView, RankStream
+from frtrace.wording import call_site, group_text, ranks_text
 
 
 def frontiers(facts: Facts) -> list[Finding]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Callable, Optional
 
-from .finding import Finding, WentPast
-from .kinds import kind as kind_row
+from frtrace.diagnosis.finding import Finding, WentPast
+from frtrace.diagnosis.kinds import kind as kind_row
 
 # (finding, absent ranks to judge) -> {rank: WentPast} for those that went past its op
 WentPastJudge = Callable[[Finding, tuple[int, ...]], dict[int, WentPast]]

@@ -7,9 +7,9 @@ and `no_entries` notes for dumps that hold no entries.
 
 from __future__ import annotations
 
-from ..wording import ranks_text
-from .facts import Facts, new_finding
-from .finding import Finding
+from frtrace.diagnosis.facts import Facts, new_finding
+from frtrace.diagnosis.finding import Finding
+from frtrace.wording import ranks_text
 
 
 def unaccounted_missing_ranks(facts: Facts, findings: list[Finding]) -> list[Finding]:

@@ -6,10 +6,10 @@ naming the rank that posted its op and the one that never posted the partner.
 
 from __future__ import annotations
 
-from ..matcher import GroupView, P2PMatch
-from ..wording import call_site, group_text
-from .facts import Facts, new_finding
-from .finding import Finding, P2PEnds
+from frtrace.diagnosis.facts import Facts, new_finding
+from frtrace.diagnosis.finding import Finding, P2PEnds
+from frtrace.match.matcher import GroupView, P2PMatch
+from frtrace.wording import call_site, group_text
 
 
 def unmatched_p2p(facts: Facts) -> list[Finding]:

@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Iterator, Optional, Sequence
 
-from ..builder import Layout
-from ..matcher import MatchResult, batch_signature
-from ..model import UNDESCRIBED, Entry, Group, OpName, RankDump
-from ..entry_table import EntryTable
-from ..rank_index import RowList
-from ..standing import keeps_only_active
-from .columns import first_rows
-from .finding import Finding, WentPast
+from frtrace.diagnosis.finding import Finding, WentPast
+from frtrace.diagnosis.sampling import first_rows
+from frtrace.load.layout import Layout
+from frtrace.match.matcher import MatchResult, batch_signature
+from frtrace.model import UNDESCRIBED, Entry, Group, OpName
+from frtrace.table.entry_table import EntryTable
+from frtrace.table.rank_dump import RankDump
+from frtrace.table.seq_map import RowList
+from frtrace.table.standing import keeps_only_active
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
 MAX_WITNESSES = 64  # ranks that issued an op, consulted on where it comes in the program

@@ -10,10 +10,10 @@ inconclusive, never healthy.
 
 from __future__ import annotations
 
-from ..model import PgStatus
-from ..wording import ranks_text
-from .facts import Facts, new_finding
-from .finding import Finding
+from frtrace.diagnosis.facts import Facts, new_finding
+from frtrace.diagnosis.finding import Finding
+from frtrace.model import PgStatus
+from frtrace.wording import ranks_text
 
 DEFAULT_PG_ID = 0
 

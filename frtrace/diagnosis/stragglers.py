@@ -11,17 +11,16 @@ each rank with its own phase) and would invent lateness rather than remove it.
 from __future__ import annotations
 
 import statistics
-from collections import Counter
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import chain, repeat
 from operator import sub, truediv
 from typing import Sequence
 
-from ..matcher import CollectiveMatch
-from ..wording import ranks_text
-from .columns import first_value_columns
-from .facts import Facts, new_finding, took_part_unrecorded
-from .finding import Finding
+from frtrace.diagnosis.facts import Facts, new_finding, took_part_unrecorded
+from frtrace.diagnosis.finding import Finding
+from frtrace.diagnosis.sampling import first_value_columns
+from frtrace.match.matcher import CollectiveMatch
+from frtrace.wording import ranks_text
 
 STRAGGLER_MIN_MS = 10.0
 STRAGGLER_MIN_SAMPLES = 3

@@ -6,10 +6,10 @@ Takes `Facts` and every finding; returns the `Diagnosis` with findings in report
 
 from __future__ import annotations
 
-from ..util import plural
-from .facts import Facts
-from .finding import Diagnosis, Finding
-from .kinds import kind
+from frtrace.diagnosis.facts import Facts
+from frtrace.diagnosis.finding import Diagnosis, Finding
+from frtrace.diagnosis.kinds import kind
+from frtrace.util import plural
 
 _SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 

@@ -126,7 +126,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from ..util import cyclic_gc_paused
+from frtrace.util import cyclic_gc_paused
 
 # `slots=True` needs Python 3.10; the package still supports 3.9.
 _SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
@@ -272,10 +272,10 @@ _USER_STACKS = {
                                   ("backward", _JOB + "model.py", 330), ("backward_step", _JOB + "train.py", 240)]),
     "bwd_attn": ("all_reduce", [("reduce_from_tp_region", _JOB + "parallel/tensor_parallel.py", 88),
                                 ("backward", _JOB + "model.py", 344), ("backward_step", _JOB + "train.py", 240)]),
-    "send_fwd": ("send", [("send_forward", _JOB + "pipeline.py", 41), ("forward_step", _JOB + "train.py", 218)]),
-    "recv_fwd": ("recv", [("recv_forward", _JOB + "pipeline.py", 29), ("forward_step", _JOB + "train.py", 205)]),
-    "send_bwd": ("send", [("send_backward", _JOB + "pipeline.py", 63), ("backward_step", _JOB + "train.py", 247)]),
-    "recv_bwd": ("recv", [("recv_backward", _JOB + "pipeline.py", 52), ("backward_step", _JOB + "train.py", 236)]),
+    "send_fwd": ("send", [("send_forward", _JOB + "match/analysis.py", 41), ("forward_step", _JOB + "train.py", 218)]),
+    "recv_fwd": ("recv", [("recv_forward", _JOB + "match/analysis.py", 29), ("forward_step", _JOB + "train.py", 205)]),
+    "send_bwd": ("send", [("send_backward", _JOB + "match/analysis.py", 63), ("backward_step", _JOB + "train.py", 247)]),
+    "recv_bwd": ("recv", [("recv_backward", _JOB + "match/analysis.py", 52), ("backward_step", _JOB + "train.py", 236)]),
     "pp_norm": ("all_reduce", [("clip_grad_norm", _JOB + "optimizer.py", 97), ("step", _JOB + "optimizer.py", 160)]),
     "dp_grads_rs": ("reduce_scatter_tensor", [("reduce_scatter_grads", _JOB + "optimizer.py", 133),
                                               ("step", _JOB + "optimizer.py", 155)]),

@@ -1,0 +1,170 @@
+"""Read and normalise the dump files on a Dask cluster's workers.
+
+`DaskRunner.connect(address)` connects to a dask.distributed scheduler
+(`tcp://10.0.0.5:8786`), or starts a LocalCluster for `local` / `local:N`; the runner
+then takes the loader's jobs and returns the same per-rank results the local process
+pool does, in job order: each task is `loader._load_batch_for_transfer` on a few jobs,
+run by a worker that reads the files itself (a local or shared path, an object in a
+store through fsspec with the worker's own credentials, an archive member), and sends
+back the compact entry tables. Matching and diagnosis stay with the caller.
+
+What cannot be read is reported, never fatal once loading started: a batch whose worker
+died (dask's KilledWorker after its retries) or that failed on the worker counts its
+files as unreadable dumps, and losing the scheduler leaves the files not yet read so;
+each cause is one note. A scheduler that cannot be reached, or without workers, is an
+InputError before anything is read.
+
+dask is imported here only, and this module only when `--scheduler` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from typing import Optional
+
+from frtrace.load.loader import InputError, _load_batch_for_transfer, job_batches, take_batch
+from frtrace.load.safe_decode import _one_line
+from frtrace.model import LoadIssue
+from frtrace.util import fold_ranks, plural
+
+INSTALL_HINT = "install 'frtrace[dask]'"
+# An external cluster may still be starting its workers (a Slurm allocation, a Kubernetes
+# deployment scaling up): wait this long for the first one.
+WORKER_WAIT_SECONDS = 60.0
+# Batches in flight per worker thread: enough to keep it busy while this process deals
+# the results it already has, few enough that finished batches do not pile up here.
+IN_FLIGHT_PER_THREAD = 3
+
+
+def _dask():
+    try:
+        import distributed
+    except ImportError:
+        raise InputError(f"--scheduler needs dask.distributed: {INSTALL_HINT}") from None
+    return distributed
+
+
+def parse_local(address: str) -> Optional[int]:
+    """Workers for `local` / `local:N` (None: not a local cluster); InputError for a bad N."""
+    if address != "local" and not address.startswith("local:"):
+        return None
+    count = address.partition(":")[2]
+    if not count:
+        return max(1, os.cpu_count() or 1)
+    if not count.isdigit() or int(count) < 1:
+        raise InputError(f"--scheduler local:N takes a number of workers (1 or more), not {count!r}")
+    return int(count)
+
+
+class DaskRunner:
+    """Runs the loader's jobs on a dask cluster (see the module doc)."""
+
+    def __init__(self, client, cluster, address: str):
+        self.client, self.cluster, self.address = client, cluster, address
+        self.task = _load_batch_for_transfer  # what a worker runs on a batch of jobs
+
+    @classmethod
+    def connect(cls, address: str) -> "DaskRunner":
+        distributed = _dask()
+        workers = parse_local(address)
+        # dask logs each lost worker and retried task at WARNING on stderr; this run says
+        # what it means for the analysis in one line instead.
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        cluster = None
+        try:
+            if workers is not None:
+                cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                   dashboard_address=None, silence_logs=logging.CRITICAL)
+                client = distributed.Client(cluster)
+            else:
+                client = distributed.Client(address)
+        except Exception as exc:  # OSError, TimeoutError, ValueError for a malformed address ...
+            if cluster is not None:
+                cluster.close()
+            what = "start a local dask cluster" if workers is not None else f"reach the dask scheduler at {address}"
+            raise InputError(f"cannot {what} ({_reason(exc)})") from None
+        runner = cls(client, cluster, address)
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except Exception:
+            runner.close()
+            raise InputError(f"no dask worker joined the scheduler at {address} within {WORKER_WAIT_SECONDS:.0f} s") from None
+        return runner
+
+    def threads(self) -> int:
+        try:
+            info = self.client.scheduler_info(n_workers=-1)
+        except TypeError:  # older distributed
+            info = self.client.scheduler_info()
+        except Exception:
+            return 1
+        return max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
+
+    def __call__(self, jobs: list, progress, shared, on_dump=None) -> tuple:
+        """`(results in job order, notes)`: a RankDump or LoadIssue per job (see module doc)."""
+        threads = self.threads()
+        batches = deque(job_batches(jobs, threads))
+        pending: deque = deque()
+        results: list = []
+        failures: dict = {}  # note -> ranks
+        lost: Optional[str] = None
+
+        def submit(count: int) -> None:
+            while batches and count > 0:
+                batch = batches.popleft()
+                pending.append((batch, self.client.submit(self.task, batch, pure=False)))
+                count -= 1
+
+        submit(IN_FLIGHT_PER_THREAD * threads)
+        while pending:
+            batch, future = pending.popleft()
+            outcome = None
+            if lost is None:
+                try:
+                    outcome = future.result()
+                except Exception as exc:
+                    problem, lost = _classify_failure(exc, self.address)
+                    if lost is None:
+                        failures.setdefault(problem, []).extend(job[0] for job in batch)
+                        outcome = [LoadIssue(str(job[1]), f"not read: {problem}") for job in batch]
+            if outcome is None:  # the scheduler is gone: nothing more will come back
+                failures.setdefault(lost, []).extend(job[0] for job in batch)
+                outcome = [LoadIssue(str(job[1]), f"not read: {lost}") for job in batch]
+            else:
+                submit(1)
+            take_batch(outcome, results, len(jobs), shared, on_dump, progress)
+            if lost is not None and not pending and batches:
+                pending.extend((batch, None) for batch in batches)
+                batches.clear()
+        notes = [f"error: {problem}: {plural(len(ranks), 'dump')} not read (rank {fold_ranks(ranks)}); "
+                 "they count as unreadable, the rest is analysed" for problem, ranks in failures.items()]
+        return results, notes
+
+    def close(self) -> None:
+        for part in (self.client, self.cluster):
+            if part is not None:
+                try:
+                    part.close()
+                except Exception:  # already gone: nothing to release
+                    pass
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return _one_line(f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text, 200)
+
+
+def _classify_failure(exc: BaseException, address: str) -> tuple:
+    """`(problem, lost)`: what to say about a batch that came back as an exception, and
+    whether the scheduler itself is gone (then `lost` is the problem, for every batch left)."""
+    import distributed
+    from distributed.comm.core import CommClosedError
+
+    if isinstance(exc, distributed.KilledWorker):
+        return "a dask worker died while reading them", None
+    if isinstance(exc, (CommClosedError, OSError, TimeoutError)) or type(exc).__name__ == "CancelledError":
+        problem = f"lost the dask scheduler at {address} ({_reason(exc)})"
+        return problem, problem
+    return f"a dask worker failed ({_reason(exc)}; does it have frtrace[dask] installed?)", None

@@ -1,0 +1,79 @@
+"""Work done in a forked child process, its result sent back through a pipe.
+
+Takes a function and its arguments; `Forked.start` forks a child computing it and returns
+a handle, whose `collect()` returns `(result, None)`, or `(None, exit code)` when the
+child died or sent nothing. The loader decodes in one, so that a pickle which crashes the
+decoder costs one file and not the process (load/loader.py).
+
+The child is this program working on data it has checked: its pickle of the result is
+read back allowing frtrace's own records only (`OwnResultUnpickler`), never another
+module's callables.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import io
+import os
+import pickle
+from typing import Callable
+
+
+class OwnResultUnpickler(pickle.Unpickler):
+    """Reads what a child of this process pickled: frtrace's own records (and the arrays
+    and sets they hold), never another module's callables."""
+
+    _ALLOWED = {("array", "array"), ("array", "_array_reconstructor"), ("builtins", "frozenset"),
+                ("builtins", "set"), ("builtins", "range"), ("builtins", "slice")}
+
+    def find_class(self, module: str, name: str):  # type: ignore[no-untyped-def]
+        if module.startswith("frtrace.") or (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"unexpected {module}.{name} in a child's result")
+
+
+class Forked:
+    """A forked child computing a function; `collect()` its result."""
+
+    __slots__ = ("pid", "_read_fd")
+
+    def __init__(self, pid: int, read_fd: int) -> None:
+        self.pid = pid
+        self._read_fd = read_fd
+
+    @classmethod
+    def start(cls, function: Callable, *args: object) -> "Forked":
+        """Fork a child computing `function(*args)`. Raises OSError when the system will
+        not fork (out of processes or memory). Needs os.fork."""
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
+        if pid == 0:  # the child: compute, send, and leave without running any cleanup of the parent's
+            code = 1
+            try:
+                # A failure is the parent's to report, in one line: a fault handler inherited
+                # from it (python -X faulthandler, pytest) would add a traceback to stderr.
+                faulthandler.disable()
+                os.close(read_fd)
+                with open(write_fd, "wb", closefd=True) as pipe:
+                    pickle.dump(function(*args), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        return cls(pid, read_fd)
+
+    def collect(self) -> tuple:
+        """`(result, None)` once the child is done, or `(None, its exit code)` when it
+        died or sent nothing."""
+        with open(self._read_fd, "rb", closefd=True) as pipe:
+            payload = pipe.read()  # before waiting: a large result would fill the pipe
+        _, status = os.waitpid(self.pid, 0)
+        exitcode = os.waitstatus_to_exitcode(status)
+        if exitcode != 0 or not payload:
+            return None, exitcode
+        return OwnResultUnpickler(io.BytesIO(payload)).load(), None

@@ -1,0 +1,468 @@
+"""Read the dump files safely, in parallel, and normalise them.
+
+Takes directories and/or files (found by `discovery`); returns a `LoadResult` with one
+`RankDump` per rank (sorted by rank), the unrelated files that were skipped and the dump
+files that could not be used. Files are read with size caps and decoded by a restricted
+unpickler (`safe_decode`) in worker processes, a file that could crash its decoder in a
+child of its own; each is normalised there (`normalise`). Nothing here prints: the caller
+decides what to say.
+"""
+
+
+import faulthandler
+import functools
+import multiprocessing
+import os
+import signal
+import stat
+import threading
+from array import array
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from itertools import islice
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+from frtrace.load.discovery import (
+    DEFAULT_MAX_FILE_BYTES,
+    Discovery,
+    InputError,
+    discover_dump_files,
+    find_dump_files,
+    parse_rank_from_name,
+)
+from frtrace.load.forked import Forked
+from frtrace.load.normalise import (
+    DEFAULT_MAX_ENTRIES,
+    BatchMemo,
+    normalise_dump,
+    normalised_without_entries,
+    parse_profiling_name,
+    set_entries,
+)
+from frtrace.load.safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
+from frtrace.load.sources import Source, SourceError, as_input
+from frtrace.model import LoadIssue, LoadResult
+from frtrace.table.entry_columns import SharedValues
+from frtrace.table.rank_dump import RankDump
+from frtrace.util import cyclic_gc_paused
+
+__all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_FILE_BYTES", "Discovery", "InputError", "discover_dump_files",
+           "find_dump_files", "iter_dump_files", "load_dump_files", "load_dumps", "load_one", "normalise_dump",
+           "parse_profiling_name", "parse_rank_from_name", "read_dump_file", "select_files"]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def read_dump_file(path: str, max_bytes: int, drop_from_cache: bool = False) -> bytes:
+    """The bytes of one regular file of at most `max_bytes`; OSError or ValueError otherwise.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO or a device
+    named like a dump (or a symlink to one) is refused instead of read forever.
+    `drop_from_cache` asks the kernel to forget the file's pages once read (see
+    `_inputs_crowd_memory`).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb", closefd=True) as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file")
+        if info.st_size > max_bytes:
+            raise ValueError(f"file is {info.st_size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
+        data = handle.read(info.st_size + 1)
+        if len(data) > info.st_size:  # still being written: read on, in bounded steps
+            parts, size = [data], len(data)
+            while size <= max_bytes and (chunk := handle.read(1 << 24)):
+                parts.append(chunk)
+                size += len(chunk)
+            data = b"".join(parts)
+        if drop_from_cache and hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:  # only advice: a file system may not take it
+                pass
+    if len(data) > max_bytes:
+        raise ValueError(f"file is over the {max_bytes:,}-byte limit (raise --max-file-size)")
+    return data
+
+
+# Dumps larger than this share of the machine's memory are dropped from the page cache
+# once read (see _inputs_crowd_memory).
+CACHE_SHARE = 0.25
+
+
+def _inputs_crowd_memory(paths: Sequence) -> bool:
+    """Whether the dump files are large next to this machine's memory. Then the page cache
+    holding them would crowd out the memory the analysis needs (about 1.5 times their
+    size): past free memory, every page the main process touches first makes the kernel
+    evict a cached page, which measured 4x slower per page here (14 us instead of 3.4;
+    35 s of a 16,384-rank run). A second run reads them from disk again instead."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return False
+    total = 0
+    for path in paths:
+        if isinstance(path, Source):
+            continue  # not in this machine's page cache
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue  # reported when it is read
+    return total > CACHE_SHARE * memory
+
+
+def _read_source(path, max_bytes: int, drop_from_cache: bool = False):
+    """The bytes of a dump file (a local path, or a Source: an object in a store, an
+    archive member), or a LoadIssue saying why they cannot be read."""
+    try:
+        if isinstance(path, Source):
+            return path.read(max_bytes)
+        return read_dump_file(path, max_bytes, drop_from_cache)
+    except OSError as exc:
+        return LoadIssue(str(path), f"cannot read ({exc.strerror or exc})")
+    except (ValueError, SourceError) as exc:
+        return LoadIssue(str(path), str(exc))
+
+
+def _decoding_is_capped() -> bool:
+    """Whether this process may lower its address-space limit while it decodes (see
+    safe_decode._address_space_cap): not while other threads run (a dask worker, or
+    fsspec's I/O thread). There, pickles are decoded in a forked single-threaded child
+    instead, so that the same limits hold, and the same results come out, everywhere."""
+    return threading.active_count() <= 1
+
+
+def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False, *,
+             packed: bool = False, shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None,
+             data: Optional[bytes] = None):
+    """Read and normalise one file: a RankDump, or a LoadIssue saying why not.
+
+    `path` is a local path or a Source (load/sources.py); `data` its bytes when read already.
+    `packed` (in a worker process) leaves the entry table's values unshared: `_received`
+    shares them in the main process; `shared` holds the values the entries of all ranks share, and
+    `memo` what other files of the same batch taught (see BatchMemo)."""
+    if data is None:
+        data = _read_source(path, max_bytes, drop_from_cache)
+        if isinstance(data, LoadIssue):
+            return data
+    path = str(path)
+    if (data[:1] == b"\x80" or data[:2] == b"\x1f\x8b") and not _decoding_is_capped():
+        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        return _received(result, shared or SharedValues()) if isinstance(result, RankDump) and not packed else result
+    result = _loaded(data, rank, path, max_bytes, packed=packed, shared=shared, memo=memo)
+    if result is _NEEDS_OWN_PROCESS:
+        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        if isinstance(result, RankDump) and not packed:
+            result = _received(result, shared or SharedValues())
+    return result
+
+
+_NEEDS_OWN_PROCESS = LoadIssue("", "may crash the process that decodes it")
+
+
+def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool = False,
+            shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None, isolated: bool = False):
+    """`load_one` once the bytes are read; _NEEDS_OWN_PROCESS when decoding them could
+    crash this process (and `isolated` does not say it may)."""
+    try:
+        # A decoded dump is a tree of some 100,000 fresh dicts and lists: the collector
+        # would scan it several times over while it is built (10-30% of the load).
+        with cyclic_gc_paused():
+            raw, encoding = decode_dump_bytes(data, max_bytes, isolated=isolated)
+            del data
+            dump, columns = normalised_without_entries(raw, rank, path, encoding, memo)
+            del raw
+            # In a worker (`packed`), the table's values are shared with other ranks' later,
+            # in the main process (see _received).
+            set_entries(dump, columns, None if packed else shared)
+            return dump
+    except MayNestTooDeeply:
+        return _NEEDS_OWN_PROCESS
+    except DecodeError as exc:
+        return LoadIssue(path, str(exc))
+    except (RecursionError, MemoryError) as exc:
+        return LoadIssue(path, f"dump too deep or too large ({type(exc).__name__})")
+
+
+def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
+    """`_loaded` in a child process, packed for transfer: a pickle that crashes the C
+    unpickler (see safe_decode.SAFE_TUPLE_OPCODES) then costs this one file. Forked where
+    the platform can, so the child inherits `data` instead of receiving a copy."""
+    result, exitcode = _in_child(_load_isolated, data, rank, path, max_bytes)
+    if result is None:
+        return LoadIssue(path, f"pickle nested too deeply or otherwise hostile: decoding it crashed "
+                               f"a separate process ({_exit_reason(exitcode)})")
+    return result
+
+
+def _load_isolated(data: bytes, rank: int, path: str, max_bytes: int):
+    (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
+    return result
+
+
+def _in_child(function, *args) -> tuple:
+    """`(function(*args), None)` computed in a child process, or `(None, exit code)` when
+    the child died. Forked where the platform can (with os.fork, so that daemonic processes
+    such as dask's and multiprocessing's workers may do it too)."""
+    if not hasattr(os, "fork"):
+        return _in_spawned_child(function, *args)
+    return Forked.start(function, *args).collect()
+
+
+def _in_spawned_child(function, *args) -> tuple:
+    context = multiprocessing.get_context()
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_compute_and_send, args=(function, args, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        result = receiver.recv()  # before join: a large result would fill the pipe
+    except (EOFError, OSError):
+        result = None
+    finally:
+        receiver.close()
+    child.join()
+    return (result, None) if result is not None else (None, child.exitcode)
+
+
+def _compute_and_send(function, args: tuple, sender) -> None:
+    faulthandler.disable()
+    sender.send(function(*args))
+    sender.close()
+
+
+def _exit_reason(exitcode: Optional[int]) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
+def _load_batch_for_transfer(jobs: list) -> list:
+    """`load_one` for a few files in a worker process. Entries travel to the parent as
+    EntryTables (arrays and small tables), which pickle at memory speed; an Entry per
+    entry would cost a pickle round trip each.
+
+    In a process running other threads (a dask worker), the files are read here, and
+    decoded in one forked single-threaded child per batch (see _decoding_is_capped)."""
+    if not _decoding_is_capped():
+        return _batch_in_own_process(jobs)
+    memo = BatchMemo()
+    return _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
+
+
+def _batch_in_own_process(jobs: list) -> list:
+    read = [_read_source(job[1], job[2], job[3] if len(job) > 3 else False) for job in jobs]
+    results, exitcode = _in_child(_decode_batch, jobs, read)
+    if results is None:  # cannot happen short of a bug or the OOM killer: name the files
+        reason = f"decoding crashed a separate process ({_exit_reason(exitcode)})"
+        return [data if isinstance(data, LoadIssue) else LoadIssue(str(job[1]), reason) for job, data in zip(jobs, read)]
+    return results
+
+
+def _decode_batch(jobs: list, read: list) -> list:
+    memo = BatchMemo()
+    return _for_transfer([data if isinstance(data, LoadIssue) else
+                          load_one(job[0], job[1], job[2], packed=True, memo=memo, data=data)
+                          for job, data in zip(jobs, read)])
+
+
+def _for_transfer(results: list) -> list:
+    # Every rank lists the whole world in its default group: sent as arrays (one per list
+    # in the batch, which the pickle then writes once), the parent reads them as bytes and
+    # keeps one tuple per distinct list (see SharedValues).
+    arrays: dict = {}  # id(ranks) -> (ranks, its array): holding ranks keeps the id its own
+    for dump in results:
+        if isinstance(dump, RankDump):
+            dump.pg_config = tuple(config._replace(ranks=_as_array(config.ranks, arrays)) if config.ranks else config
+                                   for config in dump.pg_config)
+    return results
+
+
+def _load_batch_mapped(transform: Callable, jobs: list) -> list:
+    """`transform(rank, load_one(...))` for a few files in a worker process: only what
+    `transform` returns travels back (see iter_dump_files)."""
+    memo = BatchMemo()
+    return [transform(job[0], load_one(*job, memo=memo)) for job in jobs]
+
+
+def _as_array(ranks, arrays: dict) -> array:
+    if isinstance(ranks, array):  # packed already (by a child process of a worker)
+        return ranks
+    if id(ranks) not in arrays:
+        arrays[id(ranks)] = (ranks, array("q", ranks))
+    return arrays[id(ranks)][1]
+
+
+def _received(result, shared: SharedValues):
+    if isinstance(result, RankDump):
+        result.entries.share(shared)
+        _share_rank_lists(result, shared)
+    return result
+
+
+def load_dumps(
+    inputs: Sequence,
+    prefix: Optional[str] = None,
+    *,
+    workers: int = 1,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    selected_ranks: Optional[Iterable[int]] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+    on_dump: Optional[Callable[[RankDump], None]] = None,
+    all_generations: bool = False,
+    runner: Optional[Callable] = None,
+) -> LoadResult:
+    """Find and load every dump under `inputs` (directories, files, archives, URLs): of
+    the newest complete generation only, unless `all_generations` (see discover_dump_files).
+    `selected_ranks` keeps only the files of those ranks (by the rank in their name),
+    before any is decoded. `on_dump` is called in this process with each dump as it
+    arrives: work done there overlaps the workers'. `runner(jobs, progress, shared,
+    on_dump)` replaces the local process pool (cluster.DaskRunner); it returns the
+    results in job order and notes."""
+    found = discover_dump_files([as_input(p) for p in inputs], prefix, all_generations, max_bytes)
+    files = found.files
+    if selected_ranks is not None:
+        wanted = set(selected_ranks)
+        files = select_files(files, wanted.__contains__)
+    return load_dump_files(files, found, workers=workers, max_bytes=max_bytes, progress=progress, on_dump=on_dump,
+                           inputs=tuple(str(p) for p in inputs), runner=runner)
+
+
+def select_files(files: list, wanted: Callable[[int], bool]) -> list:
+    """The `(rank, path)` pairs of `files` whose rank (from the file name) is `wanted`:
+    choosing ranks before reading, so the other files are never opened."""
+    return [(rank, path) for rank, path in files if wanted(rank)]
+
+
+def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    progress: Optional[Callable[[int, int], None]] = None,
+                    on_dump: Optional[Callable[[RankDump], None]] = None, inputs: tuple[str, ...] = (),
+                    runner: Optional[Callable] = None) -> LoadResult:
+    """Load `files` (`(rank, path)` pairs, from `found.files` or a selection of them),
+    found under `inputs` (as given), in this machine's processes or with `runner`."""
+    notes = list(found.notes)
+    if runner is None:
+        results = [result for _, result in iter_dump_files(files, workers=workers, max_bytes=max_bytes,
+                                                            progress=progress, on_dump=on_dump)]
+    else:
+        results, run_notes = runner(_jobs(files, max_bytes), progress, SharedValues(), on_dump)
+        notes += list(run_notes)
+    dumps: list[RankDump] = []
+    errors: list[LoadIssue] = list(found.refused)
+    for result in results:
+        (dumps if isinstance(result, RankDump) else errors).append(result)
+    failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))
+    return LoadResult(dumps=dumps, skipped=found.skipped, errors=errors, prefix=found.prefix, failed_ranks=failed,
+                      notes=notes, inputs=inputs)
+
+
+def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    progress: Optional[Callable[[int, int], None]] = None,
+                    on_dump: Optional[Callable[[RankDump], None]] = None,
+                    transform: Optional[Callable] = None) -> Iterator[tuple]:
+    """`(rank, RankDump or LoadIssue)` for each of `files`, in their order, as each is
+    decoded: a caller that prints as it goes (`-j`) need not wait for, nor keep, them all.
+
+    With `transform` (a picklable function of `(rank, RankDump or LoadIssue)`), yields
+    `(rank, transform(rank, result))` instead, computed in the worker processes: when
+    only a little of each dump is wanted (-j's newest entries of each rank), the dumps
+    never travel to this process."""
+    return _run_jobs(_jobs(files, max_bytes), workers, progress, SharedValues(), on_dump, transform)
+
+
+def _jobs(files: list, max_bytes: int) -> list:
+    """One load job per `(rank, path)`: a local path travels as text, a Source as itself."""
+    drop = _inputs_crowd_memory([path for _, path in files])
+    return [(rank, path if isinstance(path, Source) else str(path), max_bytes, drop) for rank, path in files]
+
+
+def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
+    """Keep one tuple per distinct pg_config rank list, as each dump arrives. Every NCCL
+    rank lists the whole world in its default group: at 16,384 ranks, copies of it kept
+    until the end of the load took 10 GB."""
+    if any(config.ranks for config in dump.pg_config):
+        dump.pg_config = tuple(config._replace(ranks=shared.rank_list(config.ranks)) if config.ranks else config
+                               for config in dump.pg_config)
+
+
+def job_batches(jobs: list, workers: int) -> list:
+    """The jobs in batches of up to 16, a few per worker (each batch is one task), the
+    first few smaller (see _batches)."""
+    return _batches(jobs, max(1, min(16, len(jobs) // (8 * workers))))
+
+
+def take_batch(batch: list, results: list, total: int, shared: SharedValues, on_dump=None, progress=None) -> None:
+    """Receive a worker's batch of results into `results`, in this process (see _received)."""
+    for result in batch:
+        results.append(_received(result, shared))
+        if on_dump and isinstance(results[-1], RankDump):
+            on_dump(results[-1])
+    if progress:
+        progress(len(results), total)
+
+
+def _batches(jobs: list, size: int) -> list:
+    """`jobs` cut into batches of `size`, the first few smaller (1, 2, 4, ...): the first
+    dumps arrive as soon as one file is decoded, for a caller that prints as it goes."""
+    batches, start, step = [], 0, 1
+    while start < len(jobs):
+        batches.append(jobs[start:start + step])
+        start += step
+        step = min(size, step * 2)
+    return batches
+
+
+def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=None,
+              transform: Optional[Callable] = None) -> Iterator[tuple]:
+    """`(rank, result)` per job, in the jobs' order (`transform(rank, result)` with one)."""
+    # Worker processes only pay off once there are many files to spread.
+    if workers <= 1 or len(jobs) < 2 * workers:
+        memo = BatchMemo()
+        for done, job in enumerate(jobs, 1):
+            result = load_one(*job, shared=shared, memo=memo)
+            if transform is not None:
+                result = transform(job[0], result)
+            elif isinstance(result, RankDump):
+                _share_rank_lists(result, shared)
+                if on_dump:
+                    on_dump(result)
+            if progress:
+                progress(done, len(jobs))
+            yield job[0], result
+        return
+    batches = iter(job_batches(jobs, workers))
+    done = 0
+    pool = ProcessPoolExecutor(max_workers=workers)
+    finished = False
+    try:
+        # A few batches in flight per worker, not all of them: when the workers outpace
+        # this process, finished batches would otherwise pile up here (gigabytes at 16k ranks).
+        work = _load_batch_for_transfer if transform is None else functools.partial(_load_batch_mapped, transform)
+        pending = deque((batch, pool.submit(work, batch)) for batch in islice(batches, 3 * workers))
+        while pending:
+            batch_jobs, future = pending.popleft()
+            batch = future.result()
+            pending.extend((more, pool.submit(work, more)) for more in islice(batches, 1))
+            done += len(batch)
+            if progress:
+                progress(done, len(jobs))
+            for job, result in zip(batch_jobs, batch):
+                if transform is None:
+                    result = _received(result, shared)
+                if on_dump and transform is None and isinstance(result, RankDump):
+                    on_dump(result)
+                yield job[0], result
+        finished = True
+    finally:
+        if not finished:
+            # A consumer that stopped early (its reader gone: `frtrace -j | head`) does not
+            # wait for the batches in flight, and the process may end at once (os._exit),
+            # before the pool's own thread could tell the workers: end them now, or they
+            # would wait for work forever, holding the pipe the output went to.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)

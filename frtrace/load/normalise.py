@@ -1,0 +1,532 @@
+"""Normalise one decoded dump into a `RankDump`.
+
+Takes the decoded object of one file (any dump version 2.0 … 2.11, any backend);
+returns a `RankDump` whose entries are compact `Entry` records (interned strings,
+shapes and stacks), coalesced batches settled as units. Odd or missing fields become
+warnings, never exceptions; only data not shaped like a dump at all raises DecodeError.
+"""
+
+
+import operator
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Optional
+
+from frtrace.load.safe_decode import DecodeError
+from frtrace.model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
+from frtrace.table.batches import finished_settlements, settle_table_batches
+from frtrace.table.entry_columns import (
+    Columns,
+    SharedValues,
+    columns_from_entries,
+    columns_from_raw,
+    entry_table,
+)
+from frtrace.table.entry_table import EntryTable
+from frtrace.table.rank_dump import RankDump
+from frtrace.table.standing import keeps_only_active
+
+# A ring buffer keeps 2,000 entries by default (TORCH_NCCL_TRACE_BUFFER_SIZE); jobs that
+# raise it use 20,000 or so. A file holding more is refused before normalising: 8 KB of
+# pickle memo references can name one entry four million times, and each becomes an
+# Entry of its own (3 GB, 73 s before this limit).
+DEFAULT_MAX_ENTRIES = 500_000
+_FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
+_RECORD_ORDER = operator.attrgetter("record_id", "index")
+_P2P_NAME = re.compile(r"^(?P<op>send|recv)\s+(?P<a>-?\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>-?\d+|\?)$")
+
+
+# --------------------------------------------------------------------------- normalising
+
+# Producers write 64-bit integers; anything wider is corruption, and printing an int of
+# thousands of digits is itself an error in Python.
+_INT_LIMIT = 2**64
+_ENTRY_FIELDS = (
+    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "is_p2p",
+    "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state", "retired", "time_created_ns",
+    "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "timeout_ms", "frames",
+)
+_new_entry = tuple.__new__  # builds an Entry from a ready tuple without a Python-level __new__
+
+
+class _Unreadable(Exception):
+    """An entry field that matching depends on cannot be read: the entry is dropped."""
+
+
+@dataclass(slots=True)
+class BatchMemo:
+    """What reading one file teaches about the next files of the same batch (a worker's
+    batch, or an in-process load): stacks validated without a warning, which validating
+    again would give alike and say nothing about (~40 µs each), op names parsed from
+    profiling names (a pure function of the string, never a warning: ~5 µs each, a dozen
+    or so a file), and parsed rank lists (every rank lists the whole world: 6 ms to parse
+    at 16,384 ranks)."""
+
+    clean_stacks: dict = field(default_factory=dict)
+    op_names: dict = field(default_factory=dict)
+    rank_lists: dict = field(default_factory=dict)
+
+
+class _Normaliser:
+    """Per-file interning tables (op names: per batch, see BatchMemo) and the warnings
+    collected while normalising.
+
+    The tables map raw values (as the file holds them) to validated, interned results,
+    so the common entry costs a few dict lookups; only values not seen before are
+    validated field by field.
+    """
+
+    def __init__(self, memo: Optional[BatchMemo] = None) -> None:
+        self.strings: dict = {}
+        self.groups: dict = {}
+        memo = BatchMemo() if memo is None else memo
+        self.names: dict = memo.op_names
+        self.shapes: dict = {}
+        self.frames: dict = {}
+        self.stacks: dict = {}
+        self.clean_stacks: dict = memo.clean_stacks
+        self.rank_lists: dict = memo.rank_lists
+        self.warnings: Counter = Counter()
+        self.warned = 0
+
+    def warn(self, message: str) -> None:
+        self.warnings[message] += 1
+        self.warned += 1
+
+    def rank_list(self, value) -> Optional[tuple]:
+        if not isinstance(value, str):
+            return _parse_rank_list(value)
+        if value not in self.rank_lists:
+            self.rank_lists[value] = _parse_rank_list(value)
+        return self.rank_lists[value]
+
+    def text(self, value, field_name: str, default: str = "") -> str:
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            # Never str() it: a shared-reference tuple can expand to billions of items.
+            self.warn(f"{field_name} is not a string")
+            return default
+        return self.strings.setdefault(value, value)
+
+    def integer(self, value, field_name: str, default: Optional[int] = 0) -> Optional[int]:
+        if type(value) is int and -_INT_LIMIT < value < _INT_LIMIT:
+            return value
+        if value is None:
+            return default
+        number = _as_integer(value)
+        if number is None:
+            self.warn(f"{field_name} is not an integer")
+            return default
+        return number
+
+    def process_group(self, pg, pg_id) -> tuple:
+        if not isinstance(pg, (list, tuple)) or not pg:
+            return self._validated_process_group(pg, pg_id)
+        try:  # JSON writes the pair as a list: the cache is keyed by the tuple
+            key = tuple(pg)
+            cached = self.groups.get(key)
+        except TypeError:  # something unhashable inside
+            return self._validated_process_group(pg, pg_id)
+        if cached is None:
+            cached = self.groups[key] = self._validated_process_group(pg, pg_id)
+        return cached
+
+    def _validated_process_group(self, pg, pg_id) -> tuple:
+        if isinstance(pg, (list, tuple)) and len(pg) >= 1:
+            name = self.text(pg[0], "process_group name")
+            desc = self.text(pg[1], "process_group desc") if len(pg) > 1 else ""
+            return name, desc
+        if pg is not None:
+            self.warn("process_group is not a (name, desc) pair")
+        # Old dumps without process_group: the rank-local pg_id is the only handle left.
+        number = self.integer(pg_id, "pg_id", None)
+        return (str(number) if number is not None else "?"), ""
+
+    def op_name(self, profiling_name, is_p2p_flag) -> OpName:
+        flag = is_p2p_flag is True
+        if type(profiling_name) is not str:
+            if profiling_name is not None:
+                self.warn("profiling_name is not a string")
+            return UNREADABLE_OP
+        key = (profiling_name, flag)
+        cached = self.names.get(key)
+        if cached is None:
+            cached = self.names[key] = parse_profiling_name(self.text(profiling_name, "profiling_name"), flag)
+        return cached
+
+    def sizes(self, value, field_name: str) -> Optional[tuple]:
+        if value is None:
+            return ()
+        if isinstance(value, (list, tuple)) and all(
+            isinstance(shape, (list, tuple)) and all(type(d) is int and 0 <= d < _INT_LIMIT for d in shape) for shape in value
+        ):
+            return tuple(map(tuple, value))
+        self.warn(f"{field_name} is not a list of shapes")
+        return None
+
+    def dtypes(self, value, field_name: str) -> Optional[tuple]:
+        if value is None:
+            return ()
+        if isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value):
+            return tuple(self.text(d, field_name) for d in value)
+        self.warn(f"{field_name} is not a list of dtype names")
+        return None
+
+    def shape_record(self, input_sizes, input_dtypes, output_sizes, output_dtypes) -> Shapes:
+        try:  # most entries repeat a handful of shapes: look the raw values up first
+            key = (tuple(map(tuple, input_sizes or ())), tuple(input_dtypes or ()),
+                   tuple(map(tuple, output_sizes or ())), tuple(output_dtypes or ()))
+            cached = self.shapes.get(key)
+        except TypeError:  # not iterable, or unhashable inside: validate the slow way
+            key, cached = None, None
+        if cached is not None:
+            return cached
+        fields = (
+            self.sizes(input_sizes, "input_sizes"),
+            self.dtypes(input_dtypes, "input_dtypes"),
+            self.sizes(output_sizes, "output_sizes"),
+            self.dtypes(output_dtypes, "output_dtypes"),
+        )
+        readable = None not in fields
+        sizes_in, dtypes_in, sizes_out, dtypes_out = (() if f is None else f for f in fields)
+        shapes = Shapes(sizes_in, dtypes_in, sizes_out, dtypes_out, readable)
+        shapes = self.shapes.setdefault(shapes, shapes)
+        if key is not None:
+            self.shapes[key] = shapes
+        return shapes
+
+    def stack(self, value) -> tuple:
+        if not value:
+            return ()
+        try:  # a stack seen before, looked up by its raw (name, file, line)s
+            key = tuple(map(_FRAME_FIELDS, value))
+            cached = self.stacks.get(key)
+        except (TypeError, KeyError):
+            key, cached = None, None
+        if cached is not None:
+            return cached
+        if key is not None and key in self.clean_stacks:
+            stack = self.stacks[key] = self.clean_stacks[key]
+            return stack
+        warned = self.warned
+        stack = self._validated_stack(value)
+        if key is not None:
+            self.stacks[key] = stack
+            if self.warned == warned:
+                self.clean_stacks[key] = stack
+        return stack
+
+    def _validated_stack(self, value) -> tuple:
+        if not isinstance(value, (list, tuple)):
+            self.warn("frames is not a list")
+            return ()
+        frames = []
+        for raw in value:
+            if not isinstance(raw, dict):
+                self.warn("a stack frame is not a dict")
+                continue
+            frame = Frame(
+                self.text(raw.get("name"), "frame name", "?"),
+                self.text(raw.get("filename"), "frame filename", "?"),
+                self.integer(raw.get("line"), "frame line", 0) or 0,
+            )
+            frames.append(self.frames.setdefault(frame, frame))
+        stack = tuple(frames)
+        return self.stacks.setdefault(stack, stack)
+
+
+def _as_integer(value) -> Optional[int]:
+    """An int written as a decimal string or an integral float; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -_INT_LIMIT < value < _INT_LIMIT else None
+    if isinstance(value, str):
+        digits = value.strip()
+        if 0 < len(digits) <= 21 and digits.lstrip("-").isascii() and digits.lstrip("-").isdecimal():
+            return int(digits)
+        return None
+    if isinstance(value, float) and value.is_integer() and abs(value) < _INT_LIMIT:
+        return int(value)
+    return None
+
+
+def parse_profiling_name(profiling_name: str, is_p2p_flag: bool = False) -> OpName:
+    """Split `nccl:recv 1<-0` into backend, op and group-local peers."""
+    backend, sep, rest = profiling_name.partition(":")
+    if not sep:
+        backend, rest = "", profiling_name
+    rest = rest.strip()
+    match = _P2P_NAME.match(rest)
+    if match:
+        left = -1 if match["a"] == "?" else int(match["a"])
+        right = -1 if match["b"] == "?" else int(match["b"])
+        src, dst = (left, right) if match["arrow"] == "->" else (right, left)
+        return OpName(profiling_name, backend, match["op"], True, src, dst)
+    op = rest.split(" ", 1)[0] if rest else UNREADABLE_OP.op
+    marker = op == "coalesced" or (op.endswith("_coalesced") and op[: -len("_coalesced")].isupper())
+    return OpName(profiling_name, backend, op, is_p2p_flag or op in ("send", "recv"), None, None, marker)
+
+
+def _optional_time(value, norm: _Normaliser, field_name: str) -> Optional[int]:
+    # JSON writes 0 where pickle writes None: both mean "not observed".
+    return norm.integer(value, field_name, None) or None
+
+
+def _optional_float(value, norm: _Normaliser, field_name: str) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300:
+        value = float(value)
+        if value == value:  # not NaN
+            return value
+    norm.warn(f"{field_name} is not a number")
+    return None
+
+
+def _fast_entry(index: int, values: tuple, norm: _Normaliser):
+    """The entry from `values` when every field holds what real dumps hold and every
+    interned value was seen before; None to take the validating path."""
+    (record_id, pg_id, pg, seq, p2p_seq, op_id, profiling_name, is_p2p, input_sizes, input_dtypes, output_sizes,
+     output_dtypes, state, retired, created, started, completed, duration, timeout, frames) = values
+    limit = _INT_LIMIT
+    if not (type(record_id) is int and type(pg_id) is int and type(seq) is int and type(p2p_seq) is int
+            and type(op_id) is int and type(created) is int and (started is None or type(started) is int)
+            and (completed is None or type(completed) is int) and (timeout is None or type(timeout) is int)
+            and (retired is None or type(retired) is bool) and (duration is None or type(duration) is float)
+            and -limit < record_id < limit and -limit < seq < limit and -limit < p2p_seq < limit
+            and -limit < op_id < limit and -limit < created < limit and -limit < pg_id < limit
+            and (started is None or -limit < started < limit) and (completed is None or -limit < completed < limit)
+            and (timeout is None or -limit < timeout < limit) and (duration is None or -1e300 < duration < 1e300)):
+        return None
+    try:
+        group = norm.groups[tuple(pg)]
+        name = norm.names[(profiling_name, is_p2p is True)]
+        shapes = norm.shapes[(tuple(map(tuple, input_sizes)), tuple(input_dtypes),
+                              tuple(map(tuple, output_sizes)), tuple(output_dtypes))]
+        state = norm.strings[state]
+        stack = norm.stacks[tuple(map(_FRAME_FIELDS, frames))] if frames else ()
+    except (KeyError, TypeError):
+        return None
+    return _new_entry(Entry, (index, record_id, group[0], group[1], pg_id, seq, p2p_seq, op_id, name, shapes, state,
+                              retired, created, started or None, completed or None, duration, timeout, stack))
+
+
+def _validated_entry(index: int, values: tuple, norm: _Normaliser) -> Entry:
+    (record_id, pg_id, pg, seq, p2p_seq, op_id, profiling_name, is_p2p, input_sizes, input_dtypes, output_sizes,
+     output_dtypes, state, retired, created, started, completed, duration, timeout, frames) = values
+    integer = norm.integer
+    name = norm.op_name(profiling_name, is_p2p)
+    collective_seq = integer(seq, "collective_seq_id", None)
+    if collective_seq is None and not name.is_p2p:
+        # Where this rank stands in its group cannot be known: better no entry than a guess.
+        raise _Unreadable("collective_seq_id")
+    group = norm.process_group(pg, pg_id)
+    if not (retired is None or type(retired) is bool):
+        norm.warn("retired is not a boolean")
+        retired = None
+    return _new_entry(Entry, (
+        index,
+        integer(record_id, "record_id", index),
+        group[0],
+        group[1],
+        integer(pg_id, "pg_id", -1),
+        collective_seq if collective_seq is not None else 0,
+        integer(p2p_seq, "p2p_seq_id", 0),
+        integer(op_id, "op_id", 0),
+        name,
+        norm.shape_record(input_sizes, input_dtypes, output_sizes, output_dtypes),
+        norm.text(state, "state", "scheduled"),
+        retired,
+        integer(created, "time_created_ns", 0),
+        _optional_time(started, norm, "time_discovered_started_ns"),
+        _optional_time(completed, norm, "time_discovered_completed_ns"),
+        _optional_float(duration, norm, "duration_ms"),
+        integer(timeout, "timeout_ms", None),
+        norm.stack(frames),
+    ))
+
+
+_RANK_LIST = re.compile(r"\s*[\[(]\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*[\])]\s*")
+
+
+def _parse_rank_list(value) -> Optional[tuple]:
+    """Sorted global ranks from `"[0, 1, 2]"` (or a list), None when unreadable or empty.
+
+    A regular expression rather than ast.literal_eval: the default group of a large job
+    lists every rank, and compiling that string costs more than the rest of the file.
+    """
+    if isinstance(value, (list, tuple)):
+        if not all(type(r) is int and 0 <= r < _INT_LIMIT for r in value):
+            return None
+        ranks = value
+    elif isinstance(value, str):
+        match = _RANK_LIST.fullmatch(value)
+        if match is None:
+            return None
+        numbers = match[1]
+        if numbers and max(map(len, numbers.split(","))) > 25:
+            return None
+        ranks = list(map(int, numbers.split(","))) if numbers else []
+    else:
+        return None
+    return tuple(sorted(set(ranks))) or None
+
+
+def _pg_config(raw, norm: _Normaliser) -> tuple:
+    if not isinstance(raw, dict):
+        if raw is not None:
+            norm.warn("pg_config is not a dict")
+        return ()
+    configs = []
+    for key, value in raw.items():
+        if not isinstance(value, dict):
+            norm.warn("a pg_config value is not a dict")
+            continue
+        name = norm.text(value.get("name", key), "pg_config name")
+        configs.append(PgConfig(name, norm.text(value.get("desc"), "pg_config desc"), norm.rank_list(value.get("ranks"))))
+    return tuple(configs)
+
+
+def _pg_status(raw, norm: _Normaliser) -> dict:
+    if not isinstance(raw, dict):
+        if raw is not None:
+            norm.warn("pg_status is not a dict")
+        return {}
+    status = {}
+    for key, value in raw.items():
+        pg_id = norm.integer(key, "pg_status key", None)
+        if pg_id is None or not isinstance(value, dict):
+            norm.warn("pg_status has an odd entry")
+            continue
+        status[pg_id] = PgStatus(
+            norm.integer(value.get("last_enqueued_collective"), "last_enqueued_collective", None),
+            norm.integer(value.get("last_started_collective"), "last_started_collective", None),
+            norm.integer(value.get("last_completed_collective"), "last_completed_collective", None),
+        )
+    return status
+
+
+def _top_level_dict(raw) -> dict:
+    if isinstance(raw, list):
+        # The oldest producers wrote a bare list of entries; a list of anything else is not a dump.
+        if raw and all(map(isinstance, raw, repeat(dict))):
+            return {"entries": raw, "version": "1.0"}
+        raise DecodeError("top level is a list, but not of entry dicts")
+    if not isinstance(raw, dict):
+        raise DecodeError(f"top level is a {type(raw).__name__}, not a dump dict")
+    if not any(key in raw for key in ("entries", "pg_config", "pg_status", "version")):
+        raise DecodeError("no Flight Recorder keys (entries, pg_config, version) at the top level")
+    return raw
+
+
+def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES) -> Optional[list]:
+    """The `entries` list, None when the dump has none; DecodeError when it holds no entry
+    at all, since such a rank would otherwise look like one that issued nothing, or more
+    than `max_entries`."""
+    if raw_entries is None:
+        return None
+    if not isinstance(raw_entries, list):
+        raise DecodeError(f"entries is a {type(raw_entries).__name__}, not a list")
+    if len(raw_entries) > max_entries:
+        raise DecodeError(f"holds {len(raw_entries):,} entries, over the limit of {max_entries:,} per file "
+                          f"(a ring buffer keeps 2,000 by default)")
+    if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
+        raise DecodeError("entries holds no entry dicts")
+    return raw_entries
+
+
+def _normalise_entries(raw_entries: list, norm: _Normaliser) -> tuple:
+    """`(Columns of the entries sorted oldest first, number dropped as unreadable)`."""
+    columns = columns_from_raw(raw_entries, norm)
+    if columns is not None:
+        return columns, 0
+    entries, dropped = _entries_one_by_one(raw_entries, norm)
+    return columns_from_entries(entries), dropped
+
+
+def _entries_one_by_one(raw_entries: list, norm: _Normaliser) -> tuple:
+    """`(entries sorted oldest first, number dropped as unreadable)`: the path for dumps with
+    anything unusual in them, which checks and warns about each value on its own."""
+    entries = []
+    dropped = 0
+    fields = _ENTRY_FIELDS
+    for index, raw in enumerate(raw_entries):
+        if type(raw) is not dict:
+            norm.warn("an entry is not a dict (skipped)")
+            continue
+        values = tuple(map(raw.get, fields))
+        if values[3] is None:  # dumps before the collective/p2p split wrote `seq_id`
+            values = values[:3] + (raw.get("seq_id"),) + values[4:]
+        entry = _fast_entry(index, values, norm)
+        if entry is None:
+            try:
+                entry = _validated_entry(index, values, norm)
+            except _Unreadable as exc:
+                norm.warn(f"an entry has no readable {exc} (dropped)")
+                dropped += 1
+                continue
+        entries.append(entry)
+    # Record ids order a rank's entries; ties (corrupt ids) keep file order.
+    entries.sort(key=_RECORD_ORDER)
+    return tuple(entries), dropped
+
+
+def _version(raw: dict, norm: _Normaliser) -> str:
+    version = raw.get("version")
+    if isinstance(version, str):
+        return version
+    if version is not None:
+        norm.warn("version is not a string")
+    return "unknown"
+
+
+def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
+    """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
+    the data is not shaped like a dump at all."""
+    dump, columns = normalised_without_entries(raw, rank, path, encoding)
+    set_entries(dump, columns)
+    return dump
+
+
+def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues] = None) -> None:
+    """The dump's entries from `columns`, as an `EntryTable`: each coalesced batch settled
+    as one unit, and in a dump of only active entries, those its pg_status says finished
+    (see `batches`)."""
+    table = entry_table(columns)
+    if shared is not None:
+        table.share(shared)
+    if settle_table_batches(table):
+        table.compact()
+    dump.entries = table
+    if keeps_only_active(dump):
+        table.replace(finished_settlements(table, dump.pg_status))
+        table.compact()
+
+
+def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
+                max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
+    """`(RankDump without its entries, Columns of its entries)`."""
+    raw = _top_level_dict(raw)
+    raw_entries = _raw_entries(raw.get("entries"), max_entries)
+    norm = _Normaliser(memo)
+    comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
+    columns, dropped = _normalise_entries(raw_entries or [], norm)
+    dump = RankDump(
+        rank=rank,
+        path=path,
+        encoding=encoding,
+        version=_version(raw, norm),
+        comm_lib_version=norm.text(comm_lib, "comm_lib_version"),
+        pg_config=_pg_config(raw.get("pg_config"), norm),
+        pg_status=_pg_status(raw.get("pg_status"), norm),
+        entries=EntryTable.from_entries(()),
+        # JSON dumps omit `entries` when it is empty; only pickles tell "no collectives" apart.
+        has_entries=raw_entries is not None or encoding.startswith("json"),
+        unreadable_entries=dropped,
+    )
+    dump.warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
+    return dump, columns

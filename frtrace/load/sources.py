@@ -1,0 +1,574 @@
+"""Dump files that are not plain local paths: objects in a store (fsspec URLs) and members
+of archives (.tar, .tar.gz/.tgz, .zip).
+
+`expand_input` turns one input (a URL of a prefix or an object, or an archive given as a
+file or URL) into `Source`s, which discovery treats like files: each has a `name` (the
+rank is read from it, as for files), a `parent` (its directory, for generations), an
+`mtime`, `head()` (first bytes, for telling dumps from other files) and `read(max_bytes)`.
+A Source is small and picklable: loader workers and dask workers read it themselves,
+straight from the store or the archive, not through the process that found it.
+
+Archives are untrusted like dumps: nothing is extracted to disk; members are read as
+bounded streams with the loader's limits (`--max-file-size`, the gzip ratio of
+safe_decode); members named absolutely or with `..`, links, devices and encrypted or
+oddly compressed zip members are refused with one line each, never followed. A plain
+.tar or a .zip is read member by member in place (a seek and a bounded read, by any
+worker); a compressed tarball cannot be entered in the middle, so it is streamed once,
+in the process that finds it, and its dump members are held in memory (each at most
+`--max-file-size`, the whole stream at most the gzip ratio times the archive).
+
+fsspec and the store's package (s3fs, gcsfs) are imported only when a URL is given.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import posixpath
+import re
+import struct
+import tarfile
+import zlib
+from pathlib import Path, PurePosixPath
+from typing import Optional, Union
+
+from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line
+
+HEAD_BYTES = 4096
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+# An archive of a 100,000-rank job holds 100,000 dumps and a few logs; one with millions of
+# members is a trap for the listing itself.
+MAX_ARCHIVE_MEMBERS = 1_000_000
+_URL = re.compile(r"^(?P<protocol>[a-zA-Z][a-zA-Z0-9+.-]*)://")
+# The package each store needs, and the frtrace extra that installs it.
+EXTRA_OF_PROTOCOL = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+
+class SourceError(Exception):
+    """An input cannot be listed or opened at all (one line for the user)."""
+
+
+def is_url(item) -> bool:
+    return isinstance(item, str) and _URL.match(item) is not None
+
+
+def as_input(item: Union[str, Path]) -> Union[str, Path]:
+    """A command-line input as the loader takes it: URLs stay strings (a Path would fold
+    `s3://` into `s3:/`), `file://` URLs become local paths, everything else a Path."""
+    text = str(item)
+    match = _URL.match(text)
+    if match is None:
+        return Path(text)
+    if match["protocol"].lower() == "file":
+        return Path(text[len("file://"):] or "/")
+    return text
+
+
+def is_archive_name(name: str) -> bool:
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class Source:
+    """A dump file that is not a local path (see the module doc)."""
+
+    __slots__ = ("where", "name", "parent", "mtime")
+
+    def __init__(self, where: str, name: str, parent: str, mtime: Optional[float]):
+        self.where, self.name, self.parent, self.mtime = where, name, parent, mtime
+
+    def __str__(self) -> str:
+        return self.where
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.where!r})"
+
+    def __lt__(self, other) -> bool:
+        return str(self) < str(other)
+
+    def __gt__(self, other) -> bool:
+        return str(self) > str(other)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Source) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(self.where)
+
+    def __getstate__(self):
+        return tuple(getattr(self, slot) for cls in type(self).__mro__ for slot in getattr(cls, "__slots__", ()))
+
+    def __setstate__(self, state) -> None:
+        slots = [slot for cls in type(self).__mro__ for slot in getattr(cls, "__slots__", ())]
+        for slot, value in zip(slots, state):
+            setattr(self, slot, value)
+
+    def head(self) -> bytes:
+        raise NotImplementedError
+
+    def read(self, max_bytes: int) -> bytes:
+        """The bytes, at most `max_bytes`; OSError or ValueError (one line) otherwise."""
+        raise NotImplementedError
+
+
+class RemoteFile(Source):
+    """An object in a store, read through fsspec by whichever process loads it (its
+    credentials come from that process's environment and profiles)."""
+
+    __slots__ = ("url", "size")
+
+    def __init__(self, url: str, size: Optional[int], mtime: Optional[float]):
+        super().__init__(url, posixpath.basename(url.rstrip("/")), posixpath.dirname(url.rstrip("/")), mtime)
+        self.url, self.size = url, size
+
+    def head(self) -> bytes:
+        fs, path = _filesystem(self.url)
+        return _remote_call(lambda: fs.cat_file(path, start=0, end=HEAD_BYTES), self.url)
+
+    def read(self, max_bytes: int) -> bytes:
+        if self.size is not None and self.size > max_bytes:
+            raise ValueError(f"file is {self.size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
+        fs, path = _filesystem(self.url)
+        # A range of one more byte than allowed: an object grown since it was listed is
+        # refused without being fetched whole.
+        data = _remote_call(lambda: fs.cat_file(path, start=0, end=max_bytes + 1), self.url)
+        if len(data) > max_bytes:
+            raise ValueError(f"file is over the {max_bytes:,}-byte limit (raise --max-file-size)")
+        return data
+
+
+class RefusedMember(Source):
+    """An archive member that is never read (a link, a `..` name, ...): reading it says why."""
+
+    __slots__ = ("reason", "candidate")
+
+    def __init__(self, archive: str, name: str, reason: str, candidate: bool = False):
+        # `candidate`: still a rank's dump file, one that cannot be read (too large), as a
+        # plain file over the limit is; other refused members never stand for a rank.
+        super().__init__(_member_where(archive, name), posixpath.basename(name),
+                         _member_where(archive, posixpath.dirname(name)), None)
+        self.reason, self.candidate = reason, candidate
+
+    def head(self) -> bytes:
+        return b""
+
+    def read(self, max_bytes: int) -> bytes:
+        raise ValueError(self.reason)
+
+
+class TarMember(Source):
+    """A regular member of an uncompressed tar: `size` bytes at `offset`, read in place."""
+
+    __slots__ = ("archive", "offset", "size")
+
+    def __init__(self, archive: str, name: str, offset: int, size: int, mtime: Optional[float]):
+        super().__init__(_member_where(archive, name), posixpath.basename(name),
+                         _member_where(archive, posixpath.dirname(name)), mtime)
+        self.archive, self.offset, self.size = archive, offset, size
+
+    def head(self) -> bytes:
+        with _open_archive(self.archive) as handle:
+            handle.seek(self.offset)
+            return handle.read(min(self.size, HEAD_BYTES))
+
+    def read(self, max_bytes: int) -> bytes:
+        if self.size > max_bytes:
+            raise ValueError(f"member is {self.size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
+        with _open_archive(self.archive) as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.size)
+        if len(data) < self.size:
+            raise ValueError("truncated archive: the member ends early")
+        return data
+
+
+class ZipMember(Source):
+    """A member of a zip archive: its local header at `offset`, then `compressed` bytes
+    stored or deflated; inflated with the same ratio limit as a gzip'd dump."""
+
+    __slots__ = ("archive", "offset", "compressed", "size", "method")
+
+    def __init__(self, archive: str, name: str, offset: int, compressed: int, size: int, method: int,
+                 mtime: Optional[float]):
+        super().__init__(_member_where(archive, name), posixpath.basename(name),
+                         _member_where(archive, posixpath.dirname(name)), mtime)
+        self.archive, self.offset, self.compressed, self.size, self.method = archive, offset, compressed, size, method
+
+    def head(self) -> bytes:
+        try:
+            with _open_archive(self.archive) as handle:
+                raw = self._raw(handle, min(self.compressed, HEAD_BYTES * 4))
+            return raw[:HEAD_BYTES] if self.method == 0 else zlib.decompressobj(-15).decompress(raw, HEAD_BYTES)
+        except (OSError, ValueError, zlib.error):
+            return b""
+
+    def read(self, max_bytes: int) -> bytes:
+        # The sizes in the directory are the archive's word only: the inflated stream is
+        # bounded by the limits whatever they say.
+        if self.compressed > max_bytes or self.size > max_bytes:
+            raise ValueError(f"member is {max(self.size, self.compressed):,} bytes, over the {max_bytes:,}-byte "
+                             "limit (raise --max-file-size)")
+        with _open_archive(self.archive) as handle:
+            raw = self._raw(handle, self.compressed)
+        if len(raw) < self.compressed:
+            raise ValueError("truncated archive: the member ends early")
+        if self.method == 0:
+            return raw
+        allowed = min(max_bytes, max(_GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(raw)))
+        try:
+            inflater = zlib.decompressobj(-15)
+            data = inflater.decompress(raw, allowed + 1)
+        except zlib.error as exc:
+            raise ValueError(f"corrupt deflate data ({_one_line(str(exc))})") from None
+        if len(data) > max_bytes:
+            raise ValueError(f"decompresses to more than {max_bytes:,} bytes (raise --max-file-size)")
+        if len(data) > allowed:
+            raise ValueError(f"decompresses to more than {MAX_GZIP_RATIO} times its {len(raw):,} bytes "
+                             "(honest dumps inflate at most about 30 times): a zip bomb?")
+        return data
+
+    def _raw(self, handle, count: int) -> bytes:
+        handle.seek(self.offset)
+        header = handle.read(30)
+        if len(header) < 30 or header[:4] != b"PK\x03\x04":
+            raise ValueError("corrupt archive: no member header where the directory says")
+        name_length, extra_length = struct.unpack("<HH", header[26:30])
+        handle.seek(self.offset + 30 + name_length + extra_length)
+        return handle.read(count)
+
+
+class HeldMember(Source):
+    """A member of a compressed tarball, read while the tarball was streamed once."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, archive: str, name: str, data: bytes, mtime: Optional[float]):
+        super().__init__(_member_where(archive, name), posixpath.basename(name),
+                         _member_where(archive, posixpath.dirname(name)), mtime)
+        self.data = data
+
+    def head(self) -> bytes:
+        return self.data[:HEAD_BYTES]
+
+    def read(self, max_bytes: int) -> bytes:
+        if len(self.data) > max_bytes:
+            raise ValueError(f"member is {len(self.data):,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
+        return self.data
+
+
+def _member_where(archive: str, name: str) -> str:
+    return f"{archive}:{name}" if name else archive
+
+
+# --------------------------------------------------------------------------- fsspec
+
+
+def _fsspec():
+    try:
+        import fsspec
+    except ImportError:
+        raise SourceError("reading URLs needs fsspec: install 'frtrace[s3]' or 'frtrace[gcs]'") from None
+    return fsspec
+
+
+def _protocol(url: str) -> str:
+    """The scheme of a URL `is_url` accepted."""
+    match = _URL.match(url)
+    assert match is not None
+    return match["protocol"]
+
+
+def _filesystem(url: str):
+    """`(filesystem, path)` for a URL; SourceError naming the extra when its package is missing."""
+    fsspec = _fsspec()
+    protocol = _protocol(url).lower()
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError:
+        extra = EXTRA_OF_PROTOCOL.get(protocol)
+        hint = f"install 'frtrace[{extra}]'" if extra else f"install the fsspec package for {protocol}://"
+        raise SourceError(f"reading {protocol}:// URLs needs a package that is not installed: {hint}") from None
+    except ValueError as exc:  # an unknown protocol
+        raise SourceError(f"{url}: {_one_line(str(exc))}") from None
+
+
+def _remote_call(call, url: str):
+    try:
+        return call()
+    except (SourceError, ValueError):
+        raise
+    except FileNotFoundError:
+        raise OSError("no such object") from None
+    except Exception as exc:  # stores raise their own types (botocore, google.auth ...)
+        raise OSError(_one_line(f"{type(exc).__name__}: {exc}")) from None
+
+
+def _remote_mtime(info: dict) -> Optional[float]:
+    for key in ("LastModified", "mtime", "updated", "last_modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                import datetime
+                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def _list_url(url: str) -> list:
+    """`[(url, size, mtime)]` of the objects under `url` (a prefix) or of that one object."""
+    fs, path = _filesystem(url)
+    protocol = _protocol(url)
+
+    def listing():
+        if not url.endswith("/") and fs.isfile(path):
+            info = fs.info(path)
+            return {path: info}
+        return fs.find(path, withdirs=False, detail=True)
+
+    try:
+        found = listing()
+    except FileNotFoundError:
+        raise SourceError(f"{url}: no such bucket, prefix or object") from None
+    except SourceError:
+        raise
+    except Exception as exc:
+        raise SourceError(f"{url}: cannot list ({_one_line(f'{type(exc).__name__}: {exc}')})") from None
+    if not found:
+        raise SourceError(f"{url}: no such bucket, prefix or object")
+    objects = []
+    for name in sorted(found):
+        info = found[name]
+        if info.get("type", "file") != "file":
+            continue
+        full = fs.unstrip_protocol(name) if hasattr(fs, "unstrip_protocol") else f"{protocol}://{name}"
+        if any(part.startswith(".") for part in PurePosixPath(name[len(path.rstrip('/')):]).parts):
+            continue  # hidden files and directories are skipped, as in a local directory
+        size = info.get("size")
+        objects.append((full, size if isinstance(size, int) else None, _remote_mtime(info)))
+    return objects
+
+
+def _open_archive(archive: str):
+    """A binary file object over the archive (a local path or a URL), seekable."""
+    if is_url(archive):
+        fs, path = _filesystem(archive)
+        try:
+            return fs.open(path, "rb")
+        except Exception as exc:
+            raise OSError(_one_line(f"{type(exc).__name__}: {exc}")) from None
+    return open(archive, "rb")
+
+
+# --------------------------------------------------------------------------- archives
+
+
+def _member_problem(name: str) -> Optional[str]:
+    """Why a member's name must not be read, or None."""
+    if "\x00" in name:
+        return "member name holds a NUL byte"
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute member name: refused (nothing outside the archive is read)"
+    if ".." in re.split(r"[/\\]", name):
+        return "member name leaves the archive (..): refused"
+    return None
+
+
+def _quoted_name(name: str) -> str:
+    return _one_line(name, 120)
+
+
+def _tar_members(archive: str, handle, refused: list) -> list:
+    members = []
+    tar = tarfile.open(fileobj=handle, mode="r:")
+    count = 0
+    for info in tar:
+        count += 1
+        if count > MAX_ARCHIVE_MEMBERS:
+            refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
+            break
+        source = _checked_tar_member(archive, info)
+        if source is not None:
+            members.append(source if isinstance(source, Source) else
+                           TarMember(archive, info.name, info.offset_data, info.size, float(info.mtime)))
+    return members
+
+
+def _checked_tar_member(archive: str, info: tarfile.TarInfo):
+    """None for a directory (nothing to read), a RefusedMember, or True for a regular file."""
+    name = _quoted_name(info.name)
+    problem = _member_problem(info.name)
+    if problem:
+        return RefusedMember(archive, name, problem)
+    if info.isdir():
+        return None
+    if info.issym():
+        return RefusedMember(archive, name, f"symbolic link to {_quoted_name(info.linkname)!r}: links are not followed")
+    if info.islnk():
+        return RefusedMember(archive, name, f"hard link to {_quoted_name(info.linkname)!r}: links are not followed")
+    if not info.isreg():
+        return RefusedMember(archive, name, "not a regular file (a device, FIFO or other special member)")
+    return True
+
+
+def _stream_compressed_tar(archive: str, handle, size: Optional[int], max_bytes: int, wanted, refused: list) -> list:
+    """Stream a gzip'd tarball once: held members for names `wanted(name)` accepts."""
+    limit = max(_GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * size) if size else None
+    stream = _BoundedStream(gzip.GzipFile(fileobj=handle), limit)
+    members = []
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for count, info in enumerate(tar, 1):
+                if count > MAX_ARCHIVE_MEMBERS:
+                    refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
+                    break
+                checked = _checked_tar_member(archive, info)
+                if not isinstance(checked, bool):
+                    if checked is not None:
+                        members.append(checked)
+                    continue
+                name = _quoted_name(info.name)
+                if not wanted(posixpath.basename(info.name)):
+                    continue
+                if info.size > max_bytes:
+                    members.append(RefusedMember(archive, name, f"member is {info.size:,} bytes, over the "
+                                                 f"{max_bytes:,}-byte limit (raise --max-file-size)", candidate=True))
+                    continue
+                reader = tar.extractfile(info)
+                data = reader.read(info.size) if reader is not None else b""
+                members.append(HeldMember(archive, name, data, float(info.mtime)))
+    except _TooMuch:
+        refused.append((archive, f"decompresses to more than {MAX_GZIP_RATIO} times its {size:,} bytes: a gzip "
+                                 "bomb? (members after that point are not read)"))
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        refused.append((archive, f"corrupt or truncated archive ({_one_line(str(exc) or type(exc).__name__)}); "
+                                 "members after that point are not read"))
+    return members
+
+
+class _TooMuch(Exception):
+    pass
+
+
+class _BoundedStream(io.RawIOBase):
+    """A read-only stream that stops with _TooMuch past `limit` bytes."""
+
+    def __init__(self, inner, limit: Optional[int]):
+        self.inner, self.limit, self.done = inner, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.inner.read(size)
+        self.done += len(data)
+        if self.limit is not None and self.done > self.limit:
+            raise _TooMuch()
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _zip_members(archive: str, handle, refused: list) -> list:
+    import zipfile
+
+    try:
+        infos = zipfile.ZipFile(handle).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise SourceError(f"{archive}: not a readable zip archive ({_one_line(str(exc))})") from None
+    if len(infos) > MAX_ARCHIVE_MEMBERS:
+        refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
+        infos = infos[:MAX_ARCHIVE_MEMBERS]
+    members: list = []  # ZipMember, or RefusedMember for what is never read
+    for info in infos:
+        name = _quoted_name(info.filename)
+        problem = _member_problem(info.filename)
+        if problem:
+            members.append(RefusedMember(archive, name, problem))
+            continue
+        if info.is_dir():
+            continue
+        mode = info.external_attr >> 16
+        if info.create_system == 3 and mode and (mode & 0o170000) not in (0, 0o100000):
+            kind = "symbolic link" if (mode & 0o170000) == 0o120000 else "special file"
+            members.append(RefusedMember(archive, name, f"{kind} member: links are not followed"))
+        elif info.flag_bits & 0x1:
+            members.append(RefusedMember(archive, name, "encrypted member: refused"))
+        elif info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            members.append(RefusedMember(archive, name, f"member compressed with method {info.compress_type} "
+                                                       "(only stored and deflate are read)"))
+        else:
+            import calendar
+            try:
+                mtime = float(calendar.timegm(info.date_time + (0, 0, 0)))
+            except (ValueError, OverflowError):
+                mtime = None
+            members.append(ZipMember(archive, name, info.header_offset, info.compress_size, info.file_size,
+                                     info.compress_type, mtime))
+    return members
+
+
+def _archive_kind(head: bytes) -> Optional[str]:
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "zip"
+    if head.startswith(GZIP_MAGIC):
+        return "tar.gz"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    return None
+
+
+def expand_archive(archive: str, max_bytes: int, wanted, refused: list) -> list:
+    """The members of an archive (a local path or a URL) as Sources. Refused members are
+    Sources whose read says why; problems with the archive as a whole go to `refused` as
+    `(archive, problem)`; SourceError when it cannot be opened at all."""
+    try:
+        handle = _open_archive(archive)
+    except (OSError, SourceError) as exc:
+        raise SourceError(f"{archive}: cannot open ({_one_line(str(exc))})") from None
+    with handle:
+        try:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(0)
+            kind = _archive_kind(handle.read(512))
+            handle.seek(0)
+        except OSError as exc:
+            raise SourceError(f"{archive}: cannot read ({_one_line(str(exc))})") from None
+        if kind == "zip":
+            return _zip_members(archive, handle, refused)
+        if kind == "tar.gz":
+            return _stream_compressed_tar(archive, handle, size, max_bytes, wanted, refused)
+        if kind == "tar":
+            try:
+                return _tar_members(archive, handle, refused)
+            except (tarfile.TarError, OSError, EOFError) as exc:
+                raise SourceError(f"{archive}: not a readable tar archive ({_one_line(str(exc))})") from None
+    raise SourceError(f"{archive}: not a tar, tar.gz or zip archive")
+
+
+def expand_input(item, max_bytes: int, wanted, refused: list) -> list:
+    """The Sources of one input that is a URL or an archive (see `needs_expanding`)."""
+    if is_url(item):
+        if is_archive_name(item):
+            return expand_archive(item, max_bytes, wanted, refused)
+        return [RemoteFile(url, size, mtime) for url, size, mtime in _list_url(item)]
+    return expand_archive(str(item), max_bytes, wanted, refused)
+
+
+def needs_expanding(item) -> bool:
+    """Whether an input is read through this module: a URL, or an archive file."""
+    if is_url(item):
+        return True
+    return isinstance(item, Path) and is_archive_name(item.name) and item.is_file()

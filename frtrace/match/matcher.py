@@ -1,0 +1,895 @@
+"""Pair operations across ranks, per group, by sequence number.
+
+Takes the `RankDump`s and the `Layout`; returns a `MatchResult`:
+- a `GroupView` per group: each member's entries indexed by `collective_seq_id`
+  (a coalesced batch stays together under its one id) plus its P2P entries, and the
+  window of sequence numbers its ring buffer still holds;
+- a `CollectiveMatch` per (group, seq) seen anywhere, saying which members issued it,
+  which never did, which cannot tell (their buffer no longer reaches back, or they
+  have no dump), and whether the members agree on op, sizes and dtypes;
+- a `P2PMatch` per send/recv pair, paired in order on each (group, src, dst) channel.
+
+Never by `record_id` or file position. Each rank's entries are dealt into their groups
+once (`deal`, which the pipeline runs while other files still load), building hash
+indexes; every comparison afterwards is a lookup. Collectives every member issued alike
+and completed are settled a column at a time, comparing the values the loader shares
+across ranks (mostly an identity check); the rest are judged rank by rank from the same
+keys (op, shapes and state of each rank's entries, read off its codes), without
+building an Entry.
+"""
+
+from __future__ import annotations
+
+import operator
+from bisect import bisect_left
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from itertools import compress, count, repeat
+from typing import Iterable, NamedTuple, Optional, Sequence
+
+from frtrace.load.layout import Layout
+from frtrace.model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, Shapes, has_completed
+from frtrace.table.entry_table import EntryTable
+from frtrace.table.rank_dump import RankDump
+from frtrace.table.seq_map import (
+    NOT_SINGLE,
+    BatchKey,
+    LazyCalls,
+    RowList,
+    SeqMap,
+    buckets_by_code,
+    code_keys,
+)
+from frtrace.table.standing import mixes_numberings, only_active_job
+
+_NAME_SHAPES = operator.attrgetter("name", "shapes")
+# Expected where the first rank holds no single entry: equal to no key, so never settled.
+_NEVER = object()
+
+_UNSEEN = object()
+
+# Ops whose sizes legitimately differ per rank (uneven splits, variable counts).
+RANK_DEPENDENT_SIZE_OPS = frozenset(
+    {"all_to_all", "all_to_all_single", "alltoall", "alltoall_base", "all_to_all_v_single", "all_gather_v", "reduce_scatter_v"}
+)
+# Only the root holds real data on one side of these.
+ROOT_ONLY_INPUT_OPS = frozenset({"scatter"})
+ROOT_ONLY_OUTPUT_OPS = frozenset({"gather"})
+
+
+@dataclass(slots=True)
+class RankStream:
+    """One rank's entries in one group."""
+
+    rank: int
+    collectives: SeqMap  # collective_seq_id -> tuple[Entry, ...]
+    p2p: RowList  # P2P entries, oldest first
+    first_seq: Optional[int]
+    last_seq: Optional[int]
+    # The rank's ring buffer wrapped: sequence numbers before first_seq fell off it.
+    clipped: bool
+    # Some of the rank's entries could not be read, so a gap may be one of them.
+    uncertain: bool = False
+    # p2p_seq_ids of the rank's P2P batches: a batched op and a plain one never pair, as
+    # torch runs plain sends and receives on a communicator of their own.
+    batched: frozenset[int] = frozenset()
+    # From the rank's pg_status, in collective numbers (None when it does not say, or
+    # says it in P2P numbers): the newest collective it enqueued and finished. They tell
+    # where it stands even when its buffer no longer holds any entry of the group.
+    enqueued: Optional[int] = None
+    finished: Optional[int] = None
+
+    def absence(self, seq: int) -> str:
+        """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
+        (done and gone: its buffer wrapped or keeps only active entries) or "unknown"."""
+        if self.enqueued is not None and seq > self.enqueued:
+            return "not_issued"
+        if self.finished is not None and seq <= self.finished:
+            return "finished"
+        return "not_issued" if self.covers(seq) else "unknown"
+
+    def covers(self, seq: int) -> bool:
+        """Whether a missing entry for `seq` would mean the rank never issued it."""
+        if self.uncertain:
+            return False
+        return not self.clipped or (self.first_seq is not None and seq >= self.first_seq)
+
+
+@dataclass(slots=True)
+class GroupView:
+    group: Group
+    streams: dict  # rank -> RankStream, for ranks with a dump (members and any stray rank)
+    no_dump: tuple  # members without a usable dump
+
+
+@dataclass(slots=True)
+class Disagreement:
+    """Members issued different things at one sequence number."""
+
+    kind: str  # op_mismatch | dtype_mismatch | size_mismatch
+    majority_ranks: tuple  # the largest agreeing class ((), when it is a tie)
+    odd_ranks: tuple  # everyone outside the majority (all of them on a tie)
+    classes: tuple  # tuple of (ranks, signature) per distinct signature, largest first
+    tie: bool
+
+
+@dataclass(slots=True)
+class CollectiveMatch:
+    group_id: int
+    seq: int
+    calls: LazyCalls  # rank -> its entries (several for a coalesced batch), read on demand
+    not_issued: tuple  # members whose window covers seq but who have no entry for it
+    out_of_window: tuple  # members whose buffer no longer reaches back to seq
+    no_dump: tuple
+    # Some rank that issued it has not completed it (the rules looking for where a group
+    # stands read only these: most of a group's thousands of collectives are finished).
+    unfinished: bool
+    disagreement: Optional[Disagreement] = None
+    _completed: Optional[tuple] = None
+    # Members with no entry for it whose pg_status says they finished it.
+    finished_unseen: tuple = ()
+
+    @property
+    def issued(self) -> tuple:
+        return tuple(sorted(self.calls))
+
+    @property
+    def completed_ranks(self) -> tuple:
+        if self._completed is None:
+            self._completed = tuple(sorted(
+                rank for rank, entries in self.calls.items()
+                if (entries[0].completed if len(entries) == 1 else all(e.completed for e in entries))
+            ))
+        return self._completed
+
+    @property
+    def first_entry(self) -> Entry:
+        return self.calls[min(self.calls)][0]
+
+
+@dataclass(slots=True)
+class P2PMatch:
+    group_id: int
+    src: int  # global ranks
+    dst: int
+    ordinal: int  # position on the (src, dst) channel within the compared window
+    # Where the send and the recv are: a row of the sending (receiving) rank's table;
+    # no table when that end never posted it. Read them as `send` and `recv`: a job holds
+    # hundreds of thousands of pairs, and few are ever read.
+    send_table: Optional[EntryTable] = None
+    send_row: int = -1
+    recv_table: Optional[EntryTable] = None
+    recv_row: int = -1
+
+    @property
+    def send(self) -> Optional[Entry]:
+        return None if self.send_table is None else self.send_table[self.send_row]
+
+    @property
+    def recv(self) -> Optional[Entry]:
+        return None if self.recv_table is None else self.recv_table[self.recv_row]
+
+    @property
+    def paired(self) -> bool:
+        return self.send_table is not None and self.recv_table is not None
+
+    @property
+    def one_sided(self) -> bool:
+        return (self.send_table is None) != (self.recv_table is None)
+
+
+@dataclass(slots=True)
+class MatchResult:
+    layout: Layout
+    views: tuple[GroupView, ...]  # one per group, in group id order
+    collectives: list[CollectiveMatch] = field(default_factory=list)  # sorted by (group, seq)
+    p2p: list[P2PMatch] = field(default_factory=list)  # sorted by (group, src, dst, ordinal)
+    # Indexes over the lists above, built once on first use (see `index`).
+    _index: Optional["MatchIndex"] = None
+
+    @property
+    def index(self) -> "MatchIndex":
+        """The (group, seq) and per-group indexes every consumer reads through."""
+        if self._index is None:
+            self._index = MatchIndex.of(self)
+        return self._index
+
+
+class CollectiveLookup:
+    """(group id, seq) -> its CollectiveMatch, found by bisection in the group's matches
+    (sorted by seq): a dict keyed by the pairs took some 100 bytes per collective."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, collectives_of: dict[int, list[CollectiveMatch]]) -> None:
+        self._of = collectives_of
+
+    def get(self, key: tuple[int, int], default: Optional[CollectiveMatch] = None) -> Optional[CollectiveMatch]:
+        group_id, seq = key
+        matches = self._of.get(group_id)
+        if not matches:
+            return default
+        i = bisect_left(matches, seq, key=_MATCH_SEQ)
+        return matches[i] if i < len(matches) and matches[i].seq == seq else default
+
+
+_MATCH_SEQ = operator.attrgetter("seq")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchIndex:
+    at: CollectiveLookup  # (group id, seq) -> its match
+    collectives_of: dict[int, list[CollectiveMatch]]  # group id -> its matches, by seq
+    p2p_of: dict[int, list[P2PMatch]]  # group id -> its pairs, by channel and order
+
+    @classmethod
+    def of(cls, result: "MatchResult") -> "MatchIndex":
+        collectives_of: dict[int, list[CollectiveMatch]] = defaultdict(list)
+        for collective in result.collectives:
+            collectives_of[collective.group_id].append(collective)
+        p2p_of: dict[int, list[P2PMatch]] = defaultdict(list)
+        for pair in result.p2p:
+            p2p_of[pair.group_id].append(pair)
+        return cls(CollectiveLookup(dict(collectives_of)), dict(collectives_of), dict(p2p_of))
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _gaps_are_unknown(dump: RankDump) -> bool:
+    """A missing entry proves nothing when some entries could not be read."""
+    return dump.unreadable_entries > 0
+
+
+class DealtEntries(NamedTuple):
+    """One rank's entries of one process group name, in order."""
+
+    by_sequence: SeqMap  # collective_seq_id -> tuple of entries (several for a coalesced batch)
+    p2p: RowList  # without the markers that close a batch
+    batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
+
+
+def deal(dump: RankDump) -> dict:
+    """pg_name -> DealtEntries for one rank.
+
+    Needs no layout, so the loader can run it on each dump as it arrives, while worker
+    processes still decode the others. A rank holds thousands of entries in a handful of
+    groups: their rows are dealt into one list per (group, collective or P2P) in a single
+    pass in C over the table's codes, without building an Entry per row."""
+    table = dump.entries
+    statics, codes = table.statics, table.codes
+    names = list(dict.fromkeys(static[0] for static in table.statics_in_use()))
+    # Bucket 2k holds the collectives of the k-th name, 2k+1 its P2P ops.
+    first_bucket = {name: 2 * k for k, name in enumerate(names)}
+    bucket_of_code = [first_bucket.get(static[0], 0) + static[2].is_p2p for static in statics]
+    buckets = buckets_by_code(codes, bucket_of_code, 2 * len(names))
+    marker_codes = {code for code, static in enumerate(statics) if static[2].is_coalesced_marker}
+    dealt = {}
+    for k, name in enumerate(names):
+        collectives, p2p = buckets[2 * k], buckets[2 * k + 1]
+        batched: frozenset[int] = frozenset()
+        if marker_codes:  # a P2P batch's marker closes it: it says which ops were batched, and is no op
+            is_marker = list(map(marker_codes.__contains__, map(codes.__getitem__, p2p)))
+            batched = frozenset(table.field_at("p2p_seq_id", list(compress(p2p, is_marker))))
+            p2p = list(compress(p2p, map(operator.not_, is_marker)))
+        dealt[name] = DealtEntries(SeqMap(table, collectives), RowList(table, p2p), batched)
+    return dealt
+
+
+def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, clipped: bool = False) -> dict:
+    """group id -> RankStream for one rank (from `deal(dump)` when given)."""
+    if dealt is None:
+        dealt = deal(dump)
+    names_of: dict = defaultdict(list)  # gid -> the pg names the rank records it under
+    for name in dealt:
+        gid = layout.group_of(name, dump.rank)
+        if gid is not None:
+            names_of[gid].append(name)
+    uncertain = _gaps_are_unknown(dump)
+    clipped = clipped or dump.wrapped
+    per_group: dict = {}
+    for gid, names in names_of.items():
+        if len(names) == 1:
+            part = dealt[names[0]]
+            collectives, p2p, batched = part.by_sequence, part.p2p, part.batched
+        else:  # one group under several names: its entries, back in the rank's order
+            table = dealt[names[0]].by_sequence.table
+            collectives = SeqMap(table, sorted(row for n in names for row in dealt[n].by_sequence.rows))
+            p2p = RowList(table, sorted(row for n in names for row in dealt[n].p2p.rows))
+            batched = frozenset().union(*(dealt[n].batched for n in names))
+        per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
+                                    clipped, uncertain, batched)
+    return per_group
+
+
+def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None, only_active: Optional[bool] = None) -> tuple:
+    """GroupView per group; `dealt` maps id(dump) -> deal(dump) for dumps dealt already."""
+    dealt = dealt or {}
+    # The job's dumps keep only active entries (a job-wide setting): then no rank's dump,
+    # not even an empty one, shows what it never issued; only its pg_status may.
+    if only_active is None:
+        only_active = only_active_job(dumps)
+    streams_by_group: dict = defaultdict(dict)
+    dumps_by_rank = {d.rank: d for d in dumps}
+    # A rank dumped without its collectives (includeCollectives=False) tells no more about
+    # them than a rank that left no dump, and is weighed the same way.
+    dumped = {d.rank for d in dumps if d.has_entries}
+    for dump in dumps:
+        for gid, stream in _rank_streams(dump, layout, dealt.get(id(dump)), only_active).items():
+            streams_by_group[gid][dump.rank] = stream
+    views = []
+    for group in layout.groups:
+        streams = streams_by_group.get(group.id, {})
+        for rank in group.ranks:
+            if rank in dumped and rank not in streams:
+                # A member with a dump but no entries of this group: nothing fell off
+                # unless its buffer wrapped.
+                dump = dumps_by_rank[rank]
+                streams[rank] = RankStream(rank, SeqMap(dump.entries, []), RowList(dump.entries, []), None, None,
+                                           only_active or dump.wrapped, _gaps_are_unknown(dump))
+        no_dump = tuple(r for r in group.ranks if r not in dumped)
+        _read_pg_status(streams, group.ranks, dumps_by_rank)
+        views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
+    return tuple(views)
+
+
+def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], dumps: dict[int, RankDump]) -> None:
+    """Set each member's `enqueued` and `finished` from its pg_status. pg_status is keyed
+    by the rank's own pg_id, read off its entries of the group (or, with none, the id
+    its peers use). It holds the sequence number of the group's last work, which is a
+    P2P number when that work was a send or recv: so it is read only for groups with no
+    P2P op, or for ranks whose newest entry of the group is a collective."""
+    has_p2p = any(stream.p2p for stream in streams.values())
+    pg_ids = {rank: _first_pg_id(stream) for rank, stream in streams.items()}
+    ids = Counter(pg_id for pg_id in pg_ids.values() if pg_id is not None)
+    if not ids:
+        return
+    common = ids.most_common(1)[0][0]
+    statuses: dict[int, PgStatus] = {}
+    for rank in members:
+        member, dump = streams.get(rank), dumps.get(rank)
+        if member is not None and dump is not None and dump.pg_status:
+            pg_id = pg_ids[rank]
+            status = dump.pg_status.get(pg_id if pg_id is not None else common)
+            if status is not None:
+                statuses[rank] = status
+    # A member whose pg_status mixes numberings shows the group runs P2P work too, even when
+    # no dump holds a P2P op of it any more (dumps of only active entries leave them out).
+    has_p2p = has_p2p or any(mixes_numberings(status) for status in statuses.values())
+    for rank, status in statuses.items():
+        member = streams[rank]
+        if (has_p2p and not _newest_is_collective(member)) or mixes_numberings(status):
+            continue
+        member.enqueued = status.last_enqueued  # -1: it enqueued none
+        member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
+
+
+def _first_pg_id(stream: RankStream) -> Optional[int]:
+    """pg_id of the stream's first entry: its oldest collective's, else its first P2P
+    op's; None when it holds none. Read off the columns, without building an Entry."""
+    if stream.collectives:
+        return stream.collectives.oldest_value("pg_id")
+    return stream.p2p.value_at(0, "pg_id") if stream.p2p else None
+
+
+def _newest_is_collective(stream: RankStream) -> bool:
+    """Whether the stream's newest entry (by position in the rank's dump) is a collective."""
+    if not stream.collectives:
+        return False
+    return not stream.p2p or stream.collectives.newest_value("index") > stream.p2p.value_at(-1, "index")
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def _numel(shapes: tuple) -> int:
+    total = 0
+    for shape in shapes:
+        count = 1
+        for dim in shape:
+            count *= dim
+        total += count
+    return total
+
+
+def _op_signature(name: OpName, shapes: Shapes) -> Optional[tuple]:
+    """What every member must agree on for one op (its `name` and `shapes`), given what
+    may legitimately differ; None when the op or its sizes could not be read."""
+    op = name.op
+    # Equality, not identity: entries loaded by worker processes arrive as copies.
+    if name == UNREADABLE_OP or not shapes.readable:
+        return None
+    if op in RANK_DEPENDENT_SIZE_OPS:
+        in_numel = out_numel = None
+    else:
+        # Element counts, not shapes: list-form and stacked all_gather outputs are both valid.
+        in_numel = None if op in ROOT_ONLY_INPUT_OPS else _numel(shapes.input_sizes)
+        out_numel = None if op in ROOT_ONLY_OUTPUT_OPS else _numel(shapes.output_sizes)
+    dtypes = frozenset(shapes.input_dtypes) | frozenset(shapes.output_dtypes)
+    return op, in_numel, out_numel, dtypes
+
+
+def batch_signature(entries: Sequence[Entry], cache: Optional[dict] = None) -> Optional[tuple]:
+    """Signatures of a batch's ops, None when one of them cannot be read.
+
+    With a `cache` (one per `match` call), equal signatures come back as one shared
+    object, so comparing the members of a healthy collective costs identity checks. It
+    is keyed by the ids of the interned op name and shapes most entries of a rank share.
+    """
+    ops = list(map(_NAME_SHAPES, entries))
+    return _signature(ops) if cache is None else _cached_signature(ops, cache)
+
+
+def _key_signature(key, cache: dict) -> Optional[tuple]:
+    """batch_signature of the entries a key of SeqMap.keys_at (one entry's or a
+    `BatchKey`) stands for, from the key alone, through the same `cache`."""
+    if isinstance(key, BatchKey):
+        return _cached_signature([(name, shapes) for name, shapes, _ in key], cache)
+    # One op, looked up first as _cached_signature would: thousands of ranks' all_to_alls.
+    cached = cache.get((id(key[0]), id(key[1])), _UNSEEN)
+    return _cached_signature([key[:2]], cache) if cached is _UNSEEN else cached
+
+
+def _signature(ops: list) -> Optional[tuple]:
+    """Signatures of a batch's ops, given as (name, shapes) each; a batch's marker is no op."""
+    signature = tuple(_op_signature(name, shapes) for name, shapes in ops if not name.is_coalesced_marker)
+    return None if None in signature else signature
+
+
+def _cached_signature(ops: list, cache: dict) -> Optional[tuple]:
+    """`_signature(ops)`, looked up in `cache` by the ids of the ops' names and shapes."""
+    key = tuple([id(part) for op in ops for part in op])
+    cached = cache.get(key, _UNSEEN)
+    if cached is _UNSEEN:
+        cached = cache[key] = _shared(cache, _signature(ops))
+    return cached
+
+
+def _shared(cache: dict, signature: Optional[tuple]) -> Optional[tuple]:
+    # Signatures are tuples of tuples and the other keys tuples of ints: they cannot collide.
+    return signature if signature is None else cache.setdefault(signature, signature)
+
+
+def _difference_kind(a: tuple, b: tuple) -> str:
+    if len(a) != len(b) or any(x[0] != y[0] for x, y in zip(a, b)):
+        return "op_mismatch"
+    if any(x[3] and y[3] and x[3] != y[3] for x, y in zip(a, b)):
+        return "dtype_mismatch"
+    return "size_mismatch"
+
+
+def _kinds_of_key(key) -> tuple:
+    """What a rank issued, as (name, shapes) of each of its ops (a coalesced batch as
+    much as one op), from its key (see SeqMap.keys_at): two ranks issued the same ops
+    when these are equal."""
+    if isinstance(key, BatchKey):
+        return tuple((name, shapes) for name, shapes, _ in key)
+    return ((key[0], key[1]),)
+
+
+def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
+    """Consensus over the members that issued the op: the odd ones out, or a tie. `alike`
+    says every rank issued the same ops (names and shapes, in order): no disagreement."""
+    if alike:
+        return None
+    return _disagreement([(rank, batch_signature(entries, cache)) for rank, entries in calls.items()])
+
+
+def _disagreement(signatures: list) -> Optional[Disagreement]:
+    """find_disagreement over each rank's signature: (rank, batch_signature) pairs."""
+    first = signatures[0][1] if signatures else None
+    if all(signature is first for _, signature in signatures):
+        return None  # the common case: everyone issued the same thing
+    by_signature: dict = defaultdict(list)
+    for rank, signature in signatures:
+        if signature is not None:  # an unreadable entry neither votes nor is blamed
+            by_signature[signature].append(rank)
+    if len(by_signature) < 2:
+        return None
+    classes = sorted(((tuple(sorted(r)), sig) for sig, r in by_signature.items()), key=lambda c: (-len(c[0]), c[0]))
+    tie = len(classes[0][0]) == len(classes[1][0])
+    majority_ranks, majority_sig = classes[0]
+    odd = tuple(sorted(r for ranks, _ in classes[1:] for r in ranks))
+    kinds = Counter(_difference_kind(majority_sig, sig) for _, sig in classes[1:])
+    # Report the most fundamental difference: op beats dtype beats size.
+    kind = next(k for k in ("op_mismatch", "dtype_mismatch", "size_mismatch") if k in kinds)
+    if tie:
+        return Disagreement(kind, (), tuple(sorted(majority_ranks + odd)), tuple(classes), True)
+    return Disagreement(kind, majority_ranks, odd, tuple(classes), False)
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyCache") -> list:
+    streams = view.streams
+    if not streams:
+        return []
+    ranks = tuple(streams)  # sorted
+    tables = [stream.collectives for stream in streams.values()]
+    seqs = _numbers_held(tables)
+    members = [r for r in view.group.ranks if r in streams]
+    keys = [table.keys_at(seqs, key_cache.of(table.table), key_cache.layouts) for table in tables]
+    matches: list[CollectiveMatch] = []
+    done = 0  # positions of seqs before it have their match
+    for position in sorted(_unsettled(keys)):
+        matches += _settled_matches(view, ranks, seqs[done:position])
+        issuers, completed, disagreement = _judge(streams, ranks, seqs[position], [k[position] for k in keys],
+                                                  signature_cache)
+        matches.append(_judged_match(view, ranks, members, seqs[position], issuers, completed, disagreement))
+        done = position + 1
+    matches += _settled_matches(view, ranks, seqs[done:])
+    return matches
+
+
+def _numbers_held(tables: list[SeqMap]) -> Sequence[int]:
+    """The sequence numbers any of `tables` holds, sorted. As a rule each rank holds
+    every number from its first to its last, and the ranks' spans overlap: their union
+    is then a range, found from the bounds alone (not the union of thousands of sets)."""
+    spans: list[tuple[int, int]] = sorted((table.seqs[0], table.seqs[-1]) for table in tables if table)
+    if spans and all(table.dense for table in tables):
+        low, high = spans[0]
+        for first, last in spans:
+            if first > high + 1:  # a number no rank holds
+                break
+            high = max(high, last)
+        else:
+            return range(low, high + 1)
+    return sorted(set().union(*tables))
+
+
+def _settled_matches(view: GroupView, ranks: tuple, seqs: Sequence[int]) -> list[CollectiveMatch]:
+    """The matches of collectives `_unsettled` found settled: each of `ranks` (every rank
+    of the view) issued the same op or batch and completed it, so no member is absent
+    and all but the number is the same for each (built in C, a run at a time: most of a
+    job's hundreds of thousands of collectives are these)."""
+    streams = view.streams
+    return list(map(CollectiveMatch, repeat(view.group.id), seqs, map(LazyCalls, repeat(streams), seqs),
+                    repeat(()), repeat(()), repeat(view.no_dump), repeat(False), repeat(None), repeat(ranks), repeat(())))
+
+
+def _judged_match(view: GroupView, ranks: tuple, members: list[int], seq: int, issuers: tuple, completed: tuple,
+                  disagreement: Optional[Disagreement]) -> CollectiveMatch:
+    """The match of collective `seq`, which `issuers` of `ranks` (every rank of the view)
+    issued and `completed` completed; why each member that holds no entry of it has none."""
+    streams = view.streams
+    # Judged from the keys: the entries are read when someone asks.
+    calls = LazyCalls(streams, seq, None if len(issuers) == len(ranks) else issuers)
+    absence: dict[str, tuple[int, ...]] = {}
+    strays = len(ranks) > len(members)  # ranks with entries of the group but not in it
+    if strays or len(issuers) < len(members):
+        held = set(issuers)
+        absent = [rank for rank in members if rank not in held]
+        why = [streams[r].absence(seq) for r in absent]
+        absence = {kind: tuple(r for r, w in zip(absent, why) if w == kind) for kind in set(why)}
+    return CollectiveMatch(view.group.id, seq, calls, absence.get("not_issued", ()), absence.get("unknown", ()),
+                           view.no_dump, len(completed) < len(issuers), disagreement, completed,
+                           absence.get("finished", ()))
+
+
+def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
+    """(ranks that issued it, ranks that completed it, Disagreement or None) of the
+    collective `seq`, one `_unsettled` found, from the key each of `ranks` (the ranks of
+    `streams`) holds at it (`row`, see SeqMap.keys_at): the keys hold the op names,
+    shapes and states. Only a rank whose key does not say completed has its entries'
+    other fields read (see `SeqMap.completed_at`), and no Entry is built: most such
+    collectives are alike, and differ by state (a hang) or by sizes an op may differ in
+    (all_to_all); find_disagreement's result comes from signatures of the keys."""
+    # Read in C, per rank, wherever a rank's key decides: a row holds thousands of ranks.
+    holds = list(map(operator.is_not, row, repeat(NOT_SINGLE)))
+    issuers, keys = tuple(compress(ranks, holds)), list(compress(row, holds))
+    key_ids = list(map(id, keys))
+    # Ranks that issued the same op and say the same state share one key (see code_keys):
+    # each distinct key is looked at once, a thousand ranks waiting in a hang at one go.
+    distinct = dict(zip(key_ids, keys))
+    says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
+    said = list(map(says_completed.__getitem__, key_ids))
+    if all(said):
+        completed = issuers
+    else:  # only these ranks have their entries' other fields read
+        completed = tuple(rank for rank, done in zip(issuers, said) if done or streams[rank].collectives.completed_at(seq))
+    kinds = [_kinds_of_key(key) for key in distinct.values()]
+    if all(map(operator.eq, kinds, repeat(kinds[0]))):
+        return issuers, completed, None
+    signature_of = {key_id: _key_signature(key, cache) for key_id, key in distinct.items()}
+    return issuers, completed, _disagreement(list(zip(issuers, map(signature_of.__getitem__, key_ids))))
+
+
+def _says_completed(key) -> bool:
+    """Whether the state of every op of a key (see SeqMap.keys_at) is "completed"."""
+    if isinstance(key, BatchKey):
+        return all(state == "completed" for _, _, state in key)
+    return key[2] == "completed"
+
+
+class _KeyCache:
+    """Each table's `code_keys` in one `match` call, computed once per table (a rank's
+    table serves each group the rank is in), equal keys one object across tables; and
+    the `NumberLayout`s of the ranks' numbers (see SeqMap.keys_at).
+    Keyed by object ids, so it must not outlive the entries."""
+
+    __slots__ = ("_of_table", "_shared", "layouts")
+
+    def __init__(self) -> None:
+        self._of_table: dict = {}  # id(table) -> (table, its keys): the table kept, its id never another's
+        self._shared: dict = {}  # see code_keys
+        self.layouts: dict = {}
+
+    def of(self, table: EntryTable) -> list:
+        cached = self._of_table.get(id(table))
+        if cached is None or cached[0] is not table:
+            cached = self._of_table[id(table)] = (table, code_keys(table, self._shared))
+        return cached[1]
+
+
+def _completed_key(key):
+    """What every rank's key must be for the collective to be settled: the first rank's,
+    completed (for a batch: every entry of it). That is the key itself as a rule, so the
+    other ranks' keys (the same shared object) compare by identity."""
+    if key is NOT_SINGLE:
+        return _NEVER
+    if _says_completed(key):
+        return key
+    if isinstance(key, BatchKey):
+        return BatchKey((name, shapes, "completed") for name, shapes, _ in key)
+    return key[0], key[1], "completed"
+
+
+def _unsettled(columns: list) -> set:
+    """Positions of the rows of `columns` (one column of keys per rank, see `SeqMap.keys_at`, one
+    row per sequence number) that are not settled: settled is when every rank issued one
+    entry (or one coalesced batch), with the same op names and shapes as the others, and
+    says each completed. Most
+    collectives of a job are settled so, and this finds them a column at a time in C
+    rather than rank by rank in Python. Equal values are shared objects (see the
+    loader), so comparing them mostly costs an identity check."""
+    rows = range(len(columns[0]))
+    # A group's collectives are a few distinct ops: each distinct key is looked at once.
+    first = dict(zip(map(id, columns[0]), columns[0]))
+    expected_of = {key_id: _completed_key(key) for key_id, key in first.items()}
+    expected = list(map(expected_of.__getitem__, map(id, columns[0])))
+    unsettled: set = set()
+    for column in columns:
+        if column != expected:
+            unsettled.update(compress(rows, map(operator.ne, column, expected)))
+    return unsettled
+
+
+def _channel_ends(ranks: tuple, rank: int, name: OpName) -> Optional[tuple]:
+    """Global (src, dst) of a P2P op recorded by `rank` in a group of `ranks`; the
+    recording rank is one end."""
+    if name.op == "send":
+        return rank, _global_rank(ranks, name.local_dst)
+    if name.op == "recv":
+        return _global_rank(ranks, name.local_src), rank
+    return None
+
+
+def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
+    if local is None or local < 0:
+        return None
+    return ranks[local] if local < len(ranks) else None
+
+
+# A P2P op is read as a row of the table of the rank that recorded it: a channel's sends
+# are rows of its source's table, its receives rows of its destination's. Pairs are
+# (send row, recv row), None where that end never posted the op.
+Pair = tuple[Optional[int], Optional[int]]
+# A channel's pairs as two columns of equal length: the send rows and the recv rows.
+PairColumns = tuple[list[Optional[int]], list[Optional[int]]]
+
+
+def _pair_channel(sends: list[int], recvs: list[int], sender_pending: set[int], receiver_pending: set[int]) -> list[Pair]:
+    """(send, recv) pairs of one channel, aligned by the ops themselves: clocks of two
+    ranks are never compared (a receiver posts its recv before the send is posted). A
+    completed op had its partner, so completed ops pair from the newest back (the older
+    end of either window may have fallen off its ring buffer); ops still pending pair
+    from the oldest on, and what is left on one side was never matched by the other.
+    `sender_pending` (`receiver_pending`) holds the rows of the sender's (receiver's)
+    ops that did not complete (see `_pending_rows`)."""
+    done_sends, pending_sends = _split_done(sends, sender_pending)
+    done_recvs, pending_recvs = _split_done(recvs, receiver_pending)
+    older = len(done_sends) - len(done_recvs)
+    pairs: list[Pair] = []
+    pairs += [(s, None) for s in done_sends[:max(older, 0)]] + [(None, r) for r in done_recvs[:max(-older, 0)]]
+    pairs += zip(done_sends[max(older, 0):], done_recvs[max(-older, 0):])
+    pairs += zip(pending_sends, pending_recvs)
+    pairs += [(s, None) for s in pending_sends[len(pending_recvs):]] + [(None, r) for r in pending_recvs[len(pending_sends):]]
+    return pairs
+
+
+def _pair_in_order(sends: list[int], recvs: list[int]) -> PairColumns:
+    """(send, recv) pairs, as columns, of a channel both of whose ends hold their whole
+    history (no ring buffer wrapped): the k-th send goes with the k-th recv. A send that
+    completed while its recv still looks pending (the receiver's GPU stopped reporting)
+    stays paired with it, as it must: a send cannot finish before its recv is posted."""
+    count = max(len(sends), len(recvs))
+    padded_sends: list[Optional[int]] = [*sends, *[None] * (count - len(sends))]
+    padded_recvs: list[Optional[int]] = [*recvs, *[None] * (count - len(recvs))]
+    return padded_sends, padded_recvs
+
+
+def _split_done(rows: list[int], pending: set[int]) -> tuple[list[int], list[int]]:
+    """(rows of completed ops, the rest), each in channel order, given the rows whose op
+    did not complete (`pending`)."""
+    if not pending:  # as a rule: an op still running is rare
+        return rows, []
+    return [row for row in rows if row not in pending], [row for row in rows if row in pending]
+
+
+def _channel_end(table: Optional[EntryTable], rows: list[int], batched: frozenset[int]) -> tuple[list[int], list[int]]:
+    """(plain, batched) rows of one end of a channel, each in channel order: by
+    (p2p_seq_id, op_id, record_id), read off the columns of `table`, the recording
+    rank's. A rank posts its ops in that order as a rule, and strictly rising P2P
+    sequence numbers leave nothing to sort. An op is batched when its p2p_seq_id is one
+    of the rank's P2P batches' (`batched`)."""
+    if table is None or not rows:  # no table: the rank posted nothing
+        return [], []
+    seqs = table.field_at("p2p_seq_id", rows)
+    if not all(map(operator.lt, seqs, seqs[1:])):
+        order_keys = list(zip(seqs, table.field_at("op_id", rows), table.field_at("record_id", rows)))
+        order = sorted(range(len(rows)), key=order_keys.__getitem__)  # stable, as sorting the ops was
+        rows, seqs = [rows[k] for k in order], [seqs[k] for k in order]
+    if not batched:
+        return rows, []
+    is_batched = list(map(batched.__contains__, seqs))
+    return list(compress(rows, map(operator.not_, is_batched))), list(compress(rows, is_batched))
+
+
+def _pending_rows(table: EntryTable, rows: Sequence[int], codes: list[int]) -> set[int]:
+    """The rows among a rank's P2P `rows` (of codes `codes`) whose op did not complete
+    (Entry.completed false). Most ops say they completed in their state, a static field
+    read once per code; only the others have retired and time_completed_ns read."""
+    statics = table.statics
+    unsure_codes = {code for code in set(codes) if statics[code][4] != "completed"}
+    if not unsure_codes:
+        return set()
+    unsure = list(compress(rows, map(unsure_codes.__contains__, codes)))
+    states = table.field_at("state", unsure)
+    retired, done_ns = table.field_at("retired", unsure), table.field_at("time_completed_ns", unsure)
+    return {row for row, *fields in zip(unsure, states, retired, done_ns) if not has_completed(*fields)}
+
+
+def _deal_p2p(view: GroupView) -> tuple:
+    """(sends, recvs, any-source recvs, pending) of a group, as rows of the recording
+    rank's table: (src, dst) -> the rows of sends (of src's table) and of recvs (of
+    dst's) with both ends known, dst -> the rows of its `recv ?`, and rank -> the rows
+    of its ops that did not complete (see `_pending_rows`). A rank posts along a few
+    channels under a few codes, so each distinct code is placed once and the rows are
+    dealt out in C; no Entry is built."""
+    sends: dict = defaultdict(list)
+    recvs: dict = defaultdict(list)
+    any_source: dict = defaultdict(list)
+    pending: dict[int, set[int]] = {}
+    ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
+    for rank, stream in view.streams.items():
+        if not stream.p2p:
+            continue
+        table, rows = stream.p2p.table, stream.p2p.rows
+        table_codes = table.codes
+        codes = [table_codes[row] for row in rows]  # faster than map over an array's __getitem__
+        bucket_of_code = {}
+        for code in set(codes):
+            name = table.statics[code][2]
+            ends = _channel_ends(view.group.ranks, rank, name)
+            if ends is None:
+                bucket = ignored
+            elif name.op == "send":
+                bucket = sends[ends] if ends[1] is not None else ignored
+            else:  # recv
+                bucket = recvs[ends] if ends[0] is not None else any_source[ends[1]]
+            bucket_of_code[code] = bucket
+        deque(map(list.append, map(bucket_of_code.__getitem__, codes), rows), maxlen=0)
+        pending[rank] = _pending_rows(table, rows, codes)
+    return sends, recvs, any_source, pending
+
+
+def _p2p_table(streams: dict, rank: int) -> Optional[EntryTable]:
+    """The table the rank's P2P ops of the group are rows of; None when it has none."""
+    stream = streams.get(rank)
+    return stream.p2p.table if stream is not None else None
+
+
+def _match_p2p(view: GroupView) -> list:
+    """A P2PMatch per pair of a group's P2P ops, by channel (src, dst) and order on it,
+    then one per `recv ?` that took no send."""
+    sends, recvs, any_source, pending = _deal_p2p(view)
+    streams, group_id = view.streams, view.group.id
+    matches: list[P2PMatch] = []
+    no_batches: frozenset[int] = frozenset()
+    none_pending: set[int] = set()
+    for src, dst in sorted(set(sends) | set(recvs)):
+        send_table, recv_table = _p2p_table(streams, src), _p2p_table(streams, dst)
+        plain_sends, batched_sends = _channel_end(
+            send_table, sends.get((src, dst), []), streams[src].batched if src in streams else no_batches)
+        plain_recvs, batched_recvs = _channel_end(
+            recv_table, recvs.get((src, dst), []), streams[dst].batched if dst in streams else no_batches)
+        spare = any_source.get(dst)  # rows of dst's table, as the channel's recvs
+        if spare and len(plain_recvs) < len(plain_sends):  # a `recv 1<-?` takes whichever send is left
+            taken = min(len(spare), len(plain_sends) - len(plain_recvs))
+            plain_recvs = plain_recvs + spare[:taken]
+            del spare[:taken]
+        whole = not (src in streams and streams[src].clipped) and not (dst in streams and streams[dst].clipped)
+        if whole:  # the common case: pairs go straight to columns, not through 2-tuples
+            plain, batched = _pair_in_order(plain_sends, plain_recvs), _pair_in_order(batched_sends, batched_recvs)
+            send_rows, recv_rows = plain[0] + batched[0], plain[1] + batched[1]
+        else:
+            sender_pending, receiver_pending = pending.get(src, none_pending), pending.get(dst, none_pending)
+            pairs = (_pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
+                     + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending))
+            send_rows, recv_rows = [send for send, _ in pairs], [recv for _, recv in pairs]
+        matches += _channel_matches(group_id, src, dst, send_table, recv_table, send_rows, recv_rows)
+    for dst, leftovers in sorted(any_source.items()):
+        recv_table = _p2p_table(streams, dst)
+        matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
+    return matches
+
+
+def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[EntryTable],
+                     recv_table: Optional[EntryTable], sends: list[Optional[int]],
+                     recvs: list[Optional[int]]) -> list[P2PMatch]:
+    """A P2PMatch per pair of rows of the channel src -> dst (`sends[k]` with
+    `recvs[k]`), numbered in order; built in C, as a job holds hundreds of thousands."""
+    send_tables, send_rows = _end_of_pairs(send_table, sends)
+    recv_tables, recv_rows = _end_of_pairs(recv_table, recvs)
+    return list(map(P2PMatch, repeat(group_id), repeat(src), repeat(dst), count(),
+                    send_tables, send_rows, recv_tables, recv_rows))
+
+
+def _end_of_pairs(table: Optional[EntryTable], rows: list[Optional[int]]) -> tuple[Iterable, Iterable]:
+    """(table, row) of one end of each of a channel's pairs, as P2PMatch takes them: (None,
+    -1) where that end never posted the op. As a rule every op has both ends, and every
+    pair the same table."""
+    if None not in rows:
+        return repeat(table), rows
+    return [None if row is None else table for row in rows], [-1 if row is None else row for row in rows]
+
+
+def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
+    """Pair every rank's entries with its peers' (see module docstring). `dealt` maps
+    id(dump) -> deal(dump) for dumps dealt while loading."""
+    return _match_views(layout, build_views(dumps, layout, dealt))
+
+
+def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
+    result = MatchResult(layout, views)
+    # Keyed by object ids, so they must not outlive the entries: one per call.
+    signature_cache: dict = {}
+    key_cache = _KeyCache()
+    for view in views:
+        result.collectives.extend(_match_collectives(view, signature_cache, key_cache))
+        result.p2p.extend(_match_p2p(view))
+    return result
+
+
+def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> MatchResult:
+    """The match of `dumps`, which differ from the dumps `result` matched only in the
+    entries of the ranks in `changed`. A group's matches depend on its members' entries
+    alone, so only the groups those ranks have entries in are matched again; the others
+    are taken from `result` as they are."""
+    if not changed:
+        return result
+    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=only_active_job(dumps))
+    touched = {view.group.id for view in fresh if any(rank in changed for rank in view.streams)}
+    touched |= {view.group.id for view in result.views if any(rank in changed for rank in view.streams)}
+    if not touched:
+        return result
+    views = tuple(_with_streams(view, fresh[view.group.id], changed) if view.group.id in touched else view
+                  for view in result.views)
+    partial = _match_views(result.layout, tuple(views[gid] for gid in sorted(touched)))
+    kept = [m for m in result.collectives if m.group_id not in touched]
+    kept_p2p = [p for p in result.p2p if p.group_id not in touched]
+    return MatchResult(result.layout, views,
+                       sorted(kept + partial.collectives, key=_GROUP_SEQ),
+                       sorted(kept_p2p + partial.p2p, key=_GROUP_CHANNEL))
+
+
+def _with_streams(view: GroupView, fresh: GroupView, changed: set[int]) -> GroupView:
+    """`view` with the streams of the `changed` ranks taken from `fresh`."""
+    streams = {rank: stream for rank, stream in view.streams.items() if rank not in changed}
+    streams.update((rank, stream) for rank, stream in fresh.streams.items() if rank in changed)
+    return GroupView(view.group, dict(sorted(streams.items())), view.no_dump)
+
+
+_GROUP_SEQ = operator.attrgetter("group_id", "seq")
+_GROUP_CHANNEL = operator.attrgetter("group_id", "src", "dst", "ordinal")

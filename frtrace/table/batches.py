@@ -1,0 +1,194 @@
+"""Coalesced batches as the units they are.
+
+Takes a rank's entries (oldest first); returns them with every batch settled. Inside a
+coalesced batch (`batch_isend_irecv`, or collectives issued under one coalescing
+manager) torch records each op with no events of its own, so its entry stays
+`scheduled` forever; the end marker (`nccl:coalesced`, `ALLGATHER_coalesced`, ...) is
+the batch's real work and the only entry whose state advances. Each op of a batch
+takes the marker's state here, and the marker of a P2P batch (`is_p2p` False, carrying
+the group's current `collective_seq_id`, which belongs to an earlier collective) is
+filed with its batch's P2P ops: it is not a collective.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from itertools import compress, repeat
+from typing import Callable, Optional, Sequence
+
+from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
+from frtrace.table.entry_table import EntryTable
+from frtrace.table.standing import batch_key, mixes_numberings
+
+_IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
+
+
+# The fields each op of a batch takes from its end marker.
+SETTLED_FIELDS = ("state", "retired", "time_started_ns", "time_completed_ns", "duration_ms")
+
+
+def batch_settlements(entries: Sequence[Entry]) -> dict[int, Entry]:
+    """position -> the settled entry, for every entry a batch changes (Entry tuples:
+    `settle_table_batches` does the same to an EntryTable's columns)."""
+    facts = functools.partial(_facts_of, entries)
+    changes: dict[int, Entry] = {}
+    p2p_names: dict[OpName, OpName] = {}  # one shared renamed marker name per distinct name
+    for position in compress(range(len(entries)), map(_IS_MARKER, entries)):
+        start = _batch_start(facts, position)
+        if start == position:
+            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
+        marker = entries[position]
+        if facts(start)[2][1]:  # the batch's ops are P2P
+            name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
+            changes[position] = marker = marker._replace(name=name)
+        for i in range(start, position):
+            if not _has_own_state(entries[i]):
+                changes[i] = entries[i]._replace(**{field: getattr(marker, field) for field in SETTLED_FIELDS})
+    return changes
+
+
+def settle_table_batches(table: EntryTable) -> bool:
+    """Settle every batch of a rank's table in place, as `batch_settlements` settles
+    Entry tuples, reading and writing its columns (in a job of batched P2P, half of a
+    rank's entries are a batch's ops); whether anything changed."""
+    marker_codes = {code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker}
+    if not marker_codes:
+        return False
+    facts = table.batch_facts_reader()
+    ops: list[int] = []
+    their_markers: list[int] = []
+    p2p_markers: list[int] = []
+    for position in compress(range(len(table)), map(marker_codes.__contains__, table.codes)):
+        start = _batch_start(facts, position)
+        if start == position:
+            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
+        if facts(start)[2][1]:  # the batch's ops are P2P
+            p2p_markers.append(position)
+        ops.extend(range(start, position))
+        their_markers.extend(repeat(position, position - start))
+    states = [table.field_at(name, ops) for name in ("state", "retired", "time_started_ns", "time_completed_ns")]
+    unsettled = list(map(operator.not_, map(says_more_than_scheduled, *states)))
+    table.copy_fields(list(compress(ops, unsettled)), list(compress(their_markers, unsettled)), SETTLED_FIELDS)
+    p2p_names: dict[OpName, OpName] = {}
+    names = [p2p_names.setdefault(name, name._replace(is_p2p=True)) for name in table.field_at("name", p2p_markers)]
+    table.set_static(p2p_markers, "name", names)
+    return bool(ops or p2p_markers)
+
+
+def batch_facts(entry: Entry) -> tuple:
+    """What finding a batch's bounds reads of an entry: (pg_name, is it a batch's end
+    marker, its batch_key, its collective_seq_id). EntryTable.batch_facts_reader reads the same
+    off the columns."""
+    return entry.pg_name, entry.name.is_coalesced_marker, batch_key(entry), entry.collective_seq_id
+
+
+def _facts_of(entries: Sequence[Entry], position: int) -> tuple:
+    return batch_facts(entries[position])
+
+
+def batch_start(entries: Sequence[Entry], position: int) -> int:
+    """Where the batch the marker at `position` closes begins: the run of entries just
+    before it in the marker's group that share one P2P sequence number (a P2P batch) or
+    the marker's collective sequence number (a collective batch)."""
+    return _batch_start(functools.partial(_facts_of, entries), position)
+
+
+def _batch_start(facts: Callable[[int], tuple], position: int) -> int:
+    if position == 0:
+        return position
+    marker_pg, _, _, marker_seq = facts(position)
+    pg, is_marker, key, _ = facts(position - 1)
+    if pg != marker_pg or is_marker:
+        return position
+    # A P2P batch is the run of ops under the previous op's P2P number; a collective
+    # batch the run of collectives (not markers) under the marker's own number.
+    wanted, markers_end_it = (key, False) if key[1] else ((marker_pg, False, marker_seq), True)
+    start = position
+    while start > 0:
+        _, is_marker, key, _ = facts(start - 1)
+        if key != wanted or (markers_end_it and is_marker):
+            break
+        start -= 1
+    return start
+
+
+def _has_own_state(entry: Entry) -> bool:
+    """The op's entry says more than `scheduled` (producers that record each op's events)."""
+    return says_more_than_scheduled(entry.state, entry.retired, entry.time_started_ns, entry.time_completed_ns)
+
+
+def finished_settlements(entries: Sequence[Entry], pg_status: dict[int, PgStatus]) -> dict[int, Entry]:
+    """A dump that keeps only active entries still holds the ops of batches that finished:
+    recorded without events, they never look finished, and their marker, which did, was
+    left out. Such ops are marked retired where the dump shows it: a P2P batch of two or
+    more ops whose marker (the record right after them) is gone; or pg_status, which says
+    how far each group got, is past them. pg_status holds the sequence number of the
+    group's last work: a P2P number after P2P work, a collective number after a
+    collective (see `_counts_collectives`). A collective number past the one an op was
+    issued under says a later collective of the group finished, and the group's work
+    finishes in order. Returns position -> the settled entry, for the entries it changes."""
+    entries = tuple(entries)  # read several times over: built once from a table
+    changes = {i: entries[i]._replace(retired=True) for i in _ops_of_finished_batches(entries)}
+    p2p_seqs: dict[int, list[int]] = {}
+    collective_seqs: dict[int, list[int]] = {}
+    for entry in entries:  # one pass: a dump holds few groups and many entries
+        if entry.is_p2p:
+            p2p_seqs.setdefault(entry.pg_id, []).append(entry.p2p_seq_id)
+        else:
+            collective_seqs.setdefault(entry.pg_id, []).append(entry.collective_seq_id)
+    counts_collectives = {pg_id: _counts_collectives(status, p2p_seqs.get(pg_id, []), collective_seqs.get(pg_id, []))
+                          for pg_id, status in pg_status.items()}
+    for i, entry in enumerate(entries):
+        entry = changes.get(i, entry)
+        status = pg_status.get(entry.pg_id)
+        if entry.completed or status is None or status.last_completed is None:
+            continue
+        numbering = counts_collectives[entry.pg_id]
+        if entry.is_p2p and numbering:
+            finished = entry.collective_seq_id < status.last_completed
+        elif entry.is_p2p:
+            finished = entry.p2p_seq_id <= status.last_completed
+        else:  # a collective: only when pg_status surely counts collectives
+            finished = bool(numbering) and entry.collective_seq_id <= status.last_completed
+        if finished:
+            changes[i] = entry._replace(retired=True)
+    return changes
+
+
+def _counts_collectives(status: PgStatus, p2p: list[int], collectives: list[int]) -> Optional[bool]:
+    """Whether a group's pg_status is in collective numbers (True), P2P numbers (False),
+    or cannot be told (None), from the sequence numbers of the group's P2P ops and
+    collectives the dump holds. Its last enqueued work is the newest: a number below
+    some op the dump holds cannot be in that op's numbering."""
+    enqueued = status.last_enqueued
+    if mixes_numberings(status) or enqueued is None or not p2p:
+        # Without a P2P op held, P2P work may still have been the group's last (the dump
+        # of only active entries left it out): the numbering cannot be told.
+        return None
+    if enqueued < max(p2p):
+        return True
+    if collectives and enqueued < max(collectives):
+        return False
+    return None
+
+
+def _ops_of_finished_batches(entries: Sequence[Entry]) -> list[int]:
+    """Positions of the ops of batches (two or more ops under one p2p_seq_id, or one
+    collective_seq_id, of a group; no marker held) whose marker's record, the one right
+    after their last op, is gone: a plain op of its own records its own end, so two
+    ops under one number are a batch."""
+    held = {e.record_id for e in entries}
+    batches: dict[tuple[str, bool, int], list[int]] = {}
+    marked: set[tuple[str, bool, int]] = set()
+    for i, entry in enumerate(entries):
+        key = (entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id)
+        if entry.name.is_coalesced_marker:
+            marked.add(key)
+        else:
+            batches.setdefault(key, []).append(i)
+    finished = []
+    for key, ops in batches.items():
+        if len(ops) >= 2 and key not in marked and entries[ops[-1]].record_id + 1 not in held:
+            finished.extend(ops)
+    return finished

@@ -1,0 +1,97 @@
+"""Where each rank stands: whether its dumps say when ops finish, the op it is blocked
+in, and the ops its host only queued behind that one.
+
+Takes `RankDump`s; returns facts about them (a flag, indexes, trimmed dumps). The
+pipeline uses them to hand the diagnosis the entries as each rank's device got them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from frtrace.model import Entry, PgStatus
+from frtrace.table.rank_dump import RankDump
+
+
+def mixes_numberings(status: PgStatus) -> bool:
+    """pg_status holds the sequence number of a group's last enqueued and last finished
+    work, each a P2P number after P2P work and a collective number after a collective.
+    More finished than enqueued cannot be in one numbering: the pending last work is of
+    one kind, the last finished of the other, and neither can be read against entries."""
+    return (status.last_enqueued is not None and status.last_completed is not None
+            and status.last_completed > status.last_enqueued)
+
+
+def completion_is_reliable(dumps: list[RankDump]) -> bool:
+    """gloo never moves entries past `scheduled` and retires even timed-out ops, so
+    only producers that report started/completed states tell waiting from finished;
+    and so do dumps that keep only active entries, as every entry they hold is unfinished."""
+    for dump in dumps:
+        for entry in dump.entries:
+            if entry.state in ("started", "completed") or entry.time_completed_ns:
+                return True
+    return only_active_job(dumps)
+
+
+def keeps_only_active(dump: RankDump) -> bool:
+    """The dump was taken with only active entries (`onlyActive`, as NVRx and Megatron
+    set it): finished entries were left out, which shows as gaps in its record ids (a
+    ring buffer drops only its oldest). gloo's states say nothing, so never gloo's."""
+    entries = dump.entries
+    if not entries or dump.unreadable_entries:
+        return False
+    gaps = entries.value("record_id", len(entries) - 1) - entries.value("record_id", 0) + 1 > len(entries)
+    return gaps and dump.backend != "gloo"  # the backend last: it is read off every op name
+
+
+def only_active_job(dumps: list[RankDump]) -> bool:
+    """The job's dumps keep only active entries: a job-wide setting, so one dump showing it
+    (gaps in its record ids) speaks for all, even those whose few entries show no gap."""
+    return any(map(keeps_only_active, dumps))
+
+
+def blocked_at(entries: Sequence[Entry]) -> int:
+    """Index of the entry the rank is blocked in (len(entries) when it is in none): the
+    oldest unfinished entry after the newest completed one. A rank's ops finish in the
+    order it enqueued them, so an older unfinished entry followed by completed ones is
+    stale, not where it waits."""
+    start = len(entries)
+    while start > 0 and not entries[start - 1].completed:
+        start -= 1
+    return start
+
+
+def batch_key(entry: Entry) -> tuple[str, bool, int]:
+    """What the entries of one coalesced batch share."""
+    return entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
+
+
+def without_queued_ops(dump: RankDump) -> RankDump:
+    """The dump as the rank's GPU got it: without the ops the host only queued behind
+    the one the rank is blocked in. The host enqueues ahead, so a stuck rank may list
+    its next ops as `scheduled`; they have not reached the network, and counting them
+    as issued makes peers look waiting in an op nobody entered (a false `stuck`) or a
+    merely queued send look posted. An op that has started (timing on) is running and
+    stays, and so does the rest of the blocked op's own batch. Returns `dump` itself
+    when nothing is queued."""
+    entries = dump.entries
+    blocked = blocked_at(entries)
+    if blocked >= len(entries) - 1:
+        return dump
+    batch = batch_key(entries[blocked])
+    behind = [i for i in range(blocked + 1, len(entries)) if entries[i].started or batch_key(entries[i]) == batch]
+    if len(behind) == len(entries) - blocked - 1:
+        return dump
+    return replace(dump, entries=entries.take([*range(blocked + 1), *behind]))
+
+
+def blocked_in(dumps: list[RankDump]) -> dict[int, tuple[str, bool]]:
+    """rank -> (group name, is_p2p) of the op the rank is blocked in: where it waits now."""
+    blocked = {}
+    for dump in dumps:
+        index = blocked_at(dump.entries)
+        if index < len(dump.entries):
+            entry = dump.entries[index]
+            blocked[dump.rank] = (entry.pg_name, entry.is_p2p)
+    return blocked
