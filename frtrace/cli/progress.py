@@ -1,0 +1,102 @@
+"""Progress on stderr while the dumps are read, matched and diagnosed (rich).
+
+Takes the phases of a run as they begin and the count of files read; draws, on a
+terminal only and never with --quiet, the phase's name, a bar with the percentage, the
+files read per second and the time left; everything drawn is erased before the report
+is written. `Progress.of(enabled=False)` draws nothing and imports nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Optional
+
+# Redrawn at most this often: thousands of files are read per second on a big job.
+REDRAW_SECONDS = 0.1
+
+
+class Progress:
+    """Called as `progress(done, total)` by the loader; `phase(name)` names what follows."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        self._drawn = 0.0
+
+    @classmethod
+    def of(cls, enabled: bool) -> "Progress":
+        return _Drawn() if enabled else cls()
+
+    def __call__(self, done: int, total: int) -> None:
+        """Dump files read so far, of all."""
+
+    def phase(self, name: str) -> None:
+        """A phase without a count begins (matching, diagnosing, writing ...)."""
+
+    def clear(self) -> None:
+        """Erase what was drawn (before the report is written to stdout)."""
+
+
+class _Drawn(Progress):
+    def _start(self) -> None:
+        # Imported only on a terminal: rich costs some 80 ms to import.
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+        # No refresh thread: the loader forks worker processes, and a thread holding the
+        # console's lock while it forks would leave the child a lock nobody releases.
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+            TextColumn("{task.completed}/{task.total} dumps"), _rate_column(), TextColumn("eta"), TimeRemainingColumn(),
+            console=Console(file=sys.stderr), transient=True, auto_refresh=False,
+        )
+        self._bar.start()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self._task is not None and done < total and now - self._drawn < REDRAW_SECONDS:
+            return
+        if self._bar is None:
+            self._start()
+        if self._task is None:
+            self._task = self._bar.add_task("reading dumps", total=total)
+        self._bar.update(self._task, completed=done, total=total)
+        self._drawn = now
+        if done >= total:
+            # Matching thousands of ranks takes a while too: say so until the next phase.
+            self.phase(f"matching {total} ranks' entries")
+            return
+        self._bar.refresh()
+
+    def phase(self, name: str) -> None:
+        if self._bar is None:
+            self._start()
+        from rich.progress import Progress, TextColumn
+
+        # Nothing counts these phases, and nothing redraws in between: their name alone.
+        self._bar.stop()
+        self._bar = Progress(TextColumn(name + " ..."), console=self._bar.console, transient=True, auto_refresh=False)
+        self._bar.start()
+        self._task = self._bar.add_task(name, total=None)
+        self._bar.refresh()
+
+    def clear(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _rate_column() -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        """Files read per second."""
+
+        def render(self, task: Any) -> Text:
+            speed: Optional[float] = task.finished_speed or task.speed
+            return Text(f"{speed:,.0f}/s" if speed else "")
+
+    return RateColumn()
+
