@@ -22,7 +22,9 @@ CONTEXT_SETTINGS = {
     "help_option_names": ["-h", "--help"],
     "max_content_width": 100,
     # FRTRACE_WORKERS=8, FRTRACE_FORMAT=json, ...: any option's default, for frtrace
-    # and frtrace diff alike (the command line still wins).
+    # and frtrace diff alike (the command line still wins). The variable is named after
+    # the option's parameter: options whose parameter is named otherwise than their
+    # long flag (--format's fmt) name their variable themselves.
     "auto_envvar_prefix": "FRTRACE",
 }
 
@@ -142,7 +144,7 @@ def report_options(formats: list[str], exit_zero_help: str) -> Callable[[F], F]:
                          show_default=True,
                          help="Colour the text report: auto is on a terminal only, off with NO_COLOR set, on with "
                               "FORCE_COLOR set.")(f)
-        f = click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
+        f = click.option("--format", "fmt", envvar="FRTRACE_FORMAT", type=click.Choice(formats), default=formats[0],
                          show_default=True, help="Report format on stdout.")(f)
         return f
     return add
