@@ -86,3 +86,13 @@ def parse_size(text: str) -> int:
     if size <= 0:
         raise ValueError(f"not a positive size: {text!r}")
     return size
+
+
+def install_hint(*extras: str) -> str:
+    """How to install an extra, as every message that names one says it: frtrace has no
+    release on PyPI yet, so from a checkout (`pip install '.[s3]'`)."""
+    names = " or ".join(extras)
+    commands = " or ".join(f"'.[{extra}]'" for extra in extras)
+    published = " / ".join(f"frtrace[{extra}]" for extra in extras)
+    return (f"install the {names} extra: pip install {commands} in a checkout of frtrace "
+            f"({published} once it is released on PyPI)")

@@ -129,7 +129,8 @@ def test_without_dask_the_error_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     result = run_cli([directory, "--scheduler", "local:2"])
     assert result.exit_code == 2
-    assert stderr_lines(result) == ["frtrace: error: --scheduler needs dask.distributed: install 'frtrace[dask]'"]
+    assert stderr_lines(result) == ["frtrace: error: --scheduler needs dask.distributed: install the dask extra: pip install "
+                                   "'.[dask]' in a checkout of frtrace (frtrace[dask] once it is released on PyPI)"]
 
 
 def test_bad_local_worker_count_is_a_usage_error(tmp_path):

@@ -287,3 +287,21 @@ def test_gloo_hang_dumped_twice(tmp_path):
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["stuck_ranks"] == [3] and report["moved_ranks"] == []
+
+
+def test_archives_and_urls_are_inputs_as_for_the_main_command(tmp_path, monkeypatch):
+    import tarfile
+
+    old, new = two_tp_groups(tmp_path, 3)
+    with tarfile.open(tmp_path / "old.tar.gz", "w:gz") as archive:
+        archive.add(old, arcname="old")
+    result = run_diff(tmp_path / "old.tar.gz", new)
+    assert result.exit_code == 1 and result.stdout.startswith("STUCK: rank 1 made no progress")
+    assert f"OLD {tmp_path / 'old.tar.gz'}: 4 dumps" in result.stdout
+    # A URL stays a URL (a path would fold s3:// into s3:/): without fsspec, the error
+    # names what reading it needs.
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    result = run_diff("s3://bucket/job/1200/", "s3://bucket/job/1210/")
+    assert result.exit_code == 2 and result.stderr.startswith("frtrace: error: OLD: reading URLs needs fsspec")
+    result = run_diff("s3://bucket/job/1200/", "s3://bucket/job/1200/")
+    assert result.exit_code == 2 and "OLD and NEW are the same path" in result.stderr
