@@ -60,7 +60,7 @@ def frtrace_diff(old, new, prefix, fmt, color, workers, max_file_size, exit_zero
             raise click.UsageError(f"{printable(str(item))}: no such directory or file")
     if same_input(*inputs):
         raise click.UsageError(f"OLD and NEW are the same path ({old}): give two dumps of the job taken apart")
-    progress = Progress.of(sys.stderr.isatty() and not quiet)
+    progress = Progress.of(sys.stderr.isatty() and not quiet, after_reading=None)
     try:
         result = compare(inputs[0], inputs[1], prefix=prefix, workers=workers, max_file_size=max_file_size,
                          progress=progress)
