@@ -31,6 +31,7 @@ from frtrace.diagnosis import Finding
 from frtrace.diagnosis import diagnose as run_rules
 from frtrace.errors import FrtraceError, InputError, JobMismatch, OutputError
 from frtrace.load.discovery import DEFAULT_MAX_FILE_BYTES
+from frtrace.load.layout import MAX_WORLD_SIZE
 from frtrace.load.sources import as_input, is_url
 from frtrace.match.analysis import Analysis
 from frtrace.match.analysis import analyze as run_pipeline
@@ -97,6 +98,9 @@ def analyze(
     Raises `InputError` when a path does not exist or no usable dump is found.
     """
     inputs = input_list(path_or_paths)
+    for name, value, top in (("world_size", world_size, MAX_WORLD_SIZE), ("group_world_size", group_world_size, None)):
+        if value is not None and (value < 1 or (top is not None and value > top)):
+            raise InputError(f"{name} must be a number of ranks from 1{f' to {top}' if top else ''}, not {value}")
     analysis = run_pipeline(
         inputs, prefix=prefix, world_size=world_size, workers=_workers(workers), max_bytes=_size(max_file_size),
         progress=progress, ft_group_world_size=group_world_size, all_generations=all_generations, scheduler=scheduler,

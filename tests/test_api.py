@@ -71,6 +71,8 @@ def test_errors_are_exceptions_and_nothing_is_printed_or_exited(tmp_path, capfd)
         frtrace.analyze([])
     with pytest.raises(frtrace.InputError, match="max_file_size"):
         frtrace.analyze(tmp_path, max_file_size="lots")
+    with pytest.raises(frtrace.InputError, match="world_size must be a number of ranks"):
+        frtrace.analyze(tmp_path, world_size=0)
     with pytest.raises(TypeError):
         frtrace.analyze(42)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
