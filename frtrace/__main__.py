@@ -1,5 +1,5 @@
 """`python -m frtrace` runs the command-line tool."""
 
-from frtrace.cli.analyse import main
+from frtrace.cli import main
 
 main()

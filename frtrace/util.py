@@ -1,10 +1,11 @@
-"""Small helpers shared by the stages: rank-range folding and parsing, sizes in words,
+"""Small helpers shared by the stages: rank-range folding and parsing, sizes in words and in bytes (`512M`),
 and a pause of the cyclic garbage collector."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import math
 from typing import Iterable, Iterator
 
 
@@ -66,3 +67,32 @@ def ranks_in(ranges: Iterable[range], ranks: Iterable[int]) -> list:
     """The sorted `ranks` that fall in any of `ranges`."""
     ranges = tuple(ranges)
     return sorted(rank for rank in set(ranks) if any(rank in span for span in ranges))
+
+
+SIZE_UNITS = {"k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in `text` (`512M`, `4G`, `1.5k`, `100`); ValueError unless it is a positive size."""
+    text = text.strip().lower().rstrip("b")
+    if text and text[-1] in SIZE_UNITS:
+        number = float(text[:-1])
+        if not math.isfinite(number):  # int() of 'infM' would raise OverflowError, not ValueError
+            raise ValueError(f"not a finite size: {text!r}")
+        size = int(number * SIZE_UNITS[text[-1]])
+    else:
+        size = int(text)
+    # A limit of zero or less would refuse every file, which is never what was meant.
+    if size <= 0:
+        raise ValueError(f"not a positive size: {text!r}")
+    return size
+
+
+def install_hint(*extras: str) -> str:
+    """How to install an extra, as every message that names one says it: frtrace has no
+    release on PyPI yet, so from a checkout (`pip install '.[s3]'`)."""
+    names = " or ".join(extras)
+    commands = " or ".join(f"'.[{extra}]'" for extra in extras)
+    published = " / ".join(f"frtrace[{extra}]" for extra in extras)
+    return (f"install the {names} extra: pip install {commands} in a checkout of frtrace "
+            f"({published} once it is released on PyPI)")

@@ -187,9 +187,9 @@ def run_cli(args, **kwargs):
     import pytest
     from click.testing import CliRunner
 
-    from frtrace.cli.analyse import _join_multi_values, frtrace
+    from frtrace.cli.analyse import frtrace
 
-    result = CliRunner().invoke(frtrace, _join_multi_values([str(a) for a in args]), **kwargs)
+    result = CliRunner().invoke(frtrace, [str(a) for a in args], **kwargs)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         detail = "".join(traceback.format_exception(*result.exc_info, limit=-6))
         # pytrace=False: the traceback is in the message; pytest need not re-render it (slow).

@@ -5,11 +5,11 @@ import pytest
 from click.testing import CliRunner
 from helpers import dump, entry, write_job
 
-from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.cli.analyse import frtrace
 
 
 def run(args, **kwargs):
-    result = CliRunner().invoke(frtrace, _join_multi_values(list(map(str, args))), **kwargs)
+    result = CliRunner().invoke(frtrace, list(map(str, args)), **kwargs)
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from helpers import FIXTURES, dump, entry, write_job, write_json
 
 from frtrace.cli import analyse as cli
-from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.cli import output
+from frtrace.cli.analyse import frtrace
 from frtrace.export import outputs
 from frtrace.export.paths import OutputError, plan_output, write_atomically
 
@@ -23,7 +24,7 @@ NO_FRAMES = FIXTURES / "hang_no_frames"
 
 
 def run(args, **kwargs):
-    result = CliRunner().invoke(frtrace, _join_multi_values(list(map(str, args))), **kwargs)
+    result = CliRunner().invoke(frtrace, list(map(str, args)), **kwargs)
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result
@@ -162,9 +163,10 @@ class _Terminal:
 def test_no_color_turns_colour_off(monkeypatch):
     monkeypatch.setattr(sys, "stdout", _Terminal())
     monkeypatch.delenv("NO_COLOR", raising=False)
-    assert cli._styler() is not None
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    assert output._styler() is not None
     monkeypatch.setenv("NO_COLOR", "1")
-    assert cli._styler() is None
+    assert output._styler() is None
 
 
 # Runs the real entry point in a child process, with `analyze` or the SQLite writer
@@ -172,6 +174,7 @@ def test_no_color_turns_colour_off(monkeypatch):
 SIGNALLING_RUN = """
 import os, signal, sys
 from frtrace.cli import analyse as cli
+from frtrace.cli import main
 from frtrace.export import outputs
 where, signame = sys.argv[1], sys.argv[2]
 def stop(*args, **kwargs):
@@ -183,7 +186,7 @@ if where == "load":
     cli.analyze = stop
 else:
     outputs.write_sqlite = stop
-cli.main(sys.argv[3:])
+main(sys.argv[3:])
 """
 
 

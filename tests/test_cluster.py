@@ -129,7 +129,8 @@ def test_without_dask_the_error_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     result = run_cli([directory, "--scheduler", "local:2"])
     assert result.exit_code == 2
-    assert stderr_lines(result) == ["frtrace: error: --scheduler needs dask.distributed: install 'frtrace[dask]'"]
+    assert stderr_lines(result) == ["frtrace: error: --scheduler needs dask.distributed: install the dask extra: pip install "
+                                   "'.[dask]' in a checkout of frtrace (frtrace[dask] once it is released on PyPI)"]
 
 
 def test_bad_local_worker_count_is_a_usage_error(tmp_path):
@@ -141,7 +142,7 @@ def test_bad_local_worker_count_is_a_usage_error(tmp_path):
 
 def test_the_plain_cli_path_imports_neither_dask_nor_fsspec(tmp_path):
     directory = write_job(tmp_path / "job", nccl_hang_dumps(world=2, culprit=1))
-    code = ("import sys; from frtrace.cli.analyse import main; import frtrace.match.analysis, frtrace.load.loader;"
+    code = ("import sys; from frtrace.cli import main; import frtrace.match.analysis, frtrace.load.loader;"
             "from click.testing import CliRunner; from frtrace.cli.analyse import frtrace as cmd;"
             f"CliRunner().invoke(cmd, [{str(directory)!r}]);"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed', 'fsspec', 's3fs', 'gcsfs'));"

@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner
 from helpers import assert_no_traceback, fixture_dir, job, write_job
 
-from frtrace.cli.analyse import _command_for, frtrace, frtrace_diff
+from frtrace.cli import cli
+from frtrace.cli.analyse import frtrace
+from frtrace.cli.diff import frtrace_diff
 from frtrace.match.analysis import analyze
 from frtrace.report.progress_diff import JobMismatch, diff_progress
 from frtrace.testing.synth import Fault, generate
@@ -42,13 +44,14 @@ def test_hang_dumped_twice_is_stuck(tmp_path):
     result = run_diff(old, new)
     assert result.exit_code == 1, result.output
     first = result.output.splitlines()[0]
-    assert first.startswith("STUCK: ") and "between OLD and NEW" in first
-    assert "rank 4 in all_reduce #11 of group 3 (tp)" in first
-    # The culprit waits in no collective: it made no progress either, and is said so.
-    assert "rank 5 made no progress either" in first
+    # The culprit waits in no collective while its peers wait in one: it comes first.
+    assert first.startswith("STUCK: rank 5 made no progress between OLD and NEW, waiting in no collective")
+    assert "ranks 2-3,6-7 stayed in recv p2p #5 of groups 5-8 (pp)" in first and len(first) < 250
     report = json.loads(run_diff(old, new, "--format", "json").output)
     assert report["status"] == "faults" and report["moved_ranks"] == []
     assert report["idle_ranks"] == [5] and 4 in report["stuck_ranks"]
+    (rank4,) = [r for r in report["ranks"] if r["rank"] == 4]
+    assert rank4["stuck_in"]["pg_name"] == "3" and rank4["stuck_in"]["collective_seq_id"] == 11
     assert report["no_progress_ranks"] == list(range(8))
 
 
@@ -99,8 +102,9 @@ def test_one_group_moving_another_not(tmp_path):
     result = run_diff(old, new)
     assert result.exit_code == 1, result.output
     first = result.output.splitlines()[0]
-    assert first.startswith("STUCK: rank 0 made no progress in all_gather #1 of group tp0 (tp) between OLD and NEW")
-    assert first.endswith("ranks 2-3 moved on")
+    # Rank 1, which rank 0 waits for, first; then where rank 0 waits; then who moved.
+    assert first == ("STUCK: rank 1 made no progress between OLD and NEW, waiting in no collective (held up outside "
+                     "them?); rank 0 stayed in all_gather #1 of group tp0 (tp); ranks 2-3 moved on")
     report = json.loads(run_diff(old, new, "--format", "json").output)
     assert report["stuck_ranks"] == [0] and report["moved_ranks"] == [2, 3] and report["idle_ranks"] == [1]
     groups = {g["pg_name"]: g for g in report["groups"]}
@@ -200,7 +204,7 @@ def test_markdown(tmp_path):
     old, new = two_tp_groups(tmp_path, 3)
     result = run_diff(old, new, "--format", "markdown")
     assert result.exit_code == 1
-    assert result.output.startswith("### frtrace diff: STUCK\n\n**STUCK: rank 0 made no progress")
+    assert result.output.startswith("### frtrace diff: STUCK\n\n**STUCK: rank 1 made no progress")
     assert "| group" in result.output
 
 
@@ -217,18 +221,32 @@ def test_missing_input_is_a_usage_error(tmp_path):
 # --------------------------------------------------------------------------- routing
 
 
-def test_routing_keeps_the_main_command():
-    assert _command_for(["diff", "a", "b"])[:2] == (frtrace_diff, ["a", "b"])
-    assert _command_for(["dumps/"])[0] is frtrace
-    assert _command_for([])[0] is frtrace
-    assert _command_for(["./diff"])[0] is frtrace  # a dump directory named diff
-    assert _command_for(["-d", "diff"])[0] is frtrace
-    assert _command_for(["--selected-ranks", "0", "1", "-j"])[1] == ["--selected-ranks=0,1", "-j"]
+def test_routing_keeps_the_main_command(tmp_path, monkeypatch):
+    old, new = two_tp_groups(tmp_path, 3)
+    shutil.copytree(old, tmp_path / "diff")
+    monkeypatch.chdir(tmp_path)
+
+    def invoke(*args):
+        result = CliRunner().invoke(cli, list(args))
+        assert_no_traceback(result)
+        return result
+
+    assert invoke("diff", "old", "new").stdout.startswith("STUCK: rank 1")
+    assert json.loads(invoke("old", "--format", "json").stdout)["schema"] == "frtrace.report/1"
+    assert json.loads(invoke("-d", "diff", "--format", "json").stdout)["schema"] == "frtrace.report/1"
+    assert json.loads(invoke("./diff", "--format", "json").stdout)["schema"] == "frtrace.report/1"
+    header = invoke("-j", "--selected-ranks", "0", "1", "old").stdout.splitlines()[0]
+    assert "rank 0" in header and "rank 1" in header and "rank 2" not in header
 
 
 def test_help_mentions_diff():
     result = CliRunner().invoke(frtrace, ["--help"])
     assert result.exit_code == 0 and "frtrace diff" in result.output
+    # The group's help is the analysis's, with diff listed as a command.
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0 and result.output.startswith("Usage: frtrace [OPTIONS] [DIR_OR_FILE_OR_URL]...")
+    commands = result.output.split("Commands:")[1]
+    assert commands.split()[0] == "diff"
     result = CliRunner().invoke(frtrace_diff, ["--help"])
     assert result.exit_code == 0 and "frtrace diff dumps-1200/ dumps-1210/" in result.output
 
@@ -243,7 +261,7 @@ def test_console_entry_point(tmp_path):
         return subprocess.run([sys.executable, "-m", "frtrace", *args], cwd=tmp_path, capture_output=True, text=True)
 
     stuck = run("diff", "old", "new")
-    assert stuck.returncode == 1 and stuck.stdout.startswith("STUCK: rank 0")
+    assert stuck.returncode == 1 and stuck.stdout.startswith("STUCK: rank 1")
     plain = run("./diff", "--format", "json")
     assert json.loads(plain.stdout)["schema"] == "frtrace.report/1"
     lonely = run("diff")
@@ -269,3 +287,21 @@ def test_gloo_hang_dumped_twice(tmp_path):
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["stuck_ranks"] == [3] and report["moved_ranks"] == []
+
+
+def test_archives_and_urls_are_inputs_as_for_the_main_command(tmp_path, monkeypatch):
+    import tarfile
+
+    old, new = two_tp_groups(tmp_path, 3)
+    with tarfile.open(tmp_path / "old.tar.gz", "w:gz") as archive:
+        archive.add(old, arcname="old")
+    result = run_diff(tmp_path / "old.tar.gz", new)
+    assert result.exit_code == 1 and result.stdout.startswith("STUCK: rank 1 made no progress")
+    assert f"OLD {tmp_path / 'old.tar.gz'}: 4 dumps" in result.stdout
+    # A URL stays a URL (a path would fold s3:// into s3:/): without fsspec, the error
+    # names what reading it needs.
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    result = run_diff("s3://bucket/job/1200/", "s3://bucket/job/1210/")
+    assert result.exit_code == 2 and result.stderr.startswith("frtrace: error: OLD: reading URLs needs fsspec")
+    result = run_diff("s3://bucket/job/1200/", "s3://bucket/job/1200/")
+    assert result.exit_code == 2 and "OLD and NEW are the same path" in result.stderr

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import dump, entry, write_job
 
-from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.cli.analyse import frtrace
 from frtrace.load import loader
 from frtrace.load.loader import discover_dump_files, iter_dump_files
 from frtrace.report.raw_view import SIDE_BY_SIDE_MAX, render_block
@@ -15,7 +15,7 @@ from frtrace.wording import printable
 
 
 def run(args):
-    result = CliRunner().invoke(frtrace, _join_multi_values(list(map(str, args))))
+    result = CliRunner().invoke(frtrace, list(map(str, args)))
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result

@@ -85,4 +85,5 @@ def test_without_fsspec_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "fsspec", None)
     result = run_cli(["s3://bucket/job/"])
     assert result.exit_code == 2
-    assert stderr_lines(result) == ["frtrace: error: reading URLs needs fsspec: install 'frtrace[s3]' or 'frtrace[gcs]'"]
+    assert stderr_lines(result) == ["frtrace: error: reading URLs needs fsspec: install the s3 or gcs extra: pip install '.[s3]' "
+                                   "or '.[gcs]' in a checkout of frtrace (frtrace[s3] / frtrace[gcs] once it is released on PyPI)"]

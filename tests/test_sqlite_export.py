@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import nccl_hang_dumps, write_job, write_json
 
-from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.cli.analyse import frtrace
 from frtrace.diagnosis import diagnose
 from frtrace.export import outputs
 from frtrace.export.database import build_database
@@ -17,7 +17,7 @@ TABLES = ("meta", "ranks", "groups", "memberships", "tracebacks", "frames", "col
 
 
 def run(args):
-    result = CliRunner().invoke(frtrace, _join_multi_values(list(map(str, args))))
+    result = CliRunner().invoke(frtrace, list(map(str, args)))
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result

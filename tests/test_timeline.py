@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import gloo_hang_dumps, nccl_hang_dumps, write_job, write_json
 
-from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.cli.analyse import frtrace
 from frtrace.diagnosis import diagnose
 from frtrace.export.timeline import write_timeline
 from frtrace.match.analysis import analyze
@@ -15,7 +15,7 @@ ENTRIES = 19  # in nccl_hang_dumps(): 6 + 6 + 4 + 3
 
 
 def run(args):
-    result = CliRunner().invoke(frtrace, _join_multi_values(list(map(str, args))))
+    result = CliRunner().invoke(frtrace, list(map(str, args)))
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result

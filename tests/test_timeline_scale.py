@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from helpers import MS_NS, T0_NS, _timed, entry, write_job, write_synth_job
 from test_timeline import check_well_formed, events, thread_names
 
-from frtrace.cli.analyse import _join_multi_values, frtrace
+from frtrace.cli.analyse import frtrace
 from frtrace.diagnosis import diagnose
 from frtrace.export.timeline import choose_ranks, write_timeline
 from frtrace.match.analysis import analyze
@@ -20,7 +20,7 @@ OVERFLOW = re.compile(r" \+\d+$")
 
 
 def run(args):
-    return CliRunner().invoke(frtrace, _join_multi_values(list(map(str, args))))
+    return CliRunner().invoke(frtrace, list(map(str, args)))
 
 
 def read(path):

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
+from frtrace.errors import OutputError  # raised here, caught by the API's callers
 from frtrace.load.discovery import DUMP_NAME_HINTS, parse_rank_from_name
 from frtrace.load.sniff import FileKind, classify_file
 
@@ -36,10 +37,6 @@ FORMATS_BY_SUFFIX = (
     (".html", HTML, "HTML report"),
     (".htm", HTML, "HTML report"),
 )
-
-
-class OutputError(Exception):
-    """An output cannot be written; the message names the path and the reason."""
 
 
 class OutputTarget(NamedTuple):

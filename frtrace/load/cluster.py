@@ -27,9 +27,9 @@ from typing import Optional
 from frtrace.load.loader import InputError, _load_batch_for_transfer, job_batches, take_batch
 from frtrace.load.safe_decode import _one_line
 from frtrace.model import LoadIssue
-from frtrace.util import fold_ranks, plural
+from frtrace.util import fold_ranks, install_hint, plural
 
-INSTALL_HINT = "install 'frtrace[dask]'"
+INSTALL_HINT = install_hint("dask")
 # An external cluster may still be starting its workers (a Slurm allocation, a Kubernetes
 # deployment scaling up): wait this long for the first one.
 WORKER_WAIT_SECONDS = 60.0
@@ -167,4 +167,4 @@ def _classify_failure(exc: BaseException, address: str) -> tuple:
     if isinstance(exc, (CommClosedError, OSError, TimeoutError)) or type(exc).__name__ == "CancelledError":
         problem = f"lost the dask scheduler at {address} ({_reason(exc)})"
         return problem, problem
-    return f"a dask worker failed ({_reason(exc)}; does it have frtrace[dask] installed?)", None
+    return f"a dask worker failed ({_reason(exc)}; does it have frtrace's dask extra installed: pip install '.[dask]' in a checkout of frtrace?)", None

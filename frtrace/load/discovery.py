@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional, Sequence
 
+from frtrace.errors import InputError  # raised here, caught by the API's callers
 from frtrace.load.generations import (
     DumpFile,
     SameRankTwice,
@@ -31,10 +32,6 @@ DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
 DUMP_NAME_HINTS = ("rank", "trace", "dump", "fr_", "nccl", "comm")
 _TRAILING_RANK = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
-
-
-class InputError(Exception):
-    """The inputs as a whole cannot be analysed (message is one line for the user)."""
 
 
 # --------------------------------------------------------------------------- discovery

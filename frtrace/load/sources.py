@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional, Union
 
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line
+from frtrace.util import install_hint
 
 HEAD_BYTES = 4096
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
@@ -270,7 +271,7 @@ def _fsspec():
     try:
         import fsspec
     except ImportError:
-        raise SourceError("reading URLs needs fsspec: install 'frtrace[s3]' or 'frtrace[gcs]'") from None
+        raise SourceError(f"reading URLs needs fsspec: {install_hint('s3', 'gcs')}") from None
     return fsspec
 
 
@@ -289,7 +290,7 @@ def _filesystem(url: str):
         return fsspec.core.url_to_fs(url)
     except ImportError:
         extra = EXTRA_OF_PROTOCOL.get(protocol)
-        hint = f"install 'frtrace[{extra}]'" if extra else f"install the fsspec package for {protocol}://"
+        hint = install_hint(extra) if extra else f"install the fsspec package for {protocol}://"
         raise SourceError(f"reading {protocol}:// URLs needs a package that is not installed: {hint}") from None
     except ValueError as exc:  # an unknown protocol
         raise SourceError(f"{url}: {_one_line(str(exc))}") from None

@@ -17,15 +17,48 @@ from frtrace.load.loader import (
     load_dumps,
 )
 from frtrace.match.matcher import MatchResult, deal, match, rematch
-from frtrace.model import LoadResult, PgConfig
+from frtrace.model import LoadIssue, LoadResult, PgConfig
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import completion_is_reliable, without_queued_ops
 
 
 @dataclass(slots=True)
-class Analysis:
+class LoadedJob:
+    """The dumps of one job as read, and its layout: what `frtrace diff` compares (no
+    match across ranks)."""
+
     load: LoadResult
     layout: Layout
+
+    @property
+    def dumps(self) -> list[RankDump]:
+        """The dumps that take part (the builder sets aside files with an implausible rank)."""
+        return self.layout.usable(self.load.dumps)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.layout.world_size)
+
+    @property
+    def ranks_found(self) -> tuple[int, ...]:
+        """Ranks with a usable dump."""
+        return tuple(self.layout.ranks_found)
+
+    @property
+    def ranks_missing(self) -> tuple[int, ...]:
+        """Ranks of the job without a usable dump (no file, or an unreadable one)."""
+        return tuple(self.layout.ranks_missing)
+
+    @property
+    def unusable(self) -> list[LoadIssue]:
+        """Dump files that could not be used, each with the reason."""
+        return list(self.load.errors) + list(self.layout.ignored_files)
+
+
+@dataclass(slots=True)
+class Analysis(LoadedJob):
+    """A job's dumps read, laid out and matched across ranks: what the diagnosis takes."""
+
     matches: MatchResult  # of everything dumped: what the report and the Database show
     # Whether the dumps say when ops finish (gloo's do not): without it nothing tells a
     # blocked op from a queued one, and the device view is the full one.
@@ -35,11 +68,6 @@ class Analysis:
     # the usable dumps when no rank queued anything.
     device_dumps: list[RankDump]
     device: MatchResult
-
-    @property
-    def dumps(self) -> list[RankDump]:
-        """The dumps that take part (the builder sets aside files with an implausible rank)."""
-        return self.layout.usable(self.load.dumps)
 
 
 def analyze(
@@ -78,14 +106,25 @@ def analyze(
             runner.close()  # the workers' memory goes back before matching starts
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
-    if not loaded.dumps:
-        where = ", ".join(str(p) for p in inputs)
-        if loaded.errors:
-            raise InputError(f"no usable dump in {where}: " + "; ".join(str(e) for e in loaded.errors[:3]))
-        raise InputError(f"no Flight Recorder dump files found in {where}")
+    _check_loaded(loaded, inputs)
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
     matches = match(loaded.dumps, layout, dealt)
     return finish_analysis(loaded, layout, matches)
+
+
+def load_layout(
+    inputs: Sequence[object],
+    *,
+    prefix: Optional[str] = None,
+    workers: int = 1,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> LoadedJob:
+    """Load and lay out, without matching: what a comparison of two dump sets needs.
+    Raises InputError when nothing usable was found."""
+    loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress)
+    _check_loaded(loaded, inputs)
+    return LoadedJob(loaded, build_layout(loaded.dumps, loaded.failed_ranks, None))
 
 
 def match_files(
@@ -108,6 +147,14 @@ def match_files(
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
     return loaded, layout, match(loaded.dumps, layout, dealt)
+
+
+def _check_loaded(loaded: LoadResult, inputs: Sequence[object]) -> None:
+    if not loaded.dumps:
+        where = ", ".join(str(p) for p in inputs)
+        if loaded.errors:
+            raise InputError(f"no usable dump in {where}: " + "; ".join(str(e) for e in loaded.errors[:3]))
+        raise InputError(f"no Flight Recorder dump files found in {where}")
 
 
 def finish_analysis(loaded: LoadResult, layout: Layout, matches: MatchResult) -> Analysis:

@@ -9,7 +9,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from frtrace.match.analysis import Analysis
+from frtrace.match.analysis import LoadedJob
 from frtrace.model import Entry
 from frtrace.report.progress_diff import (
     IDLE,
@@ -56,7 +56,7 @@ def diff_dict(diff: ProgressDiff) -> dict:
     }
 
 
-def _inputs(analysis: Analysis) -> dict:
+def _inputs(analysis: LoadedJob) -> dict:
     layout = analysis.layout
     return {
         "world_size": layout.world_size,
@@ -155,7 +155,7 @@ def table_rows(diff: ProgressDiff) -> list:
 
 
 def _inputs_line(diff: ProgressDiff, old_name: str, new_name: str) -> str:
-    def side(label: str, name: str, analysis: Analysis) -> str:
+    def side(label: str, name: str, analysis: LoadedJob) -> str:
         missing = analysis.layout.ranks_missing
         text = f"{label} {name}: {plural(len(analysis.layout.ranks_found), 'dump')}"
         return text + (f" (no dump from {ranks_text(missing)})" if missing else "")

@@ -1,6 +1,6 @@
 """Did anything move between two dump sets of one job? (`frtrace diff OLD NEW`)
 
-Takes two `Analysis` of the same job dumped minutes apart (a hang dumped twice) and
+Takes two `LoadedJob`s (dumps read and laid out, not matched) of the same job dumped minutes apart (a hang dumped twice) and
 returns a `ProgressDiff`: for every rank and every process group, whether it moved on,
 is stuck in the op it was already waiting in, stood idle (nothing pending, nothing new),
 or cannot be told; plus a status and a one-line verdict. Raises `JobMismatch` when NEW
@@ -21,7 +21,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
-from frtrace.match.analysis import Analysis
+from frtrace.errors import JobMismatch  # raised here, caught by the API's callers
+from frtrace.match.analysis import LoadedJob
 from frtrace.model import Entry, PgStatus
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import keeps_only_active
@@ -31,10 +32,6 @@ from frtrace.wording import group_label, group_text, ranks_text, seq_text
 MOVED, STUCK, IDLE, UNKNOWN = "moved", "stuck", "idle", "unknown"
 # Per rank and per group, which outcome wins when a rank's groups disagree.
 RANK_ORDER = (STUCK, MOVED, UNKNOWN, IDLE)
-
-
-class JobMismatch(Exception):
-    """OLD and NEW are not two dumps of one run (message is one line for the user)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +93,8 @@ class ProgressDiff:
     verdict: str
     ranks: tuple  # tuple[RankProgress, ...] by rank
     groups: tuple  # tuple[GroupProgress, ...] by (name, ranks)
-    old: Analysis
-    new: Analysis
+    old: LoadedJob
+    new: LoadedJob
 
     def ranks_with(self, progress: str) -> list:
         return [r.rank for r in self.ranks if r.progress == progress]
@@ -106,7 +103,7 @@ class ProgressDiff:
 # --------------------------------------------------------------------------- same job?
 
 
-def check_same_job(old: Analysis, new: Analysis) -> None:
+def check_same_job(old: LoadedJob, new: LoadedJob) -> None:
     """Raise JobMismatch unless NEW could be a later dump of OLD's run."""
     if old.layout.world_size != new.layout.world_size:
         raise JobMismatch(f"OLD and NEW look like different jobs: world size {old.layout.world_size} in OLD, "
@@ -133,11 +130,11 @@ def check_same_job(old: Analysis, new: Analysis) -> None:
                           "dumps of different runs (was the job restarted between them?)")
 
 
-def _names(analysis: Analysis) -> list:
+def _names(analysis: LoadedJob) -> list:
     return [g.name for g in analysis.layout.groups]
 
 
-def _configured_rank_sets(analysis: Analysis) -> dict:
+def _configured_rank_sets(analysis: LoadedJob) -> dict:
     """name -> the rank sets of the groups of that name whose members the dumps listed."""
     sets = defaultdict(set)
     for group in analysis.layout.groups:
@@ -206,27 +203,6 @@ def waiting_text(entry: Optional[Entry]) -> str:
     return _op_text(entry) if entry is not None else "an op no longer in its buffer"
 
 
-def _by_group(dump: RankDump) -> dict:
-    """pg_name -> the rank's entries of that group, oldest first."""
-    groups = defaultdict(list)
-    for entry in dump.entries:
-        groups[entry.pg_name].append(entry)
-    return groups
-
-
-def _position(entries: list, status: Optional[PgStatus]) -> Position:
-    done = next((i for i in range(len(entries) - 1, -1, -1) if entries[i].completed), None)
-    waiting_index = 0 if done is None else done + 1
-    return Position(
-        newest_record_id=entries[-1].record_id if entries else None,
-        collective_seq_id=max((e.collective_seq_id for e in entries if not e.is_p2p), default=None),
-        p2p_seq_id=max((e.p2p_seq_id for e in entries if e.is_p2p), default=None),
-        done_record_id=entries[done].record_id if done is not None else None,
-        waiting=entries[waiting_index] if waiting_index < len(entries) else None,
-        status=status,
-    )
-
-
 def _pending_by_status(status: Optional[PgStatus]) -> bool:
     """pg_status says the rank enqueued a collective it has not completed."""
     if status is None or status.last_enqueued is None or status.last_enqueued < 0:
@@ -235,16 +211,19 @@ def _pending_by_status(status: Optional[PgStatus]) -> bool:
 
 
 class _Side:
-    """One dump set, indexed for the comparison."""
+    """One dump set, indexed for the comparison: per rank and group only its `Position`
+    (a few numbers and the op it waits in), found in one pass over the rank's entries,
+    so what is kept does not grow with the entries."""
 
-    def __init__(self, analysis: Analysis):
-        self.dumps = {d.rank: d for d in analysis.dumps}
-        self.entries = {rank: _by_group(d) for rank, d in self.dumps.items()}
+    def __init__(self, job: LoadedJob):
+        self.dumps = {d.rank: d for d in job.dumps}
+        self._groups = {rank: _group_positions(d) for rank, d in self.dumps.items()}
         # pg_status is keyed by the rank's own pg_id: read it off the rank's entries of the
         # group, or with none, take the id its peers use.
-        self.pg_ids = {(rank, name): groups[name][0].pg_id for rank, groups in self.entries.items() for name in groups}
+        self.pg_ids = {(rank, name): pg_id for rank, groups in self._groups.items() for name, (pg_id, _) in groups.items()}
         self.common_pg_id = {}
         self._record_ids: dict = {}  # rank -> its record ids, built when first asked
+        self._completion_info: dict = {}  # rank -> whether its dump marks ops finished
         ids: dict[str, Counter] = defaultdict(Counter)
         for (rank, name), pg_id in self.pg_ids.items():
             ids[name][pg_id] += 1
@@ -257,7 +236,10 @@ class _Side:
             return None
         pg_id = self.pg_ids.get((rank, name), self.common_pg_id.get(name))
         status = dump.pg_status.get(pg_id) if pg_id is not None else None
-        return _position(self.entries[rank].get(name, []), status)
+        held = self._groups[rank].get(name)
+        if held is None:
+            return Position(None, None, None, None, None, status)
+        return held[1].position(status)
 
     def newest_record_id(self, rank: int) -> Optional[int]:
         dump = self.dumps.get(rank)
@@ -273,6 +255,53 @@ class _Side:
             dump = self.dumps.get(rank)
             ids = self._record_ids[rank] = {e.record_id for e in dump.entries} if dump is not None else set()
         return record_id in ids
+
+    def has_completion_info(self, rank: int) -> bool:
+        known = self._completion_info.get(rank)
+        if known is None:
+            known = self._completion_info[rank] = _has_completion_info(self.dumps.get(rank))
+        return known
+
+
+class _GroupScan:
+    """A rank's entries of one group, folded as they pass (oldest first) into what
+    `Position` keeps."""
+
+    __slots__ = ("newest_record_id", "collective_seq_id", "p2p_seq_id", "done_record_id", "waiting")
+
+    def __init__(self) -> None:
+        self.newest_record_id: Optional[int] = None
+        self.collective_seq_id: Optional[int] = None
+        self.p2p_seq_id: Optional[int] = None
+        self.done_record_id: Optional[int] = None
+        self.waiting: Optional[Entry] = None  # the oldest entry after the newest finished one
+
+    def add(self, entry: Entry) -> None:
+        self.newest_record_id = entry.record_id
+        if entry.is_p2p:
+            self.p2p_seq_id = max(entry.p2p_seq_id, self.p2p_seq_id if self.p2p_seq_id is not None else entry.p2p_seq_id)
+        else:
+            seq = entry.collective_seq_id
+            self.collective_seq_id = max(seq, self.collective_seq_id if self.collective_seq_id is not None else seq)
+        if entry.completed:
+            self.done_record_id, self.waiting = entry.record_id, None
+        elif self.waiting is None:
+            self.waiting = entry
+
+    def position(self, status: Optional[PgStatus]) -> Position:
+        return Position(self.newest_record_id, self.collective_seq_id, self.p2p_seq_id, self.done_record_id,
+                        self.waiting, status)
+
+
+def _group_positions(dump: RankDump) -> dict:
+    """pg_name -> (the pg_id of the rank's first entry of the group, its `_GroupScan`)."""
+    groups: dict = {}
+    for entry in dump.entries:
+        held = groups.get(entry.pg_name)
+        if held is None:
+            held = groups[entry.pg_name] = (entry.pg_id, _GroupScan())
+        held[1].add(entry)
+    return groups
 
 
 def _has_completion_info(dump: Optional[RankDump]) -> bool:
@@ -301,7 +330,7 @@ def _member(rank: int, name: str, old: _Side, new: _Side) -> MemberProgress:
     )
     waiting = before.waiting
     pending = waiting is not None or (before.newest_record_id is None and _pending_by_status(before.status))
-    if pending and not (_has_completion_info(old.dumps[rank]) or _has_completion_info(new.dumps[rank])):
+    if pending and not (old.has_completion_info(rank) or new.has_completion_info(rank)):
         if enqueued:
             return MemberProgress(rank, MOVED, "enqueued new ops", before, after)
         return MemberProgress(rank, UNKNOWN, "the dumps never mark an op finished", before, after)
@@ -368,7 +397,7 @@ def _rank(rank: int, members: list, old: _Side, new: _Side) -> RankProgress:
     return RankProgress(rank, IDLE, "nothing pending, nothing new", old_id, new_id)
 
 
-def _groups(old: Analysis, new: Analysis) -> list:
+def _groups(old: LoadedJob, new: LoadedJob) -> list:
     """The groups of both sets, one per (name, ranks): members listed by the dumps win;
     groups rebuilt from entries (gloo's empty pg_config) take the members of both."""
     merged: dict = {}
@@ -381,7 +410,7 @@ def _groups(old: Analysis, new: Analysis) -> list:
     return sorted(((name, desc, ranks) for (name, _), (desc, ranks) in merged.items()), key=lambda g: (name_key(g[0]), g[2]))
 
 
-def diff_progress(old: Analysis, new: Analysis) -> ProgressDiff:
+def diff_progress(old: LoadedJob, new: LoadedJob) -> ProgressDiff:
     """Compare two dump sets of one job; raises JobMismatch when they are not."""
     check_same_job(old, new)
     old_side, new_side = _Side(old), _Side(new)
@@ -400,7 +429,11 @@ def diff_progress(old: Analysis, new: Analysis) -> ProgressDiff:
 
 # --------------------------------------------------------------------------- verdict
 
-VERDICT_CLAUSES = 3
+# The verdict is one short line: the ranks that stopped first (the likely culprits), the
+# op most stuck ranks stayed in, and counts for the rest (the table has every rank).
+VERDICT_CLAUSES = 2
+# Folded rank lists longer than this are said as a count ("128 ranks").
+RANKS_SPELLED_OUT = 24
 
 
 def _conclude(ranks: tuple) -> tuple:
@@ -411,36 +444,56 @@ def _conclude(ranks: tuple) -> tuple:
     idle = [r.rank for r in by[IDLE]]
     unknown = [r.rank for r in by[UNKNOWN]]
     tail = []
-    if idle and (by[STUCK] or moved):
-        tail.append(f"{ranks_text(idle)} made no progress either, waiting in no collective (held up outside them?)")
     if unknown:
-        tail.append(f"{ranks_text(unknown)} cannot be told ({_reasons(by[UNKNOWN])})")
+        tail.append(f"{short_ranks(unknown)} cannot be told ({_reasons(by[UNKNOWN])})")
     if moved:
-        tail.append(f"{ranks_text(moved)} moved on")
+        tail.append(f"{short_ranks(moved)} moved on")
+    if idle and (by[STUCK] or moved):
+        # Ranks waiting in no collective while others wait in one, or move on: what holds
+        # the job up is most likely theirs, so they come first.
+        lead = (f"STUCK: {short_ranks(idle)} made no progress between OLD and NEW, waiting in no collective "
+                "(held up outside them?)")
+        stuck = [_stuck_clauses(by[STUCK], first_verb="stayed", waiting_on=set(idle))] if by[STUCK] else []
+        return "faults", "; ".join([lead] + stuck + tail)
     if by[STUCK]:
-        # One clause per op waited in, over the groups of one description (TP groups alike).
-        clauses: dict[tuple, tuple[set, list]] = defaultdict(lambda: (set(), []))
-        for r in by[STUCK]:
-            group, entry = r.stuck_in
-            names, stuck = clauses[(group.desc, waiting_text(entry))]
-            names.add(group.name)
-            stuck.append(r.rank)
-        ordered = sorted(clauses.items(), key=lambda kv: (-len(kv[1][1]), min(kv[1][1])))
-        parts = [f"{ranks_text(rs)} {'made no progress ' if not i else ''}in {what} of {groups_text(names, desc)}"
-                 for i, ((desc, what), (names, rs)) in enumerate(ordered[:VERDICT_CLAUSES])]
-        if len(ordered) > VERDICT_CLAUSES:
-            rest = sorted(r for _, (_, rs) in ordered[VERDICT_CLAUSES:] for r in rs)
-            parts.append(f"{ranks_text(rest)} elsewhere")
-        return "faults", "STUCK: " + ", ".join(parts) + " between OLD and NEW" + "".join(f"; {t}" for t in tail)
-    if idle and moved:
-        return "faults", f"STUCK: {ranks_text(idle)} made no progress between OLD and NEW, waiting in no " \
-                         f"collective (held up outside them?)" + "".join(f"; {t}" for t in tail[1:])
+        return "faults", f"STUCK: {_stuck_clauses(by[STUCK], first_verb='made no progress')} between OLD and NEW" + \
+            "".join(f"; {t}" for t in tail)
     if unknown:
-        return "inconclusive", "INCONCLUSIVE: " + "; ".join(tail) + (f"; {ranks_text(idle)} stood idle" if idle else "")
+        return "inconclusive", "INCONCLUSIVE: " + "; ".join(tail) + (f"; {short_ranks(idle)} stood idle" if idle else "")
     if not moved:
         return "inconclusive", ("INCONCLUSIVE: no rank moved between OLD and NEW, and none was waiting in a collective: "
                                 "the job finished, or every rank is stuck outside collectives (host code, data loading)")
     return "healthy", f"PROGRESSING: every rank ({_all_text(moved)}) moved on between OLD and NEW"
+
+
+def _stuck_clauses(stuck: list, first_verb: str, waiting_on: frozenset | set = frozenset()) -> str:
+    """`ranks 0-3 made no progress in all_reduce #4 of group 0 (default_pg), rank 7 in
+    send p2p #2 of group 5 (pp), 12 ranks elsewhere`: one clause per op waited in, over
+    the groups of one description (TP groups alike); first those of groups with a rank
+    of `waiting_on` (the idle ranks they wait for), then most ranks first."""
+    clauses: dict[tuple, tuple[set, list]] = defaultdict(lambda: (set(), []))
+    beside: set = set()  # clauses of a group that holds one of `waiting_on`
+    for r in stuck:
+        group, entry = r.stuck_in
+        key = (group.desc, waiting_text(entry))
+        names, held = clauses[key]
+        names.add(group.name)
+        held.append(r.rank)
+        if waiting_on.intersection(group.ranks):
+            beside.add(key)
+    ordered = sorted(clauses.items(), key=lambda kv: (kv[0] not in beside, -len(kv[1][1]), min(kv[1][1])))
+    parts = [f"{short_ranks(rs)} {first_verb + ' ' if not i else ''}in {what} of {groups_text(names, desc)}"
+             for i, ((desc, what), (names, rs)) in enumerate(ordered[:VERDICT_CLAUSES])]
+    if len(ordered) > VERDICT_CLAUSES:
+        rest = sorted(r for _, (_, rs) in ordered[VERDICT_CLAUSES:] for r in rs)
+        parts.append(f"{short_ranks(rest)} elsewhere")
+    return ", ".join(parts)
+
+
+def short_ranks(ranks: list) -> str:
+    """`rank 3`, `ranks 0-3,8`, or `128 ranks` when the folded list would be long."""
+    text = ranks_text(ranks)
+    return text if len(text) <= RANKS_SPELLED_OUT + len("ranks ") else f"{len(set(ranks))} ranks"
 
 
 def name_key(name: str) -> tuple:
