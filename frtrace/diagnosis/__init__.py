@@ -14,7 +14,7 @@ The rules, one module per question, run in this order:
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
-    missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
+    missing.unaccounted_missing_ranks, missing.unseen_top_ranks, missing.empty_dumps   what the dumps lack
 
 Each fault kind is one row of `kinds.KINDS`.
 """
@@ -29,7 +29,7 @@ from frtrace.diagnosis.finding import Diagnosis, Finding, P2PEnds, WentPast
 from frtrace.diagnosis.frontier import frontiers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import WentPastJudge, link_consequences
-from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks
+from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
 from frtrace.diagnosis.p2p import unmatched_p2p
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
@@ -53,6 +53,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     link_consequences(findings, _went_past_judge(facts))
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
+    findings += unseen_top_ranks(facts, findings)
     findings += empty_dumps(facts)
     return conclude(facts, findings)
 

@@ -41,6 +41,7 @@ def _inputs(analysis: Analysis) -> dict:
         "ranks_found": list(layout.ranks_found),
         "ranks_missing": list(layout.ranks_missing),
         "world_size": layout.world_size,
+        "world_size_source": layout.world_source,
         "versions": sorted({d.version for d in dumps}),
         "backends": sorted({d.backend for d in dumps if d.backend}),
         "comm_lib_versions": sorted({d.comm_lib_version for d in dumps if d.comm_lib_version}),
@@ -277,6 +278,18 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _world_size_note(layout) -> str:
+    """Where the job's size is not what a dump says (gloo's pg_config lists no ranks), how it was found."""
+    if layout.world_source == "files":
+        return (f"World size {layout.world_size} is taken from the file names (the dumps' pg_config lists no ranks): "
+                f"a rank above {layout.world_size - 1} that left no dump would not show (--world-size N says the size).")
+    if layout.world_source == "group_shapes":
+        beyond = [r for r in layout.ranks_missing if r > max(layout.ranks_found, default=-1)]
+        return (f"World size {layout.world_size} comes from the groups' shapes (the dumps' pg_config lists no ranks): "
+                f"sibling groups are short of {ranks_text(beyond)}, which left no dump.")
+    return ""
+
+
 def _loaded_line(analysis: Analysis) -> str:
     load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
     dumps = layout.usable(load.dumps)
@@ -291,6 +304,9 @@ def _loaded_line(analysis: Analysis) -> str:
     ]
     if layout.ranks_missing:
         parts.append(f"No usable dump for {ranks_text(layout.ranks_missing)}.")
+    world_note = _world_size_note(layout)
+    if world_note:
+        parts.append(world_note)
     only_active = [d.rank for d in dumps if d.entries] if only_active_job(dumps) else []
     wrapped = [] if only_active else [d.rank for d in dumps if d.wrapped]
     if wrapped:
