@@ -26,6 +26,7 @@ from frtrace.report.rank_view import (
     StandingRow,
     rank_view,
 )
+from frtrace.table.rank_dump import clocks_compare
 from frtrace.table.standing import only_active_job
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import group_label, groups_text, printable, ranks_text, seq_label, span_text
@@ -42,6 +43,8 @@ def _inputs(analysis: Analysis) -> dict:
         "ranks_missing": list(layout.ranks_missing),
         "world_size": layout.world_size,
         "world_size_source": layout.world_source,
+        "writers": sorted({d.writer for d in dumps}),
+        "clock": _clock(dumps),
         "versions": sorted({d.version for d in dumps}),
         "backends": sorted({d.backend for d in dumps if d.backend}),
         "comm_lib_versions": sorted({d.comm_lib_version for d in dumps if d.comm_lib_version}),
@@ -61,6 +64,27 @@ def _inputs(analysis: Analysis) -> dict:
         "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
         + [{"rank": rank, "warning": w} for rank, w in layout.warnings],
     }
+
+
+def _clock(dumps: list) -> str:
+    """What the dumps' times are on: "wall" (hosts' wall clocks), "cupti" (CUPTI's native
+    clock, no converter given: not comparable across ranks), or "mixed"."""
+    clocks = {d.clock for d in dumps}
+    return clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else "wall")
+
+
+def _writer_notes(dumps: list) -> list:
+    """What the report's reader must know about dumps not written by c10d's Flight Recorder."""
+    notes = []
+    if any(d.writer == "cupti_monitor" for d in dumps):
+        notes.append("Written by PyTorch's CUPTI comms monitor: it numbers each op type of a group on its own "
+                     "(NCCL's counters), so each is lined up on its own (group/op); its pg_status, one for all "
+                     "groups, is not read; its sends and receives name no peer, so none is paired.")
+    if not clocks_compare(dumps):
+        notes.append("Times are on CUPTI's own clock (the monitor was given no clock converter), which each host "
+                     "counts from its own origin: nothing compares times across ranks (no straggler check, no "
+                     "'since', findings not ordered by age).")
+    return notes
 
 
 def _unusable_files(analysis: Analysis) -> list:
@@ -307,6 +331,7 @@ def _loaded_line(analysis: Analysis) -> str:
     world_note = _world_size_note(layout)
     if world_note:
         parts.append(world_note)
+    parts += _writer_notes(dumps)
     only_active = [d.rank for d in dumps if d.entries] if only_active_job(dumps) else []
     wrapped = [] if only_active else [d.rank for d in dumps if d.wrapped]
     if wrapped:

@@ -28,6 +28,10 @@ class RankDump:
     warnings: tuple = ()
     # Entries dropped because where they stand (their collective_seq_id) could not be read.
     unreadable_entries: int = 0
+    writer: str = "c10d"  # who wrote the dump: c10d's Flight Recorder, or "cupti_monitor"
+    # The clock of its times: "wall" (the host's wall clock; ranks compare, NTP apart) or
+    # "cupti" (CUPTI's native timestamps, counted from an origin of each host's own).
+    clock: str = "wall"
 
     @property
     def backend(self) -> str:
@@ -45,3 +49,8 @@ class RankDump:
     def __post_init__(self) -> None:
         if not isinstance(self.entries, EntryTable):  # Entry tuples (a test, a hand-made dump)
             self.entries = EntryTable.from_entries(self.entries)
+
+
+def clocks_compare(dumps) -> bool:
+    """Whether times of different ranks' dumps can be compared: every dump is on a wall clock."""
+    return all(dump.clock == "wall" for dump in dumps)
