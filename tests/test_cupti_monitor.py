@@ -89,6 +89,13 @@ def test_a_native_clock_turns_off_what_compares_times_across_ranks(tmp_path):
     assert "Times are on CUPTI's own clock" in text and "Written by PyTorch's CUPTI comms monitor" in text
 
 
+def test_the_timeline_says_its_ranks_do_not_line_up(tmp_path):
+    write_cupti_job(monitor_job(FAULTS["hang_tp"]), tmp_path / "job")
+    run_cli([tmp_path / "job", "--workers", "1", "--timeline", tmp_path / "t.json"])
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert "CUPTI's own clock" in trace["otherData"]["clocks"]["note"] and trace["otherData"]["time_origin_ns"] > 0
+
+
 def test_ranks_blocked_in_sends_and_receives_without_a_peer_are_victims_not_culprits(tmp_path):
     # Pipeline neighbours of the hung rank wait in a recv the monitor records without its peer:
     # they are absent from later collectives because they wait, so only the culprit is blamed.
