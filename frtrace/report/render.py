@@ -15,6 +15,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from frtrace.diagnosis import Diagnosis, Finding, kind
+from frtrace.diagnosis.confidence import suspect_confidences
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import (
     BLOCKED,
@@ -121,11 +122,34 @@ def _next_step(finding: Finding) -> Optional[str]:
     return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks), call_site=call_site)
 
 
+def _confidence_json(analysis: Analysis, diagnosis: Diagnosis) -> list:
+    """Per primary suspect: how far the blame can be trusted, and on what (diagnosis/confidence.py)."""
+    return [{
+        "rank": c.rank,
+        "confidence": c.confidence,
+        "evidence": list(c.evidence),
+        "finding": {"kind": c.finding.kind, "rule": c.finding.rule, "pg_name": c.finding.pg_name,
+                    "collective_seq_id": c.finding.collective_seq_id, "p2p_seq_id": c.finding.p2p_seq_id},
+    } for c in suspect_confidences(diagnosis, analysis.layout.ranks_missing)]
+
+
+def _confidence_text(analysis: Analysis, diagnosis: Diagnosis) -> str:
+    """` (confidence 0.95: unanimous peers)` for the suspect line; a range when suspects differ."""
+    scores = suspect_confidences(diagnosis, analysis.layout.ranks_missing)
+    if not scores:
+        return ""
+    low, high = min(c.confidence for c in scores), max(c.confidence for c in scores)
+    if low != high:
+        return f" (confidence {low:.2f}-{high:.2f})"
+    return f" (confidence {low:.2f}: {scores[0].evidence[0].replace('_', ' ')})"
+
+
 def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
     return {
         "schema": SCHEMA,
         "status": diagnosis.status,
         "suspect_ranks": list(diagnosis.suspect_ranks),
+        "suspect_confidence": _confidence_json(analysis, diagnosis),
         "summary": diagnosis.verdict,
         "inputs": _inputs(analysis),
         "matched": _match_counts(analysis),
@@ -283,7 +307,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
     lines = [style(printable(diagnosis.verdict), fg=colour, bold=True)]
     if diagnosis.suspect_ranks:
-        lines.append(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}")
+        lines.append(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}{_confidence_text(analysis, diagnosis)}")
     lines.append("")
     by_heading = defaultdict(list)
     for finding in diagnosis.findings:
