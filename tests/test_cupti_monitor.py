@@ -10,10 +10,13 @@ import json
 import pickle
 
 import pytest
+from click.testing import CliRunner
 from helpers import run_cli
 
+from frtrace.cli.analyse import frtrace_diff
 from frtrace.load.loader import load_one
-from frtrace.testing.synth import Fault, cupti_monitor_job, generate, write_cupti_job
+from frtrace.table.standing import keeps_only_active
+from frtrace.testing.synth import Fault, SynthJob, cupti_monitor_job, generate, write_cupti_job
 
 EXIT = {"healthy": 0, "faults": 1, "inconclusive": 3}
 FAULTS = {
@@ -69,10 +72,44 @@ def test_the_loader_reads_what_the_monitor_writes(tmp_path):
     dump = load_one(4, path)
     assert (dump.writer, dump.clock, dump.pg_status) == ("cupti_monitor", "cupti", {})
     entries = list(dump.entries)
-    assert [e.record_id for e in entries] == list(range(len(entries)))  # gaps renumbered: not only-active
+    assert [e.record_id for e in entries] == [e["record_id"] for e in raw["entries"]]  # kept: they rise
+    assert not keeps_only_active(dump) and not dump.wrapped  # their gaps mean nothing; every stream starts at 0
     assert {e.pg_name for e in entries if not e.is_p2p} >= {"3/all_reduce", "3/all_gather", "0/all_reduce"}
     assert {c.name: c.ranks for c in dump.pg_config}["3/all_reduce"] == (4, 5)
     assert all(e.timeout_ms is None for e in entries)
+
+
+def test_entries_of_cuda_graph_collectives_keep_their_order_and_a_cut_window_is_clipped(tmp_path):
+    # A collective captured in a CUDA graph carries its kernel's graph node id as record_id,
+    # in no order: the entries are then numbered in the file's order. A window whose op
+    # types do not all start at the first number lost its oldest ops.
+    job = monitor_job(FAULTS["healthy"], max_entries=40, steps=5)
+    raw = job.dumps[4]
+    for entry, node_id in zip(raw["entries"], [9_000_000 - 7 * i for i in range(len(raw["entries"]))]):
+        entry["record_id"] = node_id
+    dump = load_one(4, write_cupti_job(job, tmp_path)[4])
+    assert [e.record_id for e in dump.entries] == list(range(len(raw["entries"])))
+    assert [e.op for e in dump.entries] == [e["profiling_name"][5:] for e in raw["entries"]]
+    assert dump.wrapped
+
+
+def test_diff_follows_a_rank_from_one_monitor_dump_to_the_next(tmp_path):
+    # Between two dumps the ops in flight finished: their record ids stay, and they gained a
+    # time (the kernel's start) they did not have. That is progress, not another run.
+    new = monitor_job(FAULTS["hang_tp"], world=8, steps=3)
+    old = {}
+    for rank, dump in new.dumps.items():
+        earlier = json.loads(json.dumps(dump))
+        earlier["entries"] = earlier["entries"][:-4]
+        for entry in earlier["entries"][-2:]:
+            entry.update(state="scheduled", retired=False, time_created_ns=0, time_discovered_started_ns=None,
+                         time_discovered_completed_ns=None, duration_ms=None)
+        old[rank] = earlier
+    write_cupti_job(SynthJob(old, new.truth), tmp_path / "old")
+    write_cupti_job(new, tmp_path / "new")
+    result = CliRunner().invoke(frtrace_diff, [str(tmp_path / "old"), str(tmp_path / "new"), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["moved_ranks"] == list(range(8))
 
 
 def test_a_native_clock_turns_off_what_compares_times_across_ranks(tmp_path):

@@ -14,11 +14,14 @@ apart, from the plugin's source:
   name `<group>/<op>`. Sends and receives carry neither a sequence number nor their peer
   (the NCCL plugin does not describe P2P), so nothing can pair them;
 * `record_id` is the collective's external-correlation id, shared with every other pushed
-  id of the process, so its gaps mean nothing (they are not an only-active dump's gaps):
-  entries are renumbered in their order, from 0 when every op type of every group starts at
-  the dump's first number (nothing fell off the plugin's ring, and it watched from the
-  start), else from 1, so that the window counts as clipped: what a rank does not hold
-  before its first entry is unknown, not "never issued";
+  id of the process, so its gaps mean nothing (they are not an only-active dump's gaps), and
+  for a collective captured in a CUDA graph it is the kernel's graph node id, in no order:
+  the ids are kept where they rise in the file's order (so `frtrace diff` can follow a rank
+  from one dump to the next), else entries are numbered in their order. Whether the window
+  is clipped is read off the sequence numbers instead: it is not when every op type of
+  every group starts at the dump's first number (nothing fell off the plugin's ring, and
+  it watched from the start); else what a rank does not hold before its first entry is
+  unknown, not "never issued";
 * `pg_config` is built from the entries, and `pg_status` holds group "0" only, with the
   largest sequence number enqueued or completed across *all* groups: no group's status, so
   it is not read;
@@ -32,7 +35,7 @@ apart, from the plugin's source:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 WRITER = "cupti_monitor"
 C10D = "c10d"
@@ -55,9 +58,16 @@ def is_monitor_dump(raw: dict) -> bool:
     return any(isinstance(entry, dict) and "process_group_ranks" in entry for entry in entries[:16])
 
 
-def as_c10d(raw: dict) -> tuple[dict, str]:
-    """`(the dump in c10d's shape, the clock of its times)` for a dump `is_monitor_dump`
-    accepts. Entries that are not dicts are left for the normaliser to reject."""
+class Adapted(NamedTuple):
+    dump: dict  # in c10d's shape
+    clock: str  # WALL_CLOCK or CUPTI_CLOCK
+    clipped: bool  # the window may not reach back to the job's first ops
+
+
+def as_c10d(raw: dict) -> Adapted:
+    """The dump in c10d's shape, the clock of its times, and whether its window is clipped,
+    for a dump `is_monitor_dump` accepts. Entries that are not dicts are left for the
+    normaliser to reject."""
     entries = raw["entries"]
     config: dict[str, dict] = {}
     first_seq: dict[str, Any] = {}  # stream name -> its first collective_seq_id
@@ -73,14 +83,14 @@ def as_c10d(raw: dict) -> tuple[dict, str]:
         config.setdefault(name, {"name": name, "desc": desc, "ranks": _ranks_text(ranks)})
         if entry.get("timeout_ms") == 0:
             entry["timeout_ms"] = None
-    record_id = 0 if _from_the_start(first_seq.values()) else 1
-    for entry in entries:
-        if isinstance(entry, dict):
-            entry["record_id"] = record_id
-            record_id += 1
+    dicts = [entry for entry in entries if isinstance(entry, dict)]
+    ids = [i for i in (entry.get("record_id") for entry in dicts) if type(i) is int]
+    if len(ids) < len(dicts) or any(a >= b for a, b in zip(ids, ids[1:])):
+        for number, entry in enumerate(dicts):
+            entry["record_id"] = number
     adapted = {key: value for key, value in raw.items() if key not in ("pg_config", "pg_status")}
     adapted["pg_config"] = config
-    return adapted, _clock_of(entries)
+    return Adapted(adapted, _clock_of(entries), not _from_the_start(first_seq.values()))
 
 
 def _from_the_start(firsts: Any) -> bool:

@@ -512,9 +512,9 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
                 max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
     """`(RankDump without its entries, Columns of its entries)`."""
     raw = _top_level_dict(raw)
-    writer, clock = cupti.C10D, cupti.WALL_CLOCK
+    writer, clock, clipped = cupti.C10D, cupti.WALL_CLOCK, None
     if cupti.is_monitor_dump(raw):
-        raw, clock = cupti.as_c10d(raw)
+        raw, clock, clipped = cupti.as_c10d(raw)
         writer = cupti.WRITER
     raw_entries = _raw_entries(raw.get("entries"), max_entries)
     norm = _Normaliser(memo)
@@ -534,6 +534,7 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
         unreadable_entries=dropped,
         writer=writer,
         clock=clock,
+        window_clipped=clipped,
     )
     dump.warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
     return dump, columns
