@@ -14,6 +14,7 @@ numbers.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import NamedTuple, Optional
 
 from frtrace.diagnosis.finding import Diagnosis, Finding
@@ -67,15 +68,18 @@ def suspect_confidences(diagnosis: Diagnosis, ranks_missing: tuple[int, ...] = (
         return []
     primary = primary_findings(diagnosis.findings)
     several = len({f.suspect_ranks for f in primary}) > 1
-    out = []
-    for rank in sorted(suspects):
-        naming = [f for f in diagnosis.findings if rank in f.suspect_ranks and (f in primary or f.link == "same_suspects")]
-        if naming:
-            out.append(_confidence_of(rank, naming, several, ranks_missing))
-    return out
+    # One pass over the findings: a hang across thousands of ranks leaves thousands of each.
+    chosen = set(primary)
+    naming: dict[int, list[Finding]] = defaultdict(list)
+    for finding in diagnosis.findings:
+        if finding in chosen or finding.link == "same_suspects":
+            for rank in suspects.intersection(finding.suspect_ranks):
+                naming[rank].append(finding)
+    missing = frozenset(ranks_missing)
+    return [_confidence_of(rank, naming[rank], several, missing) for rank in sorted(suspects) if naming[rank]]
 
 
-def _confidence_of(rank: int, naming: list[Finding], several: bool, ranks_missing: tuple[int, ...]) -> SuspectConfidence:
+def _confidence_of(rank: int, naming: list[Finding], several: bool, ranks_missing: frozenset[int]) -> SuspectConfidence:
     """The strongest finding's score, corroborated by the others naming `rank`, then the modifiers."""
     scored = sorted(((score_of(f, rank, rank in ranks_missing), f) for f in naming), key=lambda sf: -sf[0][0])
     (base, basis), finding = scored[0]
@@ -89,7 +93,8 @@ def _confidence_of(rank: int, naming: list[Finding], several: bool, ranks_missin
     if several:
         score *= SEVERAL_ROOT_CAUSES
         labels.append("several_root_causes")
-    if set(ranks_missing) - {rank} - _weighed_missing(finding):
+    others = ranks_missing - {rank}
+    if others and others - _weighed_missing(finding):
         score *= RANKS_WITHOUT_DUMP
         labels.append("other_ranks_without_dump")
     return SuspectConfidence(rank, round(min(1.0, max(0.0, score)), 2), tuple(labels), finding)
