@@ -349,6 +349,25 @@ def job(steps: dict, *, groups: dict = None, world: int = None, backend: str = "
     return {rank: _job_dump(rank, [r for r, _, _ in issued[rank]], groups, pg_ids) for rank in steps}
 
 
+def gloo_job(steps: dict, *, groups: dict = None, world: int = None, timed_out: bool = False) -> dict:
+    """rank -> dump dict of a small gloo job written the way torch 2.13's gloo writes it when
+    the job has more than one group: one pg_config group named '' with "[]" ranks (so the
+    dumps never say who is in a group, nor how large the world is), every state `scheduled`,
+    `retired` the only completion signal, no comm library version. `timed_out`: every op is
+    retired, as gloo retires the op a peer timed out in. Arguments as for `job`."""
+    dumps = job(steps, groups=groups, world=world, backend="gloo")
+    for dump in dumps.values():
+        dump["pg_config"] = {"": {"name": "", "desc": "", "ranks": "[]"}}
+        dump["comm_lib_version"] = ""
+        for record in dump["entries"]:
+            record.update(state="scheduled", thread_name="python", duration_ms=None,
+                          retired=record["retired"] or timed_out)
+        for status in dump["pg_status"].values():
+            status["last_completed_collective"] = status["last_enqueued_collective"] if timed_out else \
+                status["last_completed_collective"]
+    return dumps
+
+
 def _settle(issued: dict, groups: dict, backend: str) -> None:
     """Give every record of `job` its state and completion time."""
     calls = defaultdict(list)  # collective (group, seq), or P2P channel (group, src, dst) -> records

@@ -11,10 +11,11 @@ The rules, one module per question, run in this order:
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
+    peerless_p2p.blocked_in_peerless_p2p   ranks blocked in a P2P op with no peer named (CUPTI monitor)
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
-    missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
+    missing.unaccounted_missing_ranks, missing.unseen_top_ranks, missing.empty_dumps   what the dumps lack
 
 Each fault kind is one row of `kinds.KINDS`.
 """
@@ -29,30 +30,37 @@ from frtrace.diagnosis.finding import Diagnosis, Finding, P2PEnds, WentPast
 from frtrace.diagnosis.frontier import frontiers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import WentPastJudge, link_consequences
-from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks
+from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
 from frtrace.diagnosis.p2p import unmatched_p2p
+from frtrace.diagnosis.peerless_p2p import blocked_in_peerless_p2p
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
 from frtrace.diagnosis.stragglers import late_arrivals
 from frtrace.diagnosis.verdict import conclude
 from frtrace.match.analysis import Analysis
+from frtrace.table.rank_dump import clocks_compare
 
 __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "WentPast", "diagnose", "kind"]
 
 
 Rule = Callable[[Facts], list[Finding]]
 # The rules whose findings are linked into root causes and consequences, in order.
-FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, positions_from_pg_status)
+FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, blocked_in_peerless_p2p,
+                                   positions_from_pg_status)
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:
     facts = Facts.of(analysis)
     findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
+    if not clocks_compare(facts.seen):
+        for finding in findings:
+            finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
+    findings += unseen_top_ranks(facts, findings)
     findings += empty_dumps(facts)
     return conclude(facts, findings)
 

@@ -125,7 +125,8 @@ class Diagnosis:
 
 
 def _root_place(root: Finding) -> str:
-    return f"{root.op} #{root.collective_seq_id or root.p2p_seq_id} of group {root.pg_name}"
+    seq = root.collective_seq_id if root.collective_seq_id is not None else root.p2p_seq_id
+    return f"{root.op} #{seq} of group {root.pg_name}"
 
 
 def _went_past_texts(gone: dict[int, WentPast]) -> list[str]:

@@ -2,14 +2,16 @@
 
 Takes `Facts` (and, for the notes that depend on them, the findings so far); returns
 `missing_dump` notes for ranks without a usable dump that no finding already blames,
-and `no_entries` notes for dumps that hold no entries.
+a `missing_dump` warning where the world size is only guessed from the file names and
+an unfinished op could be waiting on a rank above them, and `no_entries` notes for
+dumps that hold no entries.
 """
 
 from __future__ import annotations
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
-from frtrace.wording import ranks_text
+from frtrace.wording import group_text, ranks_text
 
 
 def unaccounted_missing_ranks(facts: Facts, findings: list[Finding]) -> list[Finding]:
@@ -32,6 +34,38 @@ def unaccounted_missing_ranks(facts: Facts, findings: list[Finding]) -> list[Fin
     return [new_finding("missing_dump", "missing.unaccounted_missing_ranks", None, severity="info" if blamed else "warning",
                         op=None, collective_seq_id=None, p2p_seq_id=None, ranks=tuple(missing), suspect_ranks=(),
                         message=message, evidence={"ranks": list(missing), "unreadable": sorted(failed & set(missing))})]
+
+
+def unseen_top_ranks(facts: Facts, findings: list[Finding]) -> list[Finding]:
+    """The rule: gloo's pg_config lists no ranks, so with no other clue the world is sized by
+    the highest rank in a file name, and a top rank that left no dump does not show. Where
+    every member with a dump holds a group's op unretired (a `stuck` note on gloo, which
+    gives no other progress signal), that op may be waiting on such a rank: the dumps cannot
+    tell, so say so (a warning: inconclusive) instead of calling the job healthy. Groups whose
+    members a pg_config lists are not in doubt."""
+    layout = facts.analysis.layout
+    if layout.world_source != "files":
+        return []
+    views = {view.group.id: view for view in facts.device.views}
+    unseen = []
+    for finding in findings:
+        view = views.get(finding.group_id) if finding.group_id is not None else None
+        if (finding.kind != "stuck" or finding.severity != "info" or view is None
+                or view.group.membership_source == "pg_config"):
+            continue
+        world = layout.world_size
+        unseen.append(new_finding(
+            "missing_dump", "missing.unseen_top_ranks", view, severity="warning", op=finding.op,
+            collective_seq_id=finding.collective_seq_id, p2p_seq_id=None, ranks=finding.ranks, suspect_ranks=(),
+            message=(f"{ranks_text(finding.ranks)} {'holds' if len(finding.ranks) == 1 else 'hold'} {finding.op} "
+                     f"#{finding.collective_seq_id} of {group_text(view.group.name, view.group.desc)} unretired, and the "
+                     f"world size ({world}) is only guessed from the file names (the dumps' pg_config lists no ranks): "
+                     f"a rank above {world - 1} that left no dump may be what {'it waits' if len(finding.ranks) == 1 else 'they wait'} "
+                     "for (--world-size N says the job's size)"),
+            evidence={"waiting_ranks": list(finding.ranks), "world_size": world, "world_size_source": "files"},
+            waiting_ranks=finding.ranks, age_ns=finding.age_ns,
+        ))
+    return unseen
 
 
 def empty_dumps(facts: Facts) -> list[Finding]:

@@ -5,7 +5,8 @@ job FAULT) naming the late ranks and their typical lateness, from `time_created_
 collectives every member issued alike and finished. Creation times are host wall clocks
 (one clock per host, NTP apart between hosts); no per-rank offset is fitted, since the
 only other times a dump holds, `time_discovered_*`, are watchdog ticks (about 100 ms,
-each rank with its own phase) and would invent lateness rather than remove it.
+each rank with its own phase) and would invent lateness rather than remove it. Dumps
+whose times are not on a wall clock (the CUPTI monitor's native clock) get no verdict.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from frtrace.diagnosis.facts import Facts, new_finding, took_part_unrecorded
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.sampling import first_value_columns
 from frtrace.match.matcher import CollectiveMatch
+from frtrace.table.rank_dump import clocks_compare
 from frtrace.wording import ranks_text
 
 STRAGGLER_MIN_MS = 10.0
@@ -29,6 +31,8 @@ STRAGGLER_SAMPLE_PER_GROUP = 64
 
 def late_arrivals(facts: Facts) -> list[Finding]:
     """The rule: ranks late to most of the collectives they were sampled in."""
+    if not clocks_compare(facts.seen):
+        return []  # each host's CUPTI clock has its own origin: lateness would be that offset
     clean = [m for view in facts.device.views for m in _recent_clean(facts.collectives_of(view), facts.reliable)]
     typical, lateness = _typical_lateness(clean)
     if len(typical) < 3:

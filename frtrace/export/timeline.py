@@ -53,6 +53,7 @@ from frtrace._version import __version__
 from frtrace.model import Entry, Group
 from frtrace.table.batches import batch_start
 from frtrace.table.entry_table import EntryTable
+from frtrace.table.rank_dump import clocks_compare
 from frtrace.util import fold_ranks
 from frtrace.wording import call_site, group_label
 
@@ -108,6 +109,8 @@ QUEUED_NOTE = "enqueued, never started: queued behind an op that had not finishe
 CLOCKS_NOTE = ("each rank on its own host clock as dumped, not aligned: hosts differ by whatever NTP leaves "
                "(usually ms); starts and ends are the watchdog's discovery times (polled ~every 100 ms), "
                "so they bound when things happened and are no clock to align ranks by")
+CUPTI_CLOCKS_NOTE = ("each rank on CUPTI's own clock as the comms monitor dumped it (no clock converter given), "
+                     "which each host counts from an origin of its own: ranks of different hosts do not line up at all")
 
 
 class Selection(NamedTuple):
@@ -445,7 +448,8 @@ class _Plan:
         for dump in usable:
             if not dump.entries:
                 continue
-            starts.append(min(dump.entries.field("time_created_ns")))
+            # An op in flight in a CUPTI monitor's dump has no time yet (0): no origin.
+            starts.append(min((t for t in dump.entries.field("time_created_ns") if t), default=0))
             self.rank_last[dump.rank] = _newest_ns(dump.entries)
             ends.append(self.rank_last[dump.rank])
         self.origin = min(starts) if starts else 0
@@ -468,7 +472,8 @@ class _Plan:
             "schema": SCHEMA_VERSION,
             "frtrace_version": __version__,
             "time_origin_ns": self.origin,
-            "clocks": {"aligned": False, "note": CLOCKS_NOTE},
+            "clocks": {"aligned": False,
+                       "note": CLOCKS_NOTE if clocks_compare(self.dumps) else CUPTI_CLOCKS_NOTE},
             "legend": LEGEND,
             "selection": {
                 "basis": self.selection.basis,

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Optional
 
-from frtrace.model import Group, LoadIssue, Membership, PgConfig
+from frtrace.model import UNDESCRIBED, Group, LoadIssue, Membership, PgConfig
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
 from frtrace.util import plural
@@ -56,6 +56,11 @@ class Layout:
     ignored_files: tuple = ()  # tuple[LoadIssue, ...]
     ignored_ranks: frozenset = frozenset()
     warnings: tuple = ()  # (rank, note) about rank numbers in its pg_config that were not believed
+    # What sized the world: "pg_config" (a rank list the dumps give), "option" (--world-size),
+    # "group_shapes" (sibling groups one member short: see _ranks_beyond_files) or "files" (the
+    # highest rank in a file name: gloo's pg_config lists no ranks, so a top rank that left no
+    # dump would not show).
+    world_source: str = "pg_config"
 
     def group_of(self, pg_name: str, rank: int) -> Optional[int]:
         if rank in self.ignored_ranks:
@@ -192,13 +197,18 @@ def _first_few(ranks: list) -> str:
     return f"{', '.join(map(str, ranks[:3]))}{' ...' if len(ranks) > 3 else ''}"
 
 
-def _world_size(ranks: Iterable[int], configs: dict, hint: Optional[int]) -> int:
-    highest = max(list(ranks) + [-1])
+def _world_size(ranks: Iterable[int], configs: dict, hint: Optional[int]) -> tuple[int, str]:
+    """`(world size, what sized it)`: see Layout.world_source."""
+    from_files = max(list(ranks) + [-1]) + 1
+    from_configs = 0
     for dump_configs in configs.values():
         for config in dump_configs:
             if config.ranks:
-                highest = max(highest, config.ranks[-1])
-    return max(highest + 1, hint or 0)
+                from_configs = max(from_configs, config.ranks[-1] + 1)
+    world = max(from_files, from_configs, hint or 0)
+    if hint and hint >= world:
+        return world, "option"
+    return world, "pg_config" if from_configs >= world else "files"
 
 
 def _is_default(name: str, desc: str) -> bool:
@@ -261,9 +271,46 @@ def _fits(ranks: tuple, candidate: int, usual_size: int, usual_stride: Optional[
     return offsets == {0} and (grown[-1] - grown[0]) <= usual_stride * (usual_size - 1)
 
 
+def _ranks_beyond_files(drafts: list, world: int) -> tuple:
+    """Ranks at or above `world` that the shapes of entry-built groups call for: a family of
+    sibling groups (same description, one of them at least of the usual size) that holds
+    every rank with entries, where a group is short of the usual shape by exactly the
+    ranks above `world` that would complete it (a 2x4 mesh whose rank 7 left no dump: tp
+    [4,5,6] next to [0-3], dp [3] next to [0,4], [1,5], [2,6]). A family that misses a
+    rank with entries (its buffer wrapped past the group's ops) says nothing."""
+    users = {r for draft in drafts if draft[3] == "entries" for r in draft[2]}
+    by_desc = defaultdict(list)
+    for draft in drafts:
+        if draft[3] == "entries" and draft[2] and draft[1] not in UNDESCRIBED:
+            by_desc[draft[1]].append(draft)
+    beyond: set = set()
+    for siblings in by_desc.values():
+        if len(siblings) < 2 or {r for d in siblings for r in d[2]} != users:
+            continue
+        usual_size, _ = Counter(len(d[2]) for d in siblings).most_common(1)[0]
+        strides = Counter(_stride(d[2]) for d in siblings if len(d[2]) == usual_size)
+        usual_stride = strides.most_common(1)[0][0] if strides else None
+        reach = world + usual_size * (usual_stride or 1)
+        for draft in siblings:
+            short_by = usual_size - len(draft[2])
+            if short_by <= 0:
+                continue
+            fits = [r for r in range(world, reach) if _fits(draft[2], r, usual_size, usual_stride)]
+            if len(fits) == short_by and fits == list(range(fits[0], fits[0] + len(fits) * (usual_stride or 1),
+                                                             usual_stride or 1)):
+                beyond.update(fits)
+    return tuple(sorted(beyond))
+
+
 def _group_sort_key(draft: list) -> tuple:
     name = draft[0]
-    return (0, int(name), "", draft[2]) if name.isascii() and name.isdecimal() else (1, 0, name, draft[2])
+    if name.isascii() and name.isdecimal():
+        return (0, int(name), "", draft[2])
+    # `3/all_reduce`: an op type of group 3 lined up on its own (CUPTI monitor dumps) sorts with group 3.
+    base, slash, op = name.partition("/")
+    if slash and base.isascii() and base.isdecimal():
+        return (0, int(base), op, draft[2])
+    return (1, 0, name, draft[2])
 
 
 def _implausible_files(dumps: list, limit: int) -> list:
@@ -288,11 +335,18 @@ def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Opti
     extent = max([d.rank + 1 for d in dumps] + [r + 1 for r in failed_ranks] + [world_size or 0])
     evidence = _Evidence(limit, extent, frozenset(r for ranks in corroborated if ranks[-1] >= extent for r in ranks))
     configs, warnings = _believable_configs(dumps, evidence)
-    world = _world_size([d.rank for d in dumps] + list(failed_ranks), configs, world_size)
+    world, world_source = _world_size([d.rank for d in dumps] + list(failed_ranks), configs, world_size)
     found = tuple(sorted(d.rank for d in dumps))
     found_set = set(found)
-    missing = tuple(r for r in range(world) if r not in found_set)
     drafts = _draft_groups(_collect_facts(dumps, configs), world)
+    if world_source == "files":
+        beyond = _ranks_beyond_files(drafts, world)
+        if beyond:
+            world, world_source = beyond[-1] + 1, "group_shapes"
+            for draft in drafts:
+                if draft[3] == "world":
+                    draft[2] = tuple(range(world))
+    missing = tuple(r for r in range(world) if r not in found_set)
     if missing:
         _place_missing_ranks(drafts, missing)
     drafts.sort(key=_group_sort_key)
@@ -304,4 +358,4 @@ def build_layout(dumps: list, failed_ranks: Iterable[int] = (), world_size: Opti
         memberships.extend(Membership(gid, rank, local) for local, rank in enumerate(ranks))
         ids_by_name[name].append(gid)
     return Layout(world, found, missing, tuple(groups), tuple(memberships), dict(ids_by_name),
-                  tuple(ignored_files), ignored_ranks, tuple(warnings))
+                  tuple(ignored_files), ignored_ranks, tuple(warnings), world_source)

@@ -1,7 +1,7 @@
 """Normalise one decoded dump into a `RankDump`.
 
-Takes the decoded object of one file (any dump version 2.0 … 2.11, any backend);
-returns a `RankDump` whose entries are compact `Entry` records (interned strings,
+Takes the decoded object of one file (any dump version 2.0 … 2.11, any backend, written
+by c10d's Flight Recorder or by the CUPTI comms monitor: see `cupti`); returns a `RankDump` whose entries are compact `Entry` records (interned strings,
 shapes and stacks), coalesced batches settled as units. Odd or missing fields become
 warnings, never exceptions; only data not shaped like a dump at all raises DecodeError.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Optional
 
+from frtrace.load import cupti
 from frtrace.load.safe_decode import DecodeError
 from frtrace.model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
 from frtrace.table.batches import finished_settlements, settle_table_batches
@@ -511,6 +512,10 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
                 max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
     """`(RankDump without its entries, Columns of its entries)`."""
     raw = _top_level_dict(raw)
+    writer, clock, clipped = cupti.C10D, cupti.WALL_CLOCK, None
+    if cupti.is_monitor_dump(raw):
+        raw, clock, clipped = cupti.as_c10d(raw)
+        writer = cupti.WRITER
     raw_entries = _raw_entries(raw.get("entries"), max_entries)
     norm = _Normaliser(memo)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
@@ -527,6 +532,9 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
         # JSON dumps omit `entries` when it is empty; only pickles tell "no collectives" apart.
         has_entries=raw_entries is not None or encoding.startswith("json"),
         unreadable_entries=dropped,
+        writer=writer,
+        clock=clock,
+        window_clipped=clipped,
     )
     dump.warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
     return dump, columns

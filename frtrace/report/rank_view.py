@@ -21,6 +21,7 @@ from typing import Iterable, Optional
 
 from frtrace.match.analysis import Analysis
 from frtrace.model import Entry
+from frtrace.table.rank_dump import clocks_compare
 from frtrace.table.standing import blocked_at
 
 # standing of a rank
@@ -211,7 +212,10 @@ def rank_standings(analysis: Analysis) -> list[RankStanding]:
 
 
 def _newest_created(analysis: Analysis) -> Optional[int]:
-    """The newest op creation time of the job (ranks enqueue in time order, so each rank's last entry)."""
+    """The newest op creation time of the job (ranks enqueue in time order, so each rank's last entry);
+    None when the dumps' clocks cannot be compared across ranks (CUPTI's native clock)."""
+    if not clocks_compare(analysis.dumps):
+        return None
     newest = [d.entries.value("time_created_ns", len(d.entries) - 1) for d in analysis.dumps if d.entries]
     times = [t for t in newest if t > 0]
     return max(times) if times else None

@@ -268,6 +268,8 @@ def rank_block_lines(rank: int, dump, pg_filters: Iterable[str] = (), last: Opti
     entries = dump.entries
     total = len(entries)
     newest_ns = entries[-1].time_created_ns if entries else None
+    if entries and not newest_ns:  # an op still in flight in a CUPTI monitor's dump has no time yet
+        newest_ns = next((e.time_created_ns for e in reversed(entries) if e.time_created_ns), None)
     where = f"{printable(dump.path)} ({dump.encoding}, version {clip(dump.version, 16)})"
     if not entries:
         why = "" if dump.has_entries else " (dumped without collectives)"
@@ -277,7 +279,8 @@ def rank_block_lines(rank: int, dump, pg_filters: Iterable[str] = (), last: Opti
         entries = tuple(e for e in entries if _in_groups(e, filters))
     selected = f", {len(entries):,} in the selected groups" if filters else ""
     count = f"{total:,} {'entry' if total == 1 else 'entries'}"
-    yield f"rank {rank}: {count}{selected} in {where}; newest created {wall_clock(newest_ns)}"
+    newest = wall_clock(newest_ns) if dump.clock == "wall" else f"at {newest_ns or 0:,} ns on CUPTI's own clock"
+    yield f"rank {rank}: {count}{selected} in {where}; newest created {newest}"
     if not entries:
         return
     shown = entries[-last:] if last else entries

@@ -15,6 +15,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from frtrace.diagnosis import Diagnosis, Finding, kind
+from frtrace.diagnosis.confidence import suspect_confidences
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import (
     BLOCKED,
@@ -26,6 +27,7 @@ from frtrace.report.rank_view import (
     StandingRow,
     rank_view,
 )
+from frtrace.table.rank_dump import clocks_compare
 from frtrace.table.standing import only_active_job
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import group_label, groups_text, printable, ranks_text, seq_label, span_text
@@ -41,6 +43,9 @@ def _inputs(analysis: Analysis) -> dict:
         "ranks_found": list(layout.ranks_found),
         "ranks_missing": list(layout.ranks_missing),
         "world_size": layout.world_size,
+        "world_size_source": layout.world_source,
+        "writers": sorted({d.writer for d in dumps}),
+        "clock": _clock(dumps),
         "versions": sorted({d.version for d in dumps}),
         "backends": sorted({d.backend for d in dumps if d.backend}),
         "comm_lib_versions": sorted({d.comm_lib_version for d in dumps if d.comm_lib_version}),
@@ -60,6 +65,27 @@ def _inputs(analysis: Analysis) -> dict:
         "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
         + [{"rank": rank, "warning": w} for rank, w in layout.warnings],
     }
+
+
+def _clock(dumps: list) -> str:
+    """What the dumps' times are on: "wall" (hosts' wall clocks), "cupti" (CUPTI's native
+    clock, no converter given: not comparable across ranks), or "mixed"."""
+    clocks = {d.clock for d in dumps}
+    return clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else "wall")
+
+
+def _writer_notes(dumps: list) -> list:
+    """What the report's reader must know about dumps not written by c10d's Flight Recorder."""
+    notes = []
+    if any(d.writer == "cupti_monitor" for d in dumps):
+        notes.append("Written by PyTorch's CUPTI comms monitor: it numbers each op type of a group on its own "
+                     "(NCCL's counters), so each is lined up on its own (group/op); its pg_status, one for all "
+                     "groups, is not read; its sends and receives name no peer, so none is paired.")
+    if not clocks_compare(dumps):
+        notes.append("Times are on CUPTI's own clock (the monitor was given no clock converter), which each host "
+                     "counts from its own origin: nothing compares times across ranks (no straggler check, no "
+                     "'since', findings not ordered by age).")
+    return notes
 
 
 def _unusable_files(analysis: Analysis) -> list:
@@ -96,11 +122,34 @@ def _next_step(finding: Finding) -> Optional[str]:
     return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks), call_site=call_site)
 
 
+def _confidence_json(analysis: Analysis, diagnosis: Diagnosis) -> list:
+    """Per primary suspect: how far the blame can be trusted, and on what (diagnosis/confidence.py)."""
+    return [{
+        "rank": c.rank,
+        "confidence": c.confidence,
+        "evidence": list(c.evidence),
+        "finding": {"kind": c.finding.kind, "rule": c.finding.rule, "pg_name": c.finding.pg_name,
+                    "collective_seq_id": c.finding.collective_seq_id, "p2p_seq_id": c.finding.p2p_seq_id},
+    } for c in suspect_confidences(diagnosis, analysis.layout.ranks_missing)]
+
+
+def _confidence_text(analysis: Analysis, diagnosis: Diagnosis) -> str:
+    """` (confidence 0.95: unanimous peers)` for the suspect line; a range when suspects differ."""
+    scores = suspect_confidences(diagnosis, analysis.layout.ranks_missing)
+    if not scores:
+        return ""
+    low, high = min(c.confidence for c in scores), max(c.confidence for c in scores)
+    if low != high:
+        return f" (confidence {low:.2f}-{high:.2f})"
+    return f" (confidence {low:.2f}: {scores[0].evidence[0].replace('_', ' ')})"
+
+
 def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
     return {
         "schema": SCHEMA,
         "status": diagnosis.status,
         "suspect_ranks": list(diagnosis.suspect_ranks),
+        "suspect_confidence": _confidence_json(analysis, diagnosis),
         "summary": diagnosis.verdict,
         "inputs": _inputs(analysis),
         "matched": _match_counts(analysis),
@@ -258,7 +307,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
     lines = [style(printable(diagnosis.verdict), fg=colour, bold=True)]
     if diagnosis.suspect_ranks:
-        lines.append(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}")
+        lines.append(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}{_confidence_text(analysis, diagnosis)}")
     lines.append("")
     by_heading = defaultdict(list)
     for finding in diagnosis.findings:
@@ -277,6 +326,18 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _world_size_note(layout) -> str:
+    """Where the job's size is not what a dump says (gloo's pg_config lists no ranks), how it was found."""
+    if layout.world_source == "files":
+        return (f"World size {layout.world_size} is taken from the file names (the dumps' pg_config lists no ranks): "
+                f"a rank above {layout.world_size - 1} that left no dump would not show (--world-size N says the size).")
+    if layout.world_source == "group_shapes":
+        beyond = [r for r in layout.ranks_missing if r > max(layout.ranks_found, default=-1)]
+        return (f"World size {layout.world_size} comes from the groups' shapes (the dumps' pg_config lists no ranks): "
+                f"sibling groups are short of {ranks_text(beyond)}, which left no dump.")
+    return ""
+
+
 def _loaded_line(analysis: Analysis) -> str:
     load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
     dumps = layout.usable(load.dumps)
@@ -291,6 +352,10 @@ def _loaded_line(analysis: Analysis) -> str:
     ]
     if layout.ranks_missing:
         parts.append(f"No usable dump for {ranks_text(layout.ranks_missing)}.")
+    world_note = _world_size_note(layout)
+    if world_note:
+        parts.append(world_note)
+    parts += _writer_notes(dumps)
     only_active = [d.rank for d in dumps if d.entries] if only_active_job(dumps) else []
     wrapped = [] if only_active else [d.rank for d in dumps if d.wrapped]
     if wrapped:

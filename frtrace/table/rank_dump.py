@@ -8,6 +8,7 @@ Takes what the loader read from one file; returns a `RankDump` (Entry tuples giv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from frtrace.table.entry_table import EntryTable
 
@@ -28,6 +29,13 @@ class RankDump:
     warnings: tuple = ()
     # Entries dropped because where they stand (their collective_seq_id) could not be read.
     unreadable_entries: int = 0
+    writer: str = "c10d"  # who wrote the dump: c10d's Flight Recorder, or "cupti_monitor"
+    # The clock of its times: "wall" (the host's wall clock; ranks compare, NTP apart) or
+    # "cupti" (CUPTI's native timestamps, counted from an origin of each host's own).
+    clock: str = "wall"
+    # Whether the window may not reach back to the job's first ops, where the record ids do
+    # not say (the CUPTI monitor's are correlation ids); None: read off the record ids.
+    window_clipped: Optional[bool] = None
 
     @property
     def backend(self) -> str:
@@ -36,6 +44,8 @@ class RankDump:
     @property
     def wrapped(self) -> bool:
         """The ring buffer overwrote older entries (its oldest record id is not 0)."""
+        if self.window_clipped is not None:
+            return self.window_clipped and bool(self.entries)
         return bool(self.entries) and self.entries.value("record_id", 0) > 0
 
     @property
@@ -45,3 +55,8 @@ class RankDump:
     def __post_init__(self) -> None:
         if not isinstance(self.entries, EntryTable):  # Entry tuples (a test, a hand-made dump)
             self.entries = EntryTable.from_entries(self.entries)
+
+
+def clocks_compare(dumps) -> bool:
+    """Whether times of different ranks' dumps can be compared: every dump is on a wall clock."""
+    return all(dump.clock == "wall" for dump in dumps)

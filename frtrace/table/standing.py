@@ -37,9 +37,10 @@ def completion_is_reliable(dumps: list[RankDump]) -> bool:
 def keeps_only_active(dump: RankDump) -> bool:
     """The dump was taken with only active entries (`onlyActive`, as NVRx and Megatron
     set it): finished entries were left out, which shows as gaps in its record ids (a
-    ring buffer drops only its oldest). gloo's states say nothing, so never gloo's."""
+    ring buffer drops only its oldest). gloo's states say nothing, so never gloo's; and the
+    CUPTI monitor's record ids are correlation ids, whose gaps say nothing."""
     entries = dump.entries
-    if not entries or dump.unreadable_entries:
+    if not entries or dump.unreadable_entries or dump.writer != "c10d":
         return False
     gaps = entries.value("record_id", len(entries) - 1) - entries.value("record_id", 0) + 1 > len(entries)
     return gaps and dump.backend != "gloo"  # the backend last: it is read off every op name

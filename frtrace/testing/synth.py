@@ -104,6 +104,10 @@ above, which is not what PyTorch records):
 * `only_active=True`: the dump drops every entry with a discovered-completed time (completed
   ones); per-op entries of batches never get one and stay. pg_status is kept.
 
+Another writer: `cupti_monitor_job(job)` rewrites a job (generated with a buffer holding the
+whole history) as PyTorch's CUPTI comms monitor dumps it, and `write_cupti_job` writes it
+(`--writer cupti` on the command line; see those functions for what changes).
+
 With `lookahead` = 0 every fault shows its textbook pattern (e.g. for hang, the culprit has no
 entry with seq k in the group while its peers wait in k). With lookahead > 0 the ops enqueued
 behind a blocked op are visible too, so a stalled peer may show a later, scheduled entry with
@@ -1335,6 +1339,128 @@ def steps_for_entries(world_size: int, tp: int, pp: int, entries_per_rank: int) 
     return max(1, round((entries_per_rank - pro) / per_step))
 
 
+# --------------------------------------------------------------------------- CUPTI comms monitor
+
+WRITERS = ("c10d", "cupti")
+CUPTI_CLOCKS = ("native", "unix")
+CUPTI_PREFIX = "comm_lib_trace_rank_"  # FlightRecorderPlugin.write_dump's default file name
+# c10d's op names -> what the monitor's FlightRecorderPlugin names the NCCL function behind them
+# (its _FR_OP_NAMES): NCCL counts each function separately, and so does the monitor's seq.
+_CUPTI_OPS = {
+    "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce", "all_reduce_barrier": "all_reduce",
+    "barrier": "all_reduce", "broadcast": "broadcast", "_broadcast_oop": "broadcast", "reduce": "reduce",
+    "_reduce_oop": "reduce", "all_gather": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather", "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all", "gather": "gather", "scatter": "scatter",
+}
+# The comms hook writes str(tensor.dtype).
+_TORCH_DTYPES = {"Float": "torch.float32", "BFloat16": "torch.bfloat16", "Half": "torch.float16",
+                 "Double": "torch.float64", "Long": "torch.int64", "Int": "torch.int32", "Byte": "torch.uint8",
+                 "Bool": "torch.bool"}
+
+
+def cupti_monitor_job(job: SynthJob, *, clock: str = "native", max_entries: int = 2000, seed: int = 0) -> SynthJob:
+    """The same job as the CUPTI comms monitor would have dumped it
+    (`torch.profiler._cupti.comms.FlightRecorderPlugin` fed by `CommMonitorHook`): the truth
+    is unchanged. Build `job` with a buffer that holds every rank's whole history (no wrap)
+    and preferably `timing=True`: the monitor numbers each (group, NCCL function) from 0 over
+    everything the rank issued, then keeps its newest `max_entries`.
+
+    What it writes, from the plugin's source: one entry per collective (no coalesced markers;
+    a batch's ops each count for their function); `process_group` a list and
+    `process_group_ranks` the group's global ranks; `pg_id` 0, `p2p_seq_id` 0, `timeout_ms`
+    0, no thread fields, `frames` []; `record_id` and `op_id` the collective's
+    external-correlation id (increasing, with gaps); dtypes as `torch.float32`. Finished
+    collectives are `completed` with their kernel's start and end; the rest `scheduled`, with
+    `time_created_ns` 0 and no times (no start events wired). Sends and receives: `is_p2p`,
+    `nccl:unknown` (NCCL's profiler plugin does not describe them), no sequence number.
+    `clock`: "native" puts times on CUPTI's own clock, which each host (8 ranks) counts from
+    its own origin; "unix" as with the plugin's clock converter. `pg_status` holds "0" only:
+    the largest number enqueued, and completed, over every group."""
+    if clock not in CUPTI_CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; expected one of {CUPTI_CLOCKS}")
+    rng = random.Random(f"cupti-{seed}")
+    hosts = 1 + max(job.dumps, default=0) // 8
+    # Each host's CUPTI origin: its boot, some days before the job, an hour or so apart.
+    origin = [EPOCH_NS - (3 * 86_400 + host * 3_600 + rng.randrange(0, 600)) * 10**9 for host in range(hosts)]
+    dumps = {}
+    for rank in sorted(job.dumps):
+        shift = origin[rank // 8] if clock == "native" else 0
+        dumps[rank] = _cupti_dump(job.dumps[rank], rank, shift, max_entries, rng)
+    return SynthJob(dumps, job.truth)
+
+
+def _cupti_dump(dump: dict, rank: int, shift: int, max_entries: int, rng: random.Random) -> dict:
+    ranks_of = {name: json.loads(cfg["ranks"]) for name, cfg in dump["pg_config"].items()}
+    counters: dict = {}
+    entries = []
+    last_enqueued = last_completed = -1
+    coll_id = 1_000 + rng.randrange(0, 1_000)
+    history = dump.get("entries") or []
+    if history and history[0]["record_id"] != 0:
+        raise ValueError("cupti_monitor_job needs every rank's whole history: generate with a larger buffer_size")
+    for e in history:
+        backend_op = e["profiling_name"].partition(":")[2].split(" ", 1)[0]
+        if backend_op == "coalesced" or (backend_op.endswith("_coalesced") and backend_op[:-10].isupper()):
+            continue  # the monitor records the batch's ops, never a marker
+        coll_id += 1 + rng.randrange(0, 4)  # other pushed correlation ids fall in between
+        name, desc = e["process_group"]
+        is_p2p = bool(e["is_p2p"])
+        seq = 0
+        if not is_p2p:
+            func = _CUPTI_OPS.get(backend_op, backend_op)
+            seq = counters.get((name, func), 0)
+            counters[(name, func)] = seq + 1
+            last_enqueued = max(last_enqueued, seq)
+        done = e["state"] == "completed"
+        start = end = None
+        if done:
+            last_completed = max(last_completed, seq) if not is_p2p else last_completed
+            kernel_start = e.get("time_discovered_started_ns") or e["time_created_ns"] + 15_000
+            kernel_end = max(kernel_start + 20_000, e.get("time_discovered_completed_ns") or kernel_start + 200_000)
+            start, end = kernel_start - shift, kernel_end - shift
+        entries.append({
+            "record_id": coll_id, "pg_id": 0, "process_group": [name, desc], "process_group_ranks": list(ranks_of[name]),
+            "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": coll_id,
+            "profiling_name": "nccl:unknown" if is_p2p else f"nccl:{_CUPTI_OPS.get(backend_op, backend_op)}",
+            "time_created_ns": start if done else 0,
+            "input_sizes": [list(x) for x in e["input_sizes"]], "output_sizes": [list(x) for x in e["output_sizes"]],
+            "input_dtypes": [_TORCH_DTYPES.get(d, d) for d in e["input_dtypes"]],
+            "output_dtypes": [_TORCH_DTYPES.get(d, d) for d in e["output_dtypes"]],
+            "state": "completed" if done else "scheduled",
+            "time_discovered_started_ns": start, "time_discovered_completed_ns": end,
+            "duration_ms": (end - start) / 1e6 if end is not None and start is not None else None,
+            "retired": done, "timeout_ms": 0,
+            "is_p2p": is_p2p, "frames": [],
+        })
+    kept = entries[-max_entries:] if max_entries else entries
+    config: dict = {}
+    for e in kept:
+        name, desc = e["process_group"]
+        config.setdefault(name, {"name": name, "desc": desc, "ranks": repr(e["process_group_ranks"])})
+    return {"version": "2.10", "comm_lib_version": "", "pg_config": config or {"0": {"name": "0", "desc": "", "ranks": "[]"}},
+            "pg_status": {"0": {"last_enqueued_collective": last_enqueued, "last_started_collective": last_completed,
+                                "last_completed_collective": last_completed}},
+            "entries": kept}
+
+
+def write_cupti_job(job: SynthJob, directory, *, fmt: str = "pickle", prefix: str = CUPTI_PREFIX) -> list:
+    """Write a `cupti_monitor_job` the way the plugin does: `write_dump` pickles with Python's
+    default protocol, `dump_json` is `json.dumps` of the same dict. Returns the paths."""
+    if fmt not in ("pickle", "json"):
+        raise ValueError(f"unknown format {fmt!r}; expected 'pickle' or 'json'")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rank in sorted(job.dumps):
+        path = directory / f"{prefix}{rank}"
+        dump = job.dumps[rank]
+        path.write_bytes(pickle.dumps(dump) if fmt == "pickle" else json.dumps(dump).encode())
+        paths.append(path)
+    return paths
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -1369,7 +1495,11 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--pg-status", choices=PG_STATUS_MODES, default="collectives")
     parser.add_argument("--only-active", action="store_true", help="drop completed entries from the dumps")
     parser.add_argument("--json", action="store_true", help="write JSON dumps instead of pickles")
-    parser.add_argument("--prefix", default="nccl_trace_rank_")
+    parser.add_argument("--writer", choices=WRITERS, default="c10d",
+                        help="cupti: as PyTorch's CUPTI comms monitor writes them (--buffer-size is its max_entries)")
+    parser.add_argument("--cupti-clock", choices=CUPTI_CLOCKS, default="native",
+                        help="with --writer cupti: CUPTI's native clock, or Unix times (a clock converter given)")
+    parser.add_argument("--prefix", help=f"default: nccl_trace_rank_ (c10d), {CUPTI_PREFIX} (cupti)")
     parser.add_argument("--suffix", default="")
     parser.add_argument("--truth", type=Path, help="default: OUTDIR/../<OUTDIR name>.truth.json")
     parser.add_argument("--workers", type=int, default=1, help="processes writing files (POSIX)")
@@ -1385,16 +1515,23 @@ def main(argv: Optional[list] = None) -> int:
                       straggler_ms=args.straggler_ms, ranks=tuple(args.fault_ranks or ()))
     started = time.perf_counter()
     try:
+        cupti = args.writer == "cupti"  # the monitor numbers over the whole history, then keeps its newest
         job = generate(args.world_size, args.tp, args.pp, steps, fault=fault, timing=args.timing,
-                       with_frames=not args.no_frames, buffer_size=args.buffer_size,
+                       with_frames=not args.no_frames, buffer_size=10**9 if cupti else args.buffer_size,
                        lookahead=args.lookahead, seed=args.seed, version=args.version, p2p=args.p2p,
                        coalesced_events=args.coalesced_events, watchdog_ms=args.watchdog_ms,
                        bubble_ms=args.bubble_ms, pg_status=args.pg_status, only_active=args.only_active)
+        if cupti:
+            job = cupti_monitor_job(job, clock=args.cupti_clock, max_entries=args.buffer_size, seed=args.seed)
     except ValueError as exc:
         parser.error(str(exc))
     simulated = time.perf_counter()
-    paths = write_job(job, args.outdir, fmt="json" if args.json else "pickle", prefix=args.prefix,
-                      suffix=args.suffix, workers=args.workers)
+    fmt = "json" if args.json else "pickle"
+    if cupti:
+        paths = write_cupti_job(job, args.outdir, fmt=fmt, prefix=args.prefix or CUPTI_PREFIX)
+    else:
+        paths = write_job(job, args.outdir, fmt=fmt, prefix=args.prefix or "nccl_trace_rank_", suffix=args.suffix,
+                          workers=args.workers)
     written = time.perf_counter()
     outdir = args.outdir.resolve()
     truth_path = args.truth or outdir.parent / f"{outdir.name}.truth.json"
