@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import run_cli
 
-from frtrace.cli.analyse import frtrace_diff
+from frtrace.cli.diff import frtrace_diff
 from frtrace.load.loader import load_one
 from frtrace.table.standing import keeps_only_active
 from frtrace.testing.synth import Fault, SynthJob, cupti_monitor_job, generate, write_cupti_job
