@@ -230,7 +230,7 @@ class _Side:
         # group, or with none, take the id its peers use.
         self.pg_ids = {(rank, name): pg_id for rank, groups in self._groups.items() for name, (pg_id, _) in groups.items()}
         self.common_pg_id = {}
-        self._record_ids: dict = {}  # rank -> its record ids, built when first asked
+        self._held: dict = {}  # rank -> which of the record ids asked about it holds
         self._completion_info: dict = {}  # rank -> whether its dump marks ops finished
         ids: dict[str, Counter] = defaultdict(Counter)
         for (rank, name), pg_id in self.pg_ids.items():
@@ -257,12 +257,19 @@ class _Side:
         dump = self.dumps.get(rank)
         return dump.entries[0].record_id if dump is not None and dump.entries else None
 
-    def holds(self, rank: int, record_id: int) -> bool:
-        ids = self._record_ids.get(rank)
-        if ids is None:
+    def waiting_record_ids(self, rank: int) -> set:
+        """The record ids of the ops the rank waits in, one per group at most."""
+        return {scan.waiting.record_id for _, scan in self._groups.get(rank, {}).values() if scan.waiting is not None}
+
+    def holds(self, rank: int, record_id: int, asked: set) -> bool:
+        """Whether the rank's dump holds `record_id`, one of `asked` (every id that will
+        be asked of this rank): the rank's entries are read once for all of them, and
+        only those found are kept."""
+        held = self._held.get(rank)
+        if held is None:
             dump = self.dumps.get(rank)
-            ids = self._record_ids[rank] = {e.record_id for e in dump.entries} if dump is not None else set()
-        return record_id in ids
+            held = self._held[rank] = {e.record_id for e in dump.entries if e.record_id in asked} if dump else set()
+        return record_id in held
 
     def has_completion_info(self, rank: int) -> bool:
         known = self._completion_info.get(rank)
@@ -343,7 +350,7 @@ def _member(rank: int, name: str, old: _Side, new: _Side) -> MemberProgress:
             return MemberProgress(rank, MOVED, "enqueued new ops", before, after)
         return MemberProgress(rank, UNKNOWN, "the dumps never mark an op finished", before, after)
     if pending:
-        finished = _finished_since(rank, waiting, before, after, new)
+        finished = _finished_since(rank, waiting, before, after, old, new)
         if finished:
             return MemberProgress(rank, MOVED, finished, before, after)
         if finished is None:
@@ -366,7 +373,7 @@ def _grew(before: Optional[int], after: Optional[int]) -> bool:
     return after is not None and (before is None or after > before)
 
 
-def _finished_since(rank: int, waiting: Optional[Entry], before: Position, after: Position, new: _Side):
+def _finished_since(rank: int, waiting: Optional[Entry], before: Position, after: Position, old: _Side, new: _Side):
     """Why the op the rank waited in at OLD counts as finished at NEW (a non-empty
     string); "" when it is still pending; None when NEW cannot tell."""
     if before.status is not None and after.status is not None and after.status.last_completed != before.status.last_completed:
@@ -380,7 +387,7 @@ def _finished_since(rank: int, waiting: Optional[Entry], before: Position, after
         return "" if after.status is not None else None
     if oldest > waiting.record_id:
         return f"enqueued so much that {_op_text(waiting)} left its ring buffer"
-    if not new.holds(rank, waiting.record_id):
+    if not new.holds(rank, waiting.record_id, old.waiting_record_ids(rank)):
         return f"finished {_op_text(waiting)} (no longer among its active ops)"
     return ""
 
