@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from frtrace.model import PgConfig, PgStatus
 from frtrace.table.entry_table import EntryTable
 
 
@@ -21,11 +22,11 @@ class RankDump:
     encoding: str  # pickle | json, with "+gzip" when compressed
     version: str
     comm_lib_version: str
-    pg_config: tuple  # tuple[PgConfig, ...]
-    pg_status: dict  # rank-local pg_id -> PgStatus
+    pg_config: tuple[PgConfig, ...]
+    pg_status: dict[int, PgStatus]  # rank-local pg_id -> its status
     entries: EntryTable  # oldest first (Entry tuples given here are stored as a table)
     has_entries: bool  # False when the dump was taken without collectives
-    warnings: tuple = ()
+    warnings: tuple[str, ...] = ()
     # Entries dropped because where they stand (their collective_seq_id) could not be read.
     unreadable_entries: int = 0
 
