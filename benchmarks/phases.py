@@ -28,7 +28,7 @@ from frtrace.diagnosis import diagnose  # noqa: E402
 from frtrace.load.layout import build_layout  # noqa: E402
 from frtrace.load.loader import load_dumps  # noqa: E402
 from frtrace.match.analysis import finish_analysis  # noqa: E402
-from frtrace.match.matcher import deal, match  # noqa: E402
+from frtrace.match.matcher import DealtDumps, match  # noqa: E402
 from frtrace.report.render import render_json  # noqa: E402
 
 _imported = time.perf_counter()
@@ -70,9 +70,9 @@ def main(argv=None) -> int:
 
     # As pipeline.analyze does: each dump is dealt into its groups as it arrives (that
     # work is timed as part of the load, where it overlaps the workers').
-    dealt: dict = {}
+    dealt = DealtDumps()
     loaded = load_dumps([args.directory], args.prefix, workers=args.workers,
-                        on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)))
+                        on_dump=dealt.add)
     lap("load")
     layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
     lap("build")

@@ -10,7 +10,7 @@ from helpers import analyse_dicts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.diagnosis.sampling import first_rows, first_value_columns
+from frtrace.diagnosis.sampling import first_value_columns
 from frtrace.model import Entry, OpName, Shapes
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.seq_map import LazyCalls, SeqMap
@@ -42,14 +42,14 @@ def test_first_rows_reads_the_rows_value_at_reads(seqs, data):
     # Numbers it holds, in any order, repeated or not, as one run or with gaps.
     wanted = data.draw(st.one_of(st.lists(st.sampled_from(held), max_size=20), st.just(held),
                                  st.just(held[1:-1])))
-    assert table.field_at("time_created_ns", first_rows(index, wanted)) == _value_at_each(index, wanted)
+    assert table.field_at("time_created_ns", index.first_rows(wanted)) == _value_at_each(index, wanted)
     # A number it does not hold, among them: KeyError, as value_at.
     absent = data.draw(st.sampled_from([min(held) - 1, max(held) + 1] + [s + 1 for s in held if s + 1 not in held]))
     position = data.draw(st.integers(min_value=0, max_value=len(wanted)))
     with pytest.raises(KeyError):
         _value_at_each(index, [absent])
     with pytest.raises(KeyError):
-        first_rows(index, wanted[:position] + [absent] + wanted[position:])
+        index.first_rows(wanted[:position] + [absent] + wanted[position:])
 
 
 def _as_read_one_by_one(matches: list, name: str) -> list:

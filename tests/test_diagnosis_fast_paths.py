@@ -99,8 +99,9 @@ def test_p2p_reads_and_rows_placed_off_the_columns_are_the_entries(analysis):
                 assert ([order.p2p_position(rank, p2p, k) for k in range(len(entries))]
                         == [order.position(rank, e) for e in entries])
                 collectives = stream.collectives
-                assert ([order.row_position(rank, collectives.table, row) for row in collectives.rows]
-                        == [order.position(rank, collectives.table[row]) for row in collectives.rows])
+                rows = collectives._rows  # every row, a batch's too
+                assert ([order.row_position(rank, collectives.table, row) for row in rows]
+                        == [order.position(rank, collectives.table[row]) for row in rows])
 
 
 def test_newest_finished_read_newest_first_is_the_last_completed(analysis):

@@ -96,7 +96,8 @@ def _paired_by_entries(view: GroupView) -> list:
         if not stream.p2p:
             continue
         ops = list(stream.p2p)
-        where.update(zip(map(id, ops), zip(repeat(id(stream.p2p.table)), stream.p2p.rows)))
+        rows = [stream.p2p.row(k) for k in range(len(stream.p2p))]
+        where.update(zip(map(id, ops), zip(repeat(id(stream.p2p.table)), rows)))
         for op in ops:
             ends = _channel_ends(view.group.ranks, rank, op.name)
             if ends is None or (op.op == "send" and ends[1] is None):

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from frtrace.model import Entry, OpName, Shapes
 from frtrace.table.entry_table import EntryTable
-from frtrace.table.seq_map import NOT_SINGLE, BatchKey, LazyCalls, RowList, SeqMap, code_keys
+from frtrace.table.seq_map import (
+    NOT_SINGLE,
+    BatchKey,
+    LazyCalls,
+    OpKey,
+    OpKeys,
+    RowList,
+    SeqMap,
+    code_keys,
+)
 
 _OP = OpName("nccl:all_reduce", "nccl", "all_reduce", False)
 _SHAPES = Shapes(((4,),), ("Float",), ((4,),), ("Float",))
@@ -45,7 +54,7 @@ def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
     assert 12345 not in index and index.get(12345) is None
     probe = sorted(set(expected) | {min(expected) - 1, max(expected) + 1})
     keys = index.keys_at(probe)
-    assert index.keys_at(probe, code_keys(table)) == keys
+    assert index.keys_at(probe, OpKeys()) == keys == index.keys_at_plain(probe)
     for seq, key in zip(probe, keys):
         batch = expected.get(seq, [])
         if not batch:
@@ -60,9 +69,9 @@ def test_seqmap_is_a_dict_of_each_numbers_entries(seqs):
 @given(st.lists(st.lists(st.integers(min_value=1, max_value=3), min_size=1, max_size=12), min_size=1, max_size=4),
        st.integers(min_value=-3, max_value=3))
 def test_keys_of_ranks_holding_each_number_once_or_in_a_batch(ranks, first):
-    """The case keys_at reads through a layout of the numbers that the ranks share (one
-    `layouts` dict for all): each rank holds a run of numbers, some as batches."""
-    layouts: dict = {}
+    """The case keys_at reads through a layout of the numbers (NumberLayout): each rank
+    holds a run of numbers, some as batches."""
+    op_keys = OpKeys()
     for counts in ranks:  # a rank: how many entries it holds under each number from `first` on
         held = [first + k for k, count in enumerate(counts) for _ in range(count)]
         entries = [_entry(i, seq, ("completed", "started")[i % 2]) for i, seq in enumerate(held)]
@@ -71,10 +80,10 @@ def test_keys_of_ranks_holding_each_number_once_or_in_a_batch(ranks, first):
         assert index.dense and len(index) == len(counts)
         probe = range(first - 2, first + len(counts) + 1)
         batches = [[e for e in entries if e.collective_seq_id == seq] for seq in probe]
-        expected = [NOT_SINGLE if not batch else (_OP, _SHAPES, batch[0].state) if len(batch) == 1
-                    else BatchKey((_OP, _SHAPES, e.state) for e in batch) for batch in batches]
-        keys = index.keys_at(probe, code_keys(table), layouts)
-        assert keys == expected and index.keys_at(list(probe)) == expected
+        expected = [NOT_SINGLE if not batch else OpKey(_OP, _SHAPES, batch[0].state) if len(batch) == 1
+                    else BatchKey(OpKey(_OP, _SHAPES, e.state) for e in batch) for batch in batches]
+        keys = index.keys_at(probe, op_keys)
+        assert keys == expected and index.keys_at(list(probe)) == expected == index.keys_at_plain(probe)
         assert [type(key) for key in keys] == [type(key) for key in expected]
 
 

@@ -20,7 +20,6 @@ from itertools import islice, repeat
 from typing import Iterator, Optional, Sequence
 
 from frtrace.diagnosis.finding import Finding, WentPast
-from frtrace.diagnosis.sampling import first_rows
 from frtrace.load.layout import Layout
 from frtrace.match.matcher import MatchResult, batch_signature
 from frtrace.model import UNDESCRIBED, Entry, Group, OpName
@@ -56,7 +55,7 @@ def _entry_index(entry: Entry) -> int:
 def p2p_seq_ids(p2p: RowList) -> list:
     """p2p_seq_id of each of a stream's P2P ops (`RankStream.p2p`), oldest first: read off
     the column, without building the entries."""
-    return p2p.table.field_at("p2p_seq_id", p2p.rows)
+    return p2p.field("p2p_seq_id")
 
 
 class ProgramOrder:
@@ -161,7 +160,7 @@ class ProgramOrder:
 
     def p2p_position(self, rank: int, p2p: RowList, k: int) -> Optional[int]:
         """position of the rank's `k`-th P2P op in a group (`p2p`: RankStream.p2p)."""
-        return self.row_position(rank, p2p.table, p2p.rows[k])
+        return self.row_position(rank, p2p.table, p2p.row(k))
 
     def row_position(self, rank: int, table: EntryTable, row: int) -> Optional[int]:
         """position of the rank's entry at `row` of `table`. A row of the rank's own table
@@ -217,7 +216,7 @@ class ProgramOrder:
         rows `statics`. A signature reads only op names and shapes, objects ranks share:
         kept by their identity (as batch_signature keeps its own), entries are built for
         each distinct batch of the job."""
-        key = tuple([id(part) for static in statics for part in static[2:4]])  # (name, shapes) of each
+        key = tuple([id(part) for static in statics for part in (static.name, static.shapes)])
         signature = self._batch_signatures.get(key, _UNSEEN)
         if signature is _UNSEEN:
             entries = self.entries[rank][start:end + 1]
@@ -397,19 +396,15 @@ class ProgramOrder:
         read a few dozen ops, mostly ones no other asked about before: kept by those
         objects, as `_batch_signature` keeps signatures, not per rank."""
         entries = self.entries[rank]
-        statics = entries.statics
-        if first == last:
-            batch = [statics[entries.codes[first]]]
-        else:
-            batch = [statics[code] for code in entries.codes[first:last + 1]]
-        gid = self.layout.group_of(batch[0][0], rank)
+        batch = [entries.static_row(first)] if first == last else entries.static_rows(range(first, last + 1))
+        gid = self.layout.group_of(batch[0].pg_name, rank)
         family = self.family.get(gid) if gid is not None else None
         if family is None:
             return None
-        key = tuple([id(part) for static in batch for part in static[2:4]])  # (name, shapes) of each
+        key = tuple([id(part) for static in batch for part in (static.name, static.shapes)])
         rest = self._batch_shapes.get(key)
         if rest is None:
-            name = batch[0][2]
+            name = batch[0].name
             signature = self._batch_signature(rank, first, last, batch)
             rest = self._batch_shapes[key] = (name.is_p2p, name.op, name.local_src, name.local_dst, signature)
         return (family, *rest)
@@ -571,9 +566,10 @@ def _channel(order: ProgramOrder, finding: Finding, rank: int) -> list:
         # scan a long pipeline run's every send and recv, once per finding.
         return list(islice((p for p in positions if p is not None), HISTORY_TRIES + 1))[::-1]
     collectives = stream.collectives
+    assert finding.collective_seq_id is not None  # a collective's finding (see went_past_finding)
     seqs = [s for s in sorted(collectives) if s < finding.collective_seq_id]
     # Rows of the rank's table: its ops placed without building them.
-    positions = (order.row_position(rank, collectives.table, row) for row in first_rows(collectives, seqs))
+    positions = (order.row_position(rank, collectives.table, row) for row in collectives.first_rows(seqs))
     return [p for p in positions if p is not None]
 
 
@@ -635,8 +631,7 @@ def _name_channel(name: OpName) -> tuple:
 def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     """(k, op name) of a stream's P2P ops (`RankStream.p2p`), newest first: read off the
     codes one by one (readers stop after a few), without building the entries."""
-    statics, codes, rows = p2p.table.statics, p2p.table.codes, p2p.rows
-    return ((k, statics[codes[rows[k]]][2]) for k in range(len(rows) - 1, -1, -1))
+    return p2p.names_newest_first()
 
 
 def _turns_say_skipped(order: ProgramOrder, finding: Finding, rank: int) -> Optional[WentPast]:

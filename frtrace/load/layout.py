@@ -92,7 +92,7 @@ class _GroupFacts:
 
 def _groups_of_entries(entries: EntryTable) -> set:
     """The (pg_name, pg_desc) pairs `entries` hold."""
-    return {static[:2] for static in entries.statics_in_use()}  # pg_name and pg_desc lead
+    return {(static.pg_name, static.pg_desc) for static in entries.statics_in_use()}
 
 
 def _collect_facts(dumps: Iterable[RankDump], configs: dict) -> dict:

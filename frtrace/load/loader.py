@@ -277,8 +277,8 @@ def _for_transfer(results: list) -> list:
     arrays: dict = {}  # id(ranks) -> (ranks, its array): holding ranks keeps the id its own
     for dump in results:
         if isinstance(dump, RankDump):
-            dump.pg_config = tuple(config._replace(ranks=_as_array(config.ranks, arrays)) if config.ranks else config
-                                   for config in dump.pg_config)
+            dump.pg_config = tuple(config._replace(ranks=_as_array(config.ranks, arrays))  # type: ignore[arg-type]
+                                   if config.ranks else config for config in dump.pg_config)  # (see _received)
     return results
 
 

@@ -16,7 +16,7 @@ from frtrace.load.loader import (
     load_dump_files,
     load_dumps,
 )
-from frtrace.match.matcher import MatchResult, deal, match, rematch
+from frtrace.match.matcher import DealtDumps, MatchResult, match, rematch
 from frtrace.model import LoadIssue, LoadResult, PgConfig
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import completion_is_reliable, without_queued_ops
@@ -91,7 +91,7 @@ def analyze(
     instead of local processes (see load/cluster.py); the rest runs here either way.
     """
     # Each dump is dealt into its groups as it arrives, while the workers decode the next.
-    dealt: dict = {}
+    dealt = DealtDumps()
     runner = None
     if scheduler is not None:
         from frtrace.load.cluster import DaskRunner  # dask is imported only when asked for
@@ -99,7 +99,7 @@ def analyze(
         runner = DaskRunner.connect(scheduler)
     try:
         loaded = load_dumps(inputs, prefix, workers=workers, max_bytes=max_bytes, progress=progress,
-                            on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)),
+                            on_dump=dealt.add,
                             all_generations=all_generations, runner=runner)
     finally:
         if runner is not None:
@@ -128,7 +128,7 @@ def load_layout(
 
 
 def match_files(
-    files: list,
+    files: list[tuple[int, str]],
     found: Discovery,
     *,
     world_size: Optional[int] = None,
@@ -140,9 +140,9 @@ def match_files(
     """Load, build and match only `files` (a selection of `found.files`, chosen by the
     rank in their names): what `-j --selected-ranks` shows side by side. No device view,
     no diagnosis. The other ranks are missing to the layout; their files are never read."""
-    dealt: dict = {}
+    dealt = DealtDumps()
     loaded = load_dump_files(files, found, workers=workers, max_bytes=max_bytes, progress=progress,
-                             on_dump=lambda dump: dealt.__setitem__(id(dump), deal(dump)))
+                             on_dump=dealt.add)
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)

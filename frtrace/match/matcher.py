@@ -22,31 +22,37 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat
-from typing import Iterable, NamedTuple, Optional, Sequence
+from itertools import compress, repeat
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 from frtrace.load.layout import Layout
-from frtrace.model import UNREADABLE_OP, Entry, Group, OpName, PgStatus, Shapes, has_completed
+from frtrace.model import (
+    UNREADABLE_OP,
+    Entry,
+    Group,
+    OpName,
+    PgStatus,
+    Shapes,
+)
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import (
     NOT_SINGLE,
     BatchKey,
     LazyCalls,
+    NumberKey,
+    OpKey,
+    OpKeys,
     RowList,
     SeqMap,
-    buckets_by_code,
-    code_keys,
 )
 from frtrace.table.standing import mixes_numberings, only_active_job
 
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
 _NEVER = object()
-
-_UNSEEN = object()
 
 # Ops whose sizes legitimately differ per rank (uneven splits, variable counts).
 RANK_DEPENDENT_SIZE_OPS = frozenset(
@@ -98,8 +104,8 @@ class RankStream:
 @dataclass(slots=True)
 class GroupView:
     group: Group
-    streams: dict  # rank -> RankStream, for ranks with a dump (members and any stray rank)
-    no_dump: tuple  # members without a usable dump
+    streams: dict[int, RankStream]  # rank -> its stream, for ranks with a dump (members and any stray rank)
+    no_dump: tuple[int, ...]  # members without a usable dump
 
 
 @dataclass(slots=True)
@@ -107,9 +113,9 @@ class Disagreement:
     """Members issued different things at one sequence number."""
 
     kind: str  # op_mismatch | dtype_mismatch | size_mismatch
-    majority_ranks: tuple  # the largest agreeing class ((), when it is a tie)
-    odd_ranks: tuple  # everyone outside the majority (all of them on a tie)
-    classes: tuple  # tuple of (ranks, signature) per distinct signature, largest first
+    majority_ranks: tuple[int, ...]  # the largest agreeing class ((), when it is a tie)
+    odd_ranks: tuple[int, ...]  # everyone outside the majority (all of them on a tie)
+    classes: tuple[tuple[tuple[int, ...], "Signature"], ...]  # (ranks, signature) per distinct signature, largest first
     tie: bool
 
 
@@ -118,23 +124,23 @@ class CollectiveMatch:
     group_id: int
     seq: int
     calls: LazyCalls  # rank -> its entries (several for a coalesced batch), read on demand
-    not_issued: tuple  # members whose window covers seq but who have no entry for it
-    out_of_window: tuple  # members whose buffer no longer reaches back to seq
-    no_dump: tuple
+    not_issued: tuple[int, ...]  # members whose window covers seq but who have no entry for it
+    out_of_window: tuple[int, ...]  # members whose buffer no longer reaches back to seq
+    no_dump: tuple[int, ...]
     # Some rank that issued it has not completed it (the rules looking for where a group
     # stands read only these: most of a group's thousands of collectives are finished).
     unfinished: bool
     disagreement: Optional[Disagreement] = None
-    _completed: Optional[tuple] = None
+    _completed: Optional[tuple[int, ...]] = None
     # Members with no entry for it whose pg_status says they finished it.
-    finished_unseen: tuple = ()
+    finished_unseen: tuple[int, ...] = ()
 
     @property
-    def issued(self) -> tuple:
+    def issued(self) -> tuple[int, ...]:
         return tuple(sorted(self.calls))
 
     @property
-    def completed_ranks(self) -> tuple:
+    def completed_ranks(self) -> tuple[int, ...]:
         if self._completed is None:
             self._completed = tuple(sorted(
                 rank for rank, entries in self.calls.items()
@@ -249,75 +255,78 @@ class DealtEntries(NamedTuple):
     batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
 
 
-def deal(dump: RankDump) -> dict:
+def deal(dump: RankDump) -> dict[str, DealtEntries]:
     """pg_name -> DealtEntries for one rank.
 
     Needs no layout, so the loader can run it on each dump as it arrives, while worker
-    processes still decode the others. A rank holds thousands of entries in a handful of
-    groups: their rows are dealt into one list per (group, collective or P2P) in a single
-    pass in C over the table's codes, without building an Entry per row."""
+    processes still decode the others (see `DealtDumps`); no Entry is built."""
     table = dump.entries
-    statics, codes = table.statics, table.codes
-    names = list(dict.fromkeys(static[0] for static in table.statics_in_use()))
-    # Bucket 2k holds the collectives of the k-th name, 2k+1 its P2P ops.
-    first_bucket = {name: 2 * k for k, name in enumerate(names)}
-    bucket_of_code = [first_bucket.get(static[0], 0) + static[2].is_p2p for static in statics]
-    buckets = buckets_by_code(codes, bucket_of_code, 2 * len(names))
-    marker_codes = {code for code, static in enumerate(statics) if static[2].is_coalesced_marker}
-    dealt = {}
-    for k, name in enumerate(names):
-        collectives, p2p = buckets[2 * k], buckets[2 * k + 1]
-        batched: frozenset[int] = frozenset()
-        if marker_codes:  # a P2P batch's marker closes it: it says which ops were batched, and is no op
-            is_marker = list(map(marker_codes.__contains__, map(codes.__getitem__, p2p)))
-            batched = frozenset(table.field_at("p2p_seq_id", list(compress(p2p, is_marker))))
-            p2p = list(compress(p2p, map(operator.not_, is_marker)))
-        dealt[name] = DealtEntries(SeqMap(table, collectives), RowList(table, p2p), batched)
-    return dealt
+    return {name: DealtEntries(SeqMap(table, rows.collectives), RowList(table, rows.p2p),
+                               frozenset(table.field_at("p2p_seq_id", rows.p2p_markers)))
+            for name, rows in table.rows_by_group().items()}
 
 
-def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict] = None, clipped: bool = False) -> dict:
+class DealtDumps:
+    """`deal(dump)` of each dump dealt while loading (`add`, the loader's `on_dump`), for
+    `match` to take up: found by the dump itself (its rank, then the very object), so a
+    dump changed or replaced since is dealt again."""
+
+    __slots__ = ("_of_rank",)
+
+    def __init__(self) -> None:
+        self._of_rank: dict[int, list[tuple[RankDump, dict[str, DealtEntries]]]] = defaultdict(list)
+
+    def add(self, dump: RankDump) -> None:
+        self._of_rank[dump.rank].append((dump, deal(dump)))
+
+    def of(self, dump: RankDump) -> Optional[dict[str, DealtEntries]]:
+        """deal(dump), when it was dealt here; else None."""
+        return next((dealt for held, dealt in self._of_rank.get(dump.rank, ()) if held is dump), None)
+
+
+def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict[str, DealtEntries]] = None,
+                  clipped: bool = False) -> dict[int, RankStream]:
     """group id -> RankStream for one rank (from `deal(dump)` when given)."""
     if dealt is None:
         dealt = deal(dump)
-    names_of: dict = defaultdict(list)  # gid -> the pg names the rank records it under
+    names_of: dict[int, list[str]] = defaultdict(list)  # gid -> the pg names the rank records it under
     for name in dealt:
         gid = layout.group_of(name, dump.rank)
         if gid is not None:
             names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
     clipped = clipped or dump.wrapped
-    per_group: dict = {}
+    per_group: dict[int, RankStream] = {}
     for gid, names in names_of.items():
         if len(names) == 1:
             part = dealt[names[0]]
             collectives, p2p, batched = part.by_sequence, part.p2p, part.batched
         else:  # one group under several names: its entries, back in the rank's order
-            table = dealt[names[0]].by_sequence.table
-            collectives = SeqMap(table, sorted(row for n in names for row in dealt[n].by_sequence.rows))
-            p2p = RowList(table, sorted(row for n in names for row in dealt[n].p2p.rows))
+            collectives = SeqMap.joined([dealt[n].by_sequence for n in names])
+            p2p = RowList.joined([dealt[n].p2p for n in names])
             batched = frozenset().union(*(dealt[n].batched for n in names))
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
                                     clipped, uncertain, batched)
     return per_group
 
 
-def build_views(dumps: list, layout: Layout, dealt: Optional[dict] = None, only_active: Optional[bool] = None) -> tuple:
-    """GroupView per group; `dealt` maps id(dump) -> deal(dump) for dumps dealt already."""
-    dealt = dealt or {}
+def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None,
+                only_active: Optional[bool] = None) -> tuple[GroupView, ...]:
+    """GroupView per group; `dealt` holds the dumps dealt already."""
+    dealt = dealt or DealtDumps()
     # The job's dumps keep only active entries (a job-wide setting): then no rank's dump,
     # not even an empty one, shows what it never issued; only its pg_status may.
     if only_active is None:
         only_active = only_active_job(dumps)
-    streams_by_group: dict = defaultdict(dict)
+    streams_by_group: dict[int, dict[int, RankStream]] = defaultdict(dict)
     dumps_by_rank = {d.rank: d for d in dumps}
     # A rank dumped without its collectives (includeCollectives=False) tells no more about
     # them than a rank that left no dump, and is weighed the same way.
     dumped = {d.rank for d in dumps if d.has_entries}
     for dump in dumps:
-        for gid, stream in _rank_streams(dump, layout, dealt.get(id(dump)), only_active).items():
+        for gid, stream in _rank_streams(dump, layout, dealt.of(dump), only_active).items():
             streams_by_group[gid][dump.rank] = stream
-    views = []
+    views: list[GroupView] = []
     for group in layout.groups:
         streams = streams_by_group.get(group.id, {})
         for rank in group.ranks:
@@ -368,7 +377,8 @@ def _first_pg_id(stream: RankStream) -> Optional[int]:
     """pg_id of the stream's first entry: its oldest collective's, else its first P2P
     op's; None when it holds none. Read off the columns, without building an Entry."""
     if stream.collectives:
-        return stream.collectives.oldest_value("pg_id")
+        pg_id: Optional[int] = stream.collectives.oldest_value("pg_id")
+        return pg_id
     return stream.p2p.value_at(0, "pg_id") if stream.p2p else None
 
 
@@ -382,7 +392,19 @@ def _newest_is_collective(stream: RankStream) -> bool:
 # --------------------------------------------------------------------------- signatures
 
 
-def _numel(shapes: tuple) -> int:
+# What every member must agree on for one op: (op, input elements, output elements,
+# dtypes), an element count None where it may differ (see _op_signature).
+OpSignature = tuple[str, Optional[int], Optional[int], frozenset[str]]
+# A batch's: one per op, None when an op cannot be read.
+Signature = Optional[tuple[OpSignature, ...]]
+# batch_signature's cache: the ids of a batch's op names and shapes -> its signature, and
+# each signature -> the one object kept for it (see _cached_signature).
+SignatureCache = dict[tuple[object, ...], Signature]
+# One entry's key, or a batch's (NOT_SINGLE left out).
+OpOrBatchKey = Union[OpKey, BatchKey]
+
+
+def _numel(shapes: Sequence[Sequence[int]]) -> int:
     total = 0
     for shape in shapes:
         count = 1
@@ -392,7 +414,7 @@ def _numel(shapes: tuple) -> int:
     return total
 
 
-def _op_signature(name: OpName, shapes: Shapes) -> Optional[tuple]:
+def _op_signature(name: OpName, shapes: Shapes) -> Optional[OpSignature]:
     """What every member must agree on for one op (its `name` and `shapes`), given what
     may legitimately differ; None when the op or its sizes could not be read."""
     op = name.op
@@ -409,48 +431,47 @@ def _op_signature(name: OpName, shapes: Shapes) -> Optional[tuple]:
     return op, in_numel, out_numel, dtypes
 
 
-def batch_signature(entries: Sequence[Entry], cache: Optional[dict] = None) -> Optional[tuple]:
+def batch_signature(entries: Sequence[Entry], cache: Optional[SignatureCache] = None) -> Signature:
     """Signatures of a batch's ops, None when one of them cannot be read.
 
     With a `cache` (one per `match` call), equal signatures come back as one shared
     object, so comparing the members of a healthy collective costs identity checks. It
     is keyed by the ids of the interned op name and shapes most entries of a rank share.
     """
-    ops = list(map(_NAME_SHAPES, entries))
+    ops: list[tuple[OpName, Shapes]] = list(map(_NAME_SHAPES, entries))
     return _signature(ops) if cache is None else _cached_signature(ops, cache)
 
 
-def _key_signature(key, cache: dict) -> Optional[tuple]:
+def _key_signature(key: OpOrBatchKey, cache: SignatureCache) -> Signature:
     """batch_signature of the entries a key of SeqMap.keys_at (one entry's or a
     `BatchKey`) stands for, from the key alone, through the same `cache`."""
     if isinstance(key, BatchKey):
-        return _cached_signature([(name, shapes) for name, shapes, _ in key], cache)
+        return _cached_signature([(op.name, op.shapes) for op in key], cache)
     # One op, looked up first as _cached_signature would: thousands of ranks' all_to_alls.
-    cached = cache.get((id(key[0]), id(key[1])), _UNSEEN)
-    return _cached_signature([key[:2]], cache) if cached is _UNSEEN else cached
+    ids = (id(key.name), id(key.shapes))
+    return cache[ids] if ids in cache else _cached_signature([(key.name, key.shapes)], cache)
 
 
-def _signature(ops: list) -> Optional[tuple]:
+def _signature(ops: Sequence[tuple[OpName, Shapes]]) -> Signature:
     """Signatures of a batch's ops, given as (name, shapes) each; a batch's marker is no op."""
     signature = tuple(_op_signature(name, shapes) for name, shapes in ops if not name.is_coalesced_marker)
-    return None if None in signature else signature
+    return None if None in signature else signature  # type: ignore[return-value]  # no None left
 
 
-def _cached_signature(ops: list, cache: dict) -> Optional[tuple]:
+def _cached_signature(ops: Sequence[tuple[OpName, Shapes]], cache: SignatureCache) -> Signature:
     """`_signature(ops)`, looked up in `cache` by the ids of the ops' names and shapes."""
     key = tuple([id(part) for op in ops for part in op])
-    cached = cache.get(key, _UNSEEN)
-    if cached is _UNSEEN:
-        cached = cache[key] = _shared(cache, _signature(ops))
-    return cached
+    if key not in cache:
+        cache[key] = _shared(cache, _signature(ops))
+    return cache[key]
 
 
-def _shared(cache: dict, signature: Optional[tuple]) -> Optional[tuple]:
+def _shared(cache: SignatureCache, signature: Signature) -> Signature:
     # Signatures are tuples of tuples and the other keys tuples of ints: they cannot collide.
     return signature if signature is None else cache.setdefault(signature, signature)
 
 
-def _difference_kind(a: tuple, b: tuple) -> str:
+def _difference_kind(a: tuple[OpSignature, ...], b: tuple[OpSignature, ...]) -> str:
     if len(a) != len(b) or any(x[0] != y[0] for x, y in zip(a, b)):
         return "op_mismatch"
     if any(x[3] and y[3] and x[3] != y[3] for x, y in zip(a, b)):
@@ -458,16 +479,17 @@ def _difference_kind(a: tuple, b: tuple) -> str:
     return "size_mismatch"
 
 
-def _kinds_of_key(key) -> tuple:
+def _kinds_of_key(key: OpOrBatchKey) -> tuple[tuple[OpName, Shapes], ...]:
     """What a rank issued, as (name, shapes) of each of its ops (a coalesced batch as
     much as one op), from its key (see SeqMap.keys_at): two ranks issued the same ops
     when these are equal."""
     if isinstance(key, BatchKey):
-        return tuple((name, shapes) for name, shapes, _ in key)
-    return ((key[0], key[1]),)
+        return tuple((op.name, op.shapes) for op in key)
+    return ((key.name, key.shapes),)
 
 
-def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = False) -> Optional[Disagreement]:
+def find_disagreement(calls: Mapping[int, Sequence[Entry]], cache: Optional[SignatureCache] = None,
+                      alike: bool = False) -> Optional[Disagreement]:
     """Consensus over the members that issued the op: the odd ones out, or a tie. `alike`
     says every rank issued the same ops (names and shapes, in order): no disagreement."""
     if alike:
@@ -475,12 +497,12 @@ def find_disagreement(calls: dict, cache: Optional[dict] = None, alike: bool = F
     return _disagreement([(rank, batch_signature(entries, cache)) for rank, entries in calls.items()])
 
 
-def _disagreement(signatures: list) -> Optional[Disagreement]:
+def _disagreement(signatures: list[tuple[int, Signature]]) -> Optional[Disagreement]:
     """find_disagreement over each rank's signature: (rank, batch_signature) pairs."""
     first = signatures[0][1] if signatures else None
     if all(signature is first for _, signature in signatures):
         return None  # the common case: everyone issued the same thing
-    by_signature: dict = defaultdict(list)
+    by_signature: dict[tuple[OpSignature, ...], list[int]] = defaultdict(list)
     for rank, signature in signatures:
         if signature is not None:  # an unreadable entry neither votes nor is blamed
             by_signature[signature].append(rank)
@@ -501,15 +523,15 @@ def _disagreement(signatures: list) -> Optional[Disagreement]:
 # --------------------------------------------------------------------------- matching
 
 
-def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyCache") -> list:
+def _match_collectives(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> list[CollectiveMatch]:
     streams = view.streams
     if not streams:
         return []
     ranks = tuple(streams)  # sorted
     tables = [stream.collectives for stream in streams.values()]
-    seqs = _numbers_held(tables)
+    seqs = sorted(set().union(*tables))  # the numbers any rank holds
     members = [r for r in view.group.ranks if r in streams]
-    keys = [table.keys_at(seqs, key_cache.of(table.table), key_cache.layouts) for table in tables]
+    keys = [table.keys_at(seqs, op_keys) for table in tables]
     matches: list[CollectiveMatch] = []
     done = 0  # positions of seqs before it have their match
     for position in sorted(_unsettled(keys)):
@@ -522,34 +544,17 @@ def _match_collectives(view: GroupView, signature_cache: dict, key_cache: "_KeyC
     return matches
 
 
-def _numbers_held(tables: list[SeqMap]) -> Sequence[int]:
-    """The sequence numbers any of `tables` holds, sorted. As a rule each rank holds
-    every number from its first to its last, and the ranks' spans overlap: their union
-    is then a range, found from the bounds alone (not the union of thousands of sets)."""
-    spans: list[tuple[int, int]] = sorted((table.seqs[0], table.seqs[-1]) for table in tables if table)
-    if spans and all(table.dense for table in tables):
-        low, high = spans[0]
-        for first, last in spans:
-            if first > high + 1:  # a number no rank holds
-                break
-            high = max(high, last)
-        else:
-            return range(low, high + 1)
-    return sorted(set().union(*tables))
-
-
-def _settled_matches(view: GroupView, ranks: tuple, seqs: Sequence[int]) -> list[CollectiveMatch]:
+def _settled_matches(view: GroupView, ranks: tuple[int, ...], seqs: Sequence[int]) -> list[CollectiveMatch]:
     """The matches of collectives `_unsettled` found settled: each of `ranks` (every rank
     of the view) issued the same op or batch and completed it, so no member is absent
-    and all but the number is the same for each (built in C, a run at a time: most of a
-    job's hundreds of thousands of collectives are these)."""
-    streams = view.streams
-    return list(map(CollectiveMatch, repeat(view.group.id), seqs, map(LazyCalls, repeat(streams), seqs),
-                    repeat(()), repeat(()), repeat(view.no_dump), repeat(False), repeat(None), repeat(ranks), repeat(())))
+    and all but the number is the same for each."""
+    group_id, streams, no_dump = view.group.id, view.streams, view.no_dump
+    return [CollectiveMatch(group_id, seq, LazyCalls(streams, seq), (), (), no_dump, False, None, ranks)
+            for seq in seqs]
 
 
-def _judged_match(view: GroupView, ranks: tuple, members: list[int], seq: int, issuers: tuple, completed: tuple,
-                  disagreement: Optional[Disagreement]) -> CollectiveMatch:
+def _judged_match(view: GroupView, ranks: tuple[int, ...], members: list[int], seq: int, issuers: tuple[int, ...],
+                  completed: tuple[int, ...], disagreement: Optional[Disagreement]) -> CollectiveMatch:
     """The match of collective `seq`, which `issuers` of `ranks` (every rank of the view)
     issued and `completed` completed; why each member that holds no entry of it has none."""
     streams = view.streams
@@ -567,7 +572,8 @@ def _judged_match(view: GroupView, ranks: tuple, members: list[int], seq: int, i
                            absence.get("finished", ()))
 
 
-def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tuple:
+def _judge(streams: dict[int, RankStream], ranks: tuple[int, ...], seq: int, row: list[NumberKey],
+           cache: SignatureCache) -> tuple[tuple[int, ...], tuple[int, ...], Optional[Disagreement]]:
     """(ranks that issued it, ranks that completed it, Disagreement or None) of the
     collective `seq`, one `_unsettled` found, from the key each of `ranks` (the ranks of
     `streams`) holds at it (`row`, see SeqMap.keys_at): the keys hold the op names,
@@ -577,9 +583,10 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     (all_to_all); find_disagreement's result comes from signatures of the keys."""
     # Read in C, per rank, wherever a rank's key decides: a row holds thousands of ranks.
     holds = list(map(operator.is_not, row, repeat(NOT_SINGLE)))
-    issuers, keys = tuple(compress(ranks, holds)), list(compress(row, holds))
+    issuers = tuple(compress(ranks, holds))
+    keys: list[OpOrBatchKey] = list(compress(row, holds))  # type: ignore[arg-type]  # NOT_SINGLE left out
     key_ids = list(map(id, keys))
-    # Ranks that issued the same op and say the same state share one key (see code_keys):
+    # Ranks that issued the same op and say the same state share one key (see OpKeys):
     # each distinct key is looked at once, a thousand ranks waiting in a hang at one go.
     distinct = dict(zip(key_ids, keys))
     says_completed = {key_id: _says_completed(key) for key_id, key in distinct.items()}
@@ -595,47 +602,28 @@ def _judge(streams: dict, ranks: tuple, seq: int, row: list, cache: dict) -> tup
     return issuers, completed, _disagreement(list(zip(issuers, map(signature_of.__getitem__, key_ids))))
 
 
-def _says_completed(key) -> bool:
+def _says_completed(key: OpOrBatchKey) -> bool:
     """Whether the state of every op of a key (see SeqMap.keys_at) is "completed"."""
     if isinstance(key, BatchKey):
-        return all(state == "completed" for _, _, state in key)
-    return key[2] == "completed"
+        return all(op.state == "completed" for op in key)
+    return key.state == "completed"
 
 
-class _KeyCache:
-    """Each table's `code_keys` in one `match` call, computed once per table (a rank's
-    table serves each group the rank is in), equal keys one object across tables; and
-    the `NumberLayout`s of the ranks' numbers (see SeqMap.keys_at).
-    Keyed by object ids, so it must not outlive the entries."""
-
-    __slots__ = ("_of_table", "_shared", "layouts")
-
-    def __init__(self) -> None:
-        self._of_table: dict = {}  # id(table) -> (table, its keys): the table kept, its id never another's
-        self._shared: dict = {}  # see code_keys
-        self.layouts: dict = {}
-
-    def of(self, table: EntryTable) -> list:
-        cached = self._of_table.get(id(table))
-        if cached is None or cached[0] is not table:
-            cached = self._of_table[id(table)] = (table, code_keys(table, self._shared))
-        return cached[1]
-
-
-def _completed_key(key):
+def _completed_key(key: NumberKey) -> object:
     """What every rank's key must be for the collective to be settled: the first rank's,
     completed (for a batch: every entry of it). That is the key itself as a rule, so the
     other ranks' keys (the same shared object) compare by identity."""
     if key is NOT_SINGLE:
         return _NEVER
+    assert isinstance(key, (OpKey, BatchKey))
     if _says_completed(key):
         return key
     if isinstance(key, BatchKey):
-        return BatchKey((name, shapes, "completed") for name, shapes, _ in key)
-    return key[0], key[1], "completed"
+        return BatchKey(op._replace(state="completed") for op in key)
+    return key._replace(state="completed")
 
 
-def _unsettled(columns: list) -> set:
+def _unsettled(columns: list[list[NumberKey]]) -> set[int]:
     """Positions of the rows of `columns` (one column of keys per rank, see `SeqMap.keys_at`, one
     row per sequence number) that are not settled: settled is when every rank issued one
     entry (or one coalesced batch), with the same op names and shapes as the others, and
@@ -644,18 +632,20 @@ def _unsettled(columns: list) -> set:
     rather than rank by rank in Python. Equal values are shared objects (see the
     loader), so comparing them mostly costs an identity check."""
     rows = range(len(columns[0]))
-    # A group's collectives are a few distinct ops: each distinct key is looked at once.
-    first = dict(zip(map(id, columns[0]), columns[0]))
-    expected_of = {key_id: _completed_key(key) for key_id, key in first.items()}
-    expected = list(map(expected_of.__getitem__, map(id, columns[0])))
-    unsettled: set = set()
+    expected = list(map(_completed_key, columns[0]))
+    unsettled: set[int] = set()
     for column in columns:
         if column != expected:
             unsettled.update(compress(rows, map(operator.ne, column, expected)))
     return unsettled
 
 
-def _channel_ends(ranks: tuple, rank: int, name: OpName) -> Optional[tuple]:
+def _every_collective(columns: list[list[NumberKey]]) -> set[int]:
+    """_unsettled's plain twin: no collective settled at a glance, each judged on its own."""
+    return set(range(len(columns[0])))
+
+
+def _channel_ends(ranks: tuple[int, ...], rank: int, name: OpName) -> Optional[tuple[Optional[int], Optional[int]]]:
     """Global (src, dst) of a P2P op recorded by `rank` in a group of `ranks`; the
     recording rank is one end."""
     if name.op == "send":
@@ -665,7 +655,7 @@ def _channel_ends(ranks: tuple, rank: int, name: OpName) -> Optional[tuple]:
     return None
 
 
-def _global_rank(ranks: tuple, local: Optional[int]) -> Optional[int]:
+def _global_rank(ranks: tuple[int, ...], local: Optional[int]) -> Optional[int]:
     if local is None or local < 0:
         return None
     return ranks[local] if local < len(ranks) else None
@@ -686,7 +676,7 @@ def _pair_channel(sends: list[int], recvs: list[int], sender_pending: set[int], 
     end of either window may have fallen off its ring buffer); ops still pending pair
     from the oldest on, and what is left on one side was never matched by the other.
     `sender_pending` (`receiver_pending`) holds the rows of the sender's (receiver's)
-    ops that did not complete (see `_pending_rows`)."""
+    ops that did not complete (see `RowList.unfinished_rows`)."""
     done_sends, pending_sends = _split_done(sends, sender_pending)
     done_recvs, pending_recvs = _split_done(recvs, receiver_pending)
     older = len(done_sends) - len(done_recvs)
@@ -736,61 +726,45 @@ def _channel_end(table: Optional[EntryTable], rows: list[int], batched: frozense
     return list(compress(rows, map(operator.not_, is_batched))), list(compress(rows, is_batched))
 
 
-def _pending_rows(table: EntryTable, rows: Sequence[int], codes: list[int]) -> set[int]:
-    """The rows among a rank's P2P `rows` (of codes `codes`) whose op did not complete
-    (Entry.completed false). Most ops say they completed in their state, a static field
-    read once per code; only the others have retired and time_completed_ns read."""
-    statics = table.statics
-    unsure_codes = {code for code in set(codes) if statics[code][4] != "completed"}
-    if not unsure_codes:
-        return set()
-    unsure = list(compress(rows, map(unsure_codes.__contains__, codes)))
-    states = table.field_at("state", unsure)
-    retired, done_ns = table.field_at("retired", unsure), table.field_at("time_completed_ns", unsure)
-    return {row for row, *fields in zip(unsure, states, retired, done_ns) if not has_completed(*fields)}
-
-
-def _deal_p2p(view: GroupView) -> tuple:
+def _deal_p2p(view: GroupView) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]],
+                                        dict[int, list[int]], dict[int, set[int]]]:
     """(sends, recvs, any-source recvs, pending) of a group, as rows of the recording
     rank's table: (src, dst) -> the rows of sends (of src's table) and of recvs (of
     dst's) with both ends known, dst -> the rows of its `recv ?`, and rank -> the rows
-    of its ops that did not complete (see `_pending_rows`). A rank posts along a few
-    channels under a few codes, so each distinct code is placed once and the rows are
-    dealt out in C; no Entry is built."""
-    sends: dict = defaultdict(list)
-    recvs: dict = defaultdict(list)
-    any_source: dict = defaultdict(list)
+    of its ops that did not complete (`RowList.unfinished_rows`). A rank posts along a
+    few channels under a few op names: each is placed once (`RowList.deal_by_name`);
+    no Entry is built."""
+    sends: dict[tuple[int, int], list[int]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[int]] = defaultdict(list)
+    any_source: dict[int, list[int]] = defaultdict(list)
     pending: dict[int, set[int]] = {}
-    ignored: list = []  # ops with no channel: not a send or recv, or an end outside the group
+    ignored: list[int] = []  # ops with no channel: not a send or recv, or an end outside the group
     for rank, stream in view.streams.items():
         if not stream.p2p:
             continue
-        table, rows = stream.p2p.table, stream.p2p.rows
-        table_codes = table.codes
-        codes = [table_codes[row] for row in rows]  # faster than map over an array's __getitem__
-        bucket_of_code = {}
-        for code in set(codes):
-            name = table.statics[code][2]
+
+        def bucket_of(name: OpName, rank: int = rank) -> list[int]:
             ends = _channel_ends(view.group.ranks, rank, name)
             if ends is None:
-                bucket = ignored
-            elif name.op == "send":
-                bucket = sends[ends] if ends[1] is not None else ignored
-            else:  # recv
-                bucket = recvs[ends] if ends[0] is not None else any_source[ends[1]]
-            bucket_of_code[code] = bucket
-        deque(map(list.append, map(bucket_of_code.__getitem__, codes), rows), maxlen=0)
-        pending[rank] = _pending_rows(table, rows, codes)
+                return ignored
+            src, dst = ends
+            if name.op == "send":
+                return sends[src, dst] if src is not None and dst is not None else ignored
+            if src is not None and dst is not None:  # recv
+                return recvs[src, dst]
+            return any_source[dst] if dst is not None else ignored
+        stream.p2p.deal_by_name(bucket_of)
+        pending[rank] = stream.p2p.unfinished_rows()
     return sends, recvs, any_source, pending
 
 
-def _p2p_table(streams: dict, rank: int) -> Optional[EntryTable]:
+def _p2p_table(streams: dict[int, RankStream], rank: int) -> Optional[EntryTable]:
     """The table the rank's P2P ops of the group are rows of; None when it has none."""
     stream = streams.get(rank)
     return stream.p2p.table if stream is not None else None
 
 
-def _match_p2p(view: GroupView) -> list:
+def _match_p2p(view: GroupView) -> list[P2PMatch]:
     """A P2PMatch per pair of a group's P2P ops, by channel (src, dst) and order on it,
     then one per `recv ?` that took no send."""
     sends, recvs, any_source, pending = _deal_p2p(view)
@@ -829,35 +803,25 @@ def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[Ent
                      recv_table: Optional[EntryTable], sends: list[Optional[int]],
                      recvs: list[Optional[int]]) -> list[P2PMatch]:
     """A P2PMatch per pair of rows of the channel src -> dst (`sends[k]` with
-    `recvs[k]`), numbered in order; built in C, as a job holds hundreds of thousands."""
-    send_tables, send_rows = _end_of_pairs(send_table, sends)
-    recv_tables, recv_rows = _end_of_pairs(recv_table, recvs)
-    return list(map(P2PMatch, repeat(group_id), repeat(src), repeat(dst), count(),
-                    send_tables, send_rows, recv_tables, recv_rows))
+    `recvs[k]`), numbered in order; no table and row -1 where that end never posted the op."""
+    return [P2PMatch(group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
+                     None if recv is None else recv_table, -1 if recv is None else recv)
+            for ordinal, (send, recv) in enumerate(zip(sends, recvs))]
 
 
-def _end_of_pairs(table: Optional[EntryTable], rows: list[Optional[int]]) -> tuple[Iterable, Iterable]:
-    """(table, row) of one end of each of a channel's pairs, as P2PMatch takes them: (None,
-    -1) where that end never posted the op. As a rule every op has both ends, and every
-    pair the same table."""
-    if None not in rows:
-        return repeat(table), rows
-    return [None if row is None else table for row in rows], [-1 if row is None else row for row in rows]
-
-
-def match(dumps: list[RankDump], layout: Layout, dealt: Optional[dict] = None) -> MatchResult:
-    """Pair every rank's entries with its peers' (see module docstring). `dealt` maps
-    id(dump) -> deal(dump) for dumps dealt while loading."""
+def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None) -> MatchResult:
+    """Pair every rank's entries with its peers' (see module docstring). `dealt` holds
+    the dumps dealt while loading."""
     return _match_views(layout, build_views(dumps, layout, dealt))
 
 
 def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
     result = MatchResult(layout, views)
     # Keyed by object ids, so they must not outlive the entries: one per call.
-    signature_cache: dict = {}
-    key_cache = _KeyCache()
+    signature_cache: SignatureCache = {}
+    op_keys = OpKeys()
     for view in views:
-        result.collectives.extend(_match_collectives(view, signature_cache, key_cache))
+        result.collectives.extend(_match_collectives(view, signature_cache, op_keys))
         result.p2p.extend(_match_p2p(view))
     return result
 
@@ -893,3 +857,9 @@ def _with_streams(view: GroupView, fresh: GroupView, changed: set[int]) -> Group
 
 _GROUP_SEQ = operator.attrgetter("group_id", "seq")
 _GROUP_CHANNEL = operator.attrgetter("group_id", "src", "dst", "ordinal")
+
+
+# Fast paths beside their plain twins (same arguments, same answers): the matcher runs the
+# fast one; frtrace.testing.twins swaps in the plain one for the tests that run over both
+# and for benchmarks/fast_paths.py (ARCHITECTURE.md says when a fast path may land).
+PLAIN_TWINS = {"_unsettled": _every_collective}

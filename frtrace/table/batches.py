@@ -18,7 +18,7 @@ from itertools import compress, repeat
 from typing import Callable, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
-from frtrace.table.entry_table import EntryTable
+from frtrace.table.entry_table import BatchFacts, EntryTable
 from frtrace.table.standing import batch_key, mixes_numberings
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
@@ -52,7 +52,7 @@ def settle_table_batches(table: EntryTable) -> bool:
     """Settle every batch of a rank's table in place, as `batch_settlements` settles
     Entry tuples, reading and writing its columns (in a job of batched P2P, half of a
     rank's entries are a batch's ops); whether anything changed."""
-    marker_codes = {code for code, static in enumerate(table.statics) if static[2].is_coalesced_marker}
+    marker_codes = {code for code, static in enumerate(table.statics) if static.name.is_coalesced_marker}
     if not marker_codes:
         return False
     facts = table.batch_facts_reader()
@@ -76,14 +76,14 @@ def settle_table_batches(table: EntryTable) -> bool:
     return bool(ops or p2p_markers)
 
 
-def batch_facts(entry: Entry) -> tuple:
+def batch_facts(entry: Entry) -> BatchFacts:
     """What finding a batch's bounds reads of an entry: (pg_name, is it a batch's end
     marker, its batch_key, its collective_seq_id). EntryTable.batch_facts_reader reads the same
     off the columns."""
     return entry.pg_name, entry.name.is_coalesced_marker, batch_key(entry), entry.collective_seq_id
 
 
-def _facts_of(entries: Sequence[Entry], position: int) -> tuple:
+def _facts_of(entries: Sequence[Entry], position: int) -> BatchFacts:
     return batch_facts(entries[position])
 
 
@@ -94,7 +94,7 @@ def batch_start(entries: Sequence[Entry], position: int) -> int:
     return _batch_start(functools.partial(_facts_of, entries), position)
 
 
-def _batch_start(facts: Callable[[int], tuple], position: int) -> int:
+def _batch_start(facts: Callable[[int], BatchFacts], position: int) -> int:
     if position == 0:
         return position
     marker_pg, _, _, marker_seq = facts(position)

@@ -20,12 +20,16 @@ import math
 import operator
 from array import array
 from itertools import count, repeat
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
-from frtrace.model import Entry
-from frtrace.table.entry_table import INT_RANGES, STATIC_FIELDS, EntryTable
+from frtrace.model import Entry, Frame, OpName, Shapes
+from frtrace.table.entry_table import INT_RANGES, STATIC_FIELDS, EntryTable, Value
 
 _NONE = type(None)
+# One raw entry of a decoded dump, and one column of values (see Columns).
+RawEntry = dict[str, Any]
+Column = Sequence[Value]
+_Interned = TypeVar("_Interned")
 
 # Raw fields the fast path reads a column at a time, and which of them must hold integers
 # (or None as well).
@@ -47,28 +51,46 @@ _EXAMPLE_ROUNDS = 6  # see _examples
 _WIDTHS = tuple((typecode, low) for typecode, (low, _) in INT_RANGES.items())
 
 
+class Coded(NamedTuple):
+    """A column of few distinct values: entry i holds `table[codes[i]]`."""
+
+    table: Sequence[Value]
+    codes: Sequence[int]
+
+    def values(self) -> list[Value]:
+        return list(map(self.table.__getitem__, self.codes))
+
+
 class Columns(NamedTuple):
     """Every Entry field as one column, in Entry order; all columns have the same length.
     A column is a sequence of values, or `Coded`."""
 
-    lists: list
+    lists: list[Column | Coded]
 
 
-class Coded(NamedTuple):
-    """A column of few distinct values: entry i holds `table[codes[i]]`."""
+class Normaliser(Protocol):
+    """What the fast path asks of the loader's per-file normaliser (load/normalise.py):
+    its interning tables, and the checks the entry-by-entry path runs on a value."""
 
-    table: Sequence
-    codes: Sequence[int]
+    groups: dict[Any, tuple[str, str]]
+    names: dict[Any, OpName]
+    shapes: dict[Any, Shapes]
+    strings: dict[Any, str]
 
-    def values(self) -> list:
-        return list(map(self.table.__getitem__, self.codes))
+    def _validated_process_group(self, pg: Any, pg_id: Optional[int]) -> tuple[str, str]: ...
+
+    def op_name(self, profiling_name: Any, is_p2p_flag: Any) -> OpName: ...
+
+    def shape_record(self, input_sizes: Any, input_dtypes: Any, output_sizes: Any, output_dtypes: Any) -> Shapes: ...
+
+    def stack(self, value: Any) -> tuple[Frame, ...]: ...
 
 
-def _field(raw_entries: list, key: str) -> list:
+def _field(raw_entries: list[RawEntry], key: str) -> list[Value]:
     return list(map(dict.get, raw_entries, repeat(key)))
 
 
-def _keys_held(raw_entries: list, names: tuple) -> dict:
+def _keys_held(raw_entries: list[RawEntry], names: tuple[str, ...]) -> dict[str, str]:
     """name -> the key object the dump itself holds for it, for those of `names` that the
     first and the last entry hold (so most likely every entry).
 
@@ -80,13 +102,13 @@ def _keys_held(raw_entries: list, names: tuple) -> dict:
     return {name: held[name] for name in names if name in held and name in last}
 
 
-def _fields(raw_entries: list, names: tuple) -> dict:
+def _fields(raw_entries: list[RawEntry], names: tuple[str, ...]) -> dict[str, Column]:
     """name -> column of that field (None where an entry lacks it)."""
     # One itemgetter pass over the entries touches each dict once; a pass per field would
     # touch it thirteen times. Fields that only some entries carry (duration_ms: completed,
     # timed entries only) are read one by one.
     keys = _keys_held(raw_entries, names)
-    columns = {}
+    columns: dict[str, Column] = {}
     if len(keys) > 1:
         try:
             columns = dict(zip(keys, zip(*map(operator.itemgetter(*keys.values()), raw_entries))))
@@ -98,7 +120,7 @@ def _fields(raw_entries: list, names: tuple) -> dict:
     return columns
 
 
-def _rows(raw_entries: list, names: tuple) -> list:
+def _rows(raw_entries: list[RawEntry], names: tuple[str, ...]) -> list[tuple[Value, ...]]:
     """A tuple per entry of the fields `names` (None where an entry lacks one)."""
     # The static fields are compared a row at a time (see _examples): an itemgetter makes
     # those rows directly, where columns would have to be zipped back into rows.
@@ -111,7 +133,7 @@ def _rows(raw_entries: list, names: tuple) -> list:
     return list(zip(*(_field(raw_entries, keys.get(name, name)) for name in names)))
 
 
-def _int_column(column: Sequence) -> Optional[array]:
+def _int_column(column: Column) -> "Optional[array[int]]":
     """The column in the narrowest int array that holds it and one value below it (see
     EntryTable), or None when a value is not an int as torch writes it (a bool, a float, a
     number past 64 bits).
@@ -135,7 +157,7 @@ def _int_column(column: Sequence) -> Optional[array]:
         return None
 
 
-def _optional_int_column(column: Sequence) -> Optional[Sequence[int]]:
+def _optional_int_column(column: Column) -> Optional[Sequence[Optional[int]]]:
     """`_int_column` of a field that may be None: the column itself when some values are."""
     if column[0] is not None:  # ints throughout, as a rule (timeout_ms)
         ints = _int_column(column)
@@ -152,20 +174,20 @@ def _optional_int_column(column: Sequence) -> Optional[Sequence[int]]:
     return column
 
 
-def _all_none(column: Sequence) -> bool:
+def _all_none(column: Column) -> bool:
     # Counting Nones finds them by identity: quicker than any check of their type or value
     # (`0 in column` compares each None with 0).
     return column[0] is None and column.count(None) == len(column)
 
 
-def _zero_means_none(column: Sequence) -> Sequence:
+def _zero_means_none(column: Column) -> Column:
     # JSON writes 0 where pickle writes None: both mean "not observed".
     if _all_none(column) or 0 not in column:
         return column
     return [value or None for value in column]
 
 
-def _floats(column: Sequence) -> bool:
+def _floats(column: Column) -> bool:
     if _all_none(column):  # no durations (timing off)
         return True
     kinds = set(map(type, column))
@@ -175,18 +197,18 @@ def _floats(column: Sequence) -> bool:
     return all(map(math.isfinite, present)) and (not present or max(map(abs, present)) < 1e300)
 
 
-def _interned(keys: Sequence, table: dict, make) -> Optional[list]:
+def _interned(keys: Sequence[Any], table: dict[Any, _Interned], make: Callable[[Any, int], _Interned]) -> Optional[list[_Interned]]:
     """`table[key]` for every key; `make(key, position of its first entry)` fills in keys
     not in the table yet. None when a key cannot be hashed.
 
     Keys can be deep tuples, and tuples do not keep their hash: each is hashed once here
     (to find its first entry), and the rest goes by that position."""
-    first_at: dict = {}
+    first_at: dict[Any, int] = {}
     try:
         positions = list(map(first_at.setdefault, keys, count()))
     except TypeError:  # unhashable inside
         return None
-    value_at = {}
+    value_at: dict[int, _Interned] = {}
     for key, position in first_at.items():
         value = table.get(key)
         if value is None:
@@ -195,7 +217,7 @@ def _interned(keys: Sequence, table: dict, make) -> Optional[list]:
     return list(map(value_at.__getitem__, positions))
 
 
-def _groups(fields: dict, norm) -> Optional[tuple]:
+def _groups(fields: dict[str, Column], norm: Normaliser) -> Optional[tuple[list[str], list[str]]]:
     pgs = fields["process_group"]
     kinds = set(map(type, pgs))
     if kinds == {list}:  # JSON writes the (name, desc) pair as a list
@@ -210,7 +232,7 @@ def _groups(fields: dict, norm) -> Optional[tuple]:
     return list(map(operator.itemgetter(0), groups)), list(map(operator.itemgetter(1), groups))
 
 
-def _op_names(fields: dict, norm) -> Optional[list]:
+def _op_names(fields: dict[str, Column], norm: Normaliser) -> Optional[list[OpName]]:
     names, flags = fields["profiling_name"], fields["is_p2p"]
     if set(map(type, names)) != {str} or not set(map(type, flags)) <= {bool, _NONE}:
         return None
@@ -218,14 +240,14 @@ def _op_names(fields: dict, norm) -> Optional[list]:
     return _interned(keys, norm.names, lambda key, _: norm.op_name(*key))
 
 
-def _states(fields: dict, norm) -> Optional[list]:
+def _states(fields: dict[str, Column], norm: Normaliser) -> Optional[list[str]]:
     states = fields["state"]
     if set(map(type, states)) != {str}:
         return None
     return _interned(states, norm.strings, lambda state, _: state)
 
 
-def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
+def _examples(owners: Sequence[Any], rows: Sequence[tuple[Value, ...]]) -> Optional[tuple[list[int], list[int]]]:
     """`(example_of, needed)`: for every row, the position of an earlier (or its own) row
     equal to it; and, in ascending order, the positions that are their own example.
 
@@ -236,7 +258,7 @@ def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
     interning just the `needed` rows, in order, validates the same raw values the
     entry-by-entry path would.
     """
-    first_at: dict = {}
+    first_at: dict[Any, int] = {}
     try:
         example_of = list(map(first_at.setdefault, owners, count()))
         alike = list(map(operator.eq, rows, map(rows.__getitem__, example_of)))
@@ -267,7 +289,7 @@ def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
     return example_of, sorted(needed)
 
 
-def _shapes(fields: dict, norm) -> Optional[list]:
+def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes]]:
     raw = [fields[name] for name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")]
     # No type check first: a value that is not a list of lists either fails to make a key
     # (TypeError: the slow path takes the dump) or makes the key the entry-by-entry path
@@ -281,7 +303,7 @@ def _shapes(fields: dict, norm) -> Optional[list]:
     return _interned(keys, norm.shapes, lambda _, at: norm.shape_record(*(column[at] for column in raw)))
 
 
-def _stacks(fields: dict, norm) -> Optional[list]:
+def _stacks(fields: dict[str, Column], norm: Normaliser) -> Optional[list[tuple[Frame, ...]]]:
     frames = fields["frames"]
     if frames[0] is None:  # dumped without stacks (the key is absent)
         return [()] * len(frames) if frames.count(None) == len(frames) else None
@@ -296,7 +318,7 @@ def _stacks(fields: dict, norm) -> Optional[list]:
     return _interned(keys, {}, lambda _, at: norm.stack(frames[at]))
 
 
-def _static_columns(fields: dict, rows: list, norm) -> Optional[list]:
+def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], norm: Normaliser) -> Optional[list[Coded]]:
     """Coded columns for pg_name, pg_desc, name, shapes, state and frames, from the rows of
     _ROW_FIELDS."""
     # `is_p2p` is the one field where equal raw values are judged apart (1 == True, but only
@@ -310,7 +332,7 @@ def _static_columns(fields: dict, rows: list, norm) -> Optional[list]:
     if examples is None:
         return None
     example_of, needed = examples
-    chosen: dict = dict(zip(_ROW_FIELDS, zip(*map(rows.__getitem__, needed))))
+    chosen: dict[str, Column] = dict(zip(_ROW_FIELDS, zip(*map(rows.__getitem__, needed))))
     chosen["profiling_name"] = list(map(names.__getitem__, needed))
     groups = _groups(chosen, norm)
     op_names = _op_names(chosen, norm) if groups else None
@@ -319,14 +341,14 @@ def _static_columns(fields: dict, rows: list, norm) -> Optional[list]:
     shapes = _shapes(chosen, norm) if op_names else None
     states = _states(chosen, norm) if shapes else None
     stacks = _stacks(chosen, norm) if states else None
-    if stacks is None:
+    if op_names is None or shapes is None or states is None or stacks is None:
         return None
     # One list of codes for all six columns: code i stands for the i-th needed row's values.
     codes = list(map(dict(zip(needed, count())).__getitem__, example_of))
     return [Coded(values, codes) for values in (*groups, op_names, shapes, states, stacks)]
 
 
-def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
+def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser) -> Optional[Columns]:
     """The entries of one dump as columns, oldest first, checked and interned exactly as the
     entry-by-entry path would; None when anything is unusual (that path then handles it)."""
     if not raw_entries or set(map(type, raw_entries)) != {dict}:
@@ -334,16 +356,17 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     fields = _fields(raw_entries, _COLUMN_FIELDS)
     record_ids = fields["record_id"]  # as read: cheaper to compare than the array's values
     for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
-        fields[name] = _int_column(fields[name]) if name in _INT_FIELDS else _optional_int_column(fields[name])
-        if fields[name] is None:
+        column = _int_column(fields[name]) if name in _INT_FIELDS else _optional_int_column(fields[name])
+        if column is None:
             return None
+        fields[name] = column
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
     static = _static_columns(fields, _rows(raw_entries, _ROW_FIELDS), norm)
     if static is None:
         return None
     pg_names, pg_descs, names, shapes, states, stacks = static
-    columns = [
+    columns: list[Column | Coded] = [
         range(len(raw_entries)), fields["record_id"], pg_names, pg_descs, fields["pg_id"],
         fields["collective_seq_id"], fields["p2p_seq_id"], fields["op_id"], names, shapes, states,
         fields["retired"], fields["time_created_ns"], _zero_means_none(fields["time_discovered_started_ns"]),
@@ -356,7 +379,7 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
     return Columns(columns)
 
 
-def _reordered(column, order: list):
+def _reordered(column: Column | Coded, order: list[int]) -> Column | Coded:
     if isinstance(column, Coded):
         return Coded(column.table, list(map(column.codes.__getitem__, order)))
     return list(map(column.__getitem__, order))
@@ -378,10 +401,10 @@ class SharedValues:
     __slots__ = ("values", "rank_lists")
 
     def __init__(self) -> None:
-        self.values: dict = {}
-        self.rank_lists: dict = {}
+        self.values: dict[Value, Value] = {}
+        self.rank_lists: dict[object, tuple[int, ...]] = {}  # by the tuple, or an array's bytes
 
-    def rank_list(self, ranks: Sequence[int]) -> tuple:
+    def rank_list(self, ranks: Sequence[int]) -> tuple[int, ...]:
         """The one tuple kept for this list of ranks (a tuple, or an int64 array from a worker,
         looked up by its bytes: hashing 16,384 ints per dump would cost more)."""
         key = ranks.tobytes() if isinstance(ranks, array) else ranks
@@ -390,7 +413,7 @@ class SharedValues:
             kept = self.rank_lists[key] = tuple(ranks)
         return kept
 
-    def one_of(self, value):
+    def one_of(self, value: Value) -> Value:
         return self.values.setdefault(value, value)
 
 
@@ -398,9 +421,10 @@ def entry_table(columns: Columns) -> EntryTable:
     """The entries of `columns` as an EntryTable."""
     lists = list(columns.lists)
     static = [lists[position] for position in _STATIC_POSITIONS]
-    if all(isinstance(c, Coded) for c in static) and all(c.codes is static[0].codes for c in static):
+    coded = [c for c in static if isinstance(c, Coded)]
+    if len(coded) == len(static) and all(c.codes is coded[0].codes for c in coded):
         # One code per entry for all six: their tables read side by side are the static rows.
-        return EntryTable.from_columns(lists, static[0].codes, list(zip(*(c.table for c in static))))
+        return EntryTable.from_columns(lists, coded[0].codes, list(zip(*(c.table for c in coded))))
     for position, column in zip(_STATIC_POSITIONS, static):
         lists[position] = column.values() if isinstance(column, Coded) else column
     return EntryTable.from_columns(lists)

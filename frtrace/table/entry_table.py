@@ -21,12 +21,34 @@ import math
 import operator
 from array import array
 from itertools import repeat
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Union, overload
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Union,
+    overload,
+)
 
-from frtrace.model import Entry
+from frtrace.model import Entry, Frame, OpName, Shapes
 
 _NONE = type(None)
 _new_entry = tuple.__new__
+# One field's value, as the loader normalised it: its type depends on the field (an int,
+# a float, a bool, None, a str, an OpName ...), so the columns hand it over untyped.
+Value = Any
+# What the entries of one coalesced batch share: (pg_name, is_p2p, their P2P sequence
+# number if P2P, else their collective one); see standing.batch_key.
+BatchId = tuple[str, bool, int]
+# What finding a batch's bounds reads of an entry (see batches.batch_facts).
+BatchFacts = tuple[str, bool, BatchId, int]
+# What a column keeps its values in (see _Column).
+Values = Union["array[Any]", range, list[Value], "_Same"]
 # The fields that make up an entry's static part, stored as one code per entry.
 STATIC_FIELDS = ("pg_name", "pg_desc", "name", "shapes", "state", "frames")
 _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
@@ -36,8 +58,34 @@ _COLUMN_OF = {Entry._fields[position]: k for k, position in enumerate(_OTHER_POS
 INT_RANGES = {code: (-(1 << (8 * array(code).itemsize - 1)), (1 << (8 * array(code).itemsize - 1)) - 1)
                for code in ("b", "h", "i", "q")}
 _FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
-TABLE_FORMAT = 1  # of a pickled EntryTable (see EntryTable.__reduce__)
+TABLE_FORMAT = 2  # of a pickled EntryTable (see EntryTable.__reduce__); 2: static rows are StaticRows
 _FEW_ROWS = 8  # up to this many rows are read one by one (see EntryTable.rows)
+
+
+class StaticRow(NamedTuple):
+    """The static part of an entry (its STATIC_FIELDS), which the entries of one op in one
+    group share: a table holds each distinct one once, and an entry its code."""
+
+    pg_name: str
+    pg_desc: str
+    name: OpName
+    shapes: Shapes
+    state: str
+    frames: tuple[Frame, ...]
+
+
+class GroupRows(NamedTuple):
+    """The rows of one group name's entries in a table, each list oldest first."""
+
+    collectives: list[int]
+    p2p: list[int]  # its P2P ops, without the markers that close a P2P batch
+    p2p_markers: list[int]  # those markers: they say which P2P ops were batched, and are no op
+
+
+class ValuePool(Protocol):
+    """One object kept per distinct value (entry_columns.SharedValues: see EntryTable.share)."""
+
+    values: dict[Value, Value]
 
 
 class _Same:
@@ -46,16 +94,16 @@ class _Same:
 
     __slots__ = ("value", "length")
 
-    def __init__(self, value, length: int) -> None:
+    def __init__(self, value: Value, length: int) -> None:
         self.value, self.length = value, length
 
-    def __getitem__(self, row: int):
+    def __getitem__(self, row: int) -> Value:
         return self.value
 
     def __len__(self) -> int:
         return self.length
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[Value]:
         return repeat(self.value, self.length)
 
 
@@ -65,27 +113,27 @@ class _Column:
 
     __slots__ = ("values", "decode")
 
-    def __init__(self, values: Union[array, range, list, _Same], decode: Optional[dict] = None) -> None:
+    def __init__(self, values: Values, decode: Optional[dict[Value, Value]] = None) -> None:
         self.values = values
         self.decode = decode
 
-    def read(self, row: int):
+    def read(self, row: int) -> Value:
         value = self.values[row]
         return self.decode.get(value, value) if self.decode else value
 
-    def read_rows(self, rows: Sequence[int]) -> list:
+    def read_rows(self, rows: Sequence[int]) -> list[Value]:
         if isinstance(self.values, _Same):
             return [self.values.value] * len(rows)
         values = self.values
         return self._decoded([values[row] for row in rows])  # faster than map over an array's __getitem__
 
-    def read_all(self) -> list:
+    def read_all(self) -> list[Value]:
         return self._decoded(list(self.values))
 
-    def _decoded(self, values: list) -> list:
+    def _decoded(self, values: list[Value]) -> list[Value]:
         return list(map(self.decode.get, values, values)) if self.decode else values
 
-    def write(self, rows: Sequence[int], values: Sequence) -> None:
+    def write(self, rows: Sequence[int], values: Sequence[Value]) -> None:
         """Store `values` at `rows`: in place where the column can hold them as they are,
         else after turning it into a list (once)."""
         current = self.read_rows(rows)
@@ -106,12 +154,12 @@ class _Column:
         return 8 * len(self.values) if isinstance(self.values, list) else 0
 
 
-def _same_value(old, new) -> bool:
+def _same_value(old: Value, new: Value) -> bool:
     """The same value of the same type (1, 1.0 and True are equal, and all are stored apart)."""
     return old is new or (type(old) is type(new) and old == new)
 
 
-def _fits(values: array, value, decode: Optional[dict]) -> bool:
+def _fits(values: "array[Any]", value: Value, decode: Optional[dict[Value, Value]]) -> bool:
     """Whether `values` can hold `value` (and give it back as it is)."""
     if value is None:
         return decode is not None and None in decode.values()
@@ -123,7 +171,7 @@ def _fits(values: array, value, decode: Optional[dict]) -> bool:
     return type(value) is int and low < value <= high  # the lowest value is kept for None
 
 
-def _encoded(value, decode: Optional[dict]):
+def _encoded(value: Value, decode: Optional[dict[Value, Value]]) -> Value:
     if decode:
         for stored, meant in decode.items():
             if meant is value:  # None, True, False: identity, since 1 == True
@@ -131,11 +179,11 @@ def _encoded(value, decode: Optional[dict]):
     return value
 
 
-_BOOLS = {-1: None, 0: False, 1: True}
+_BOOLS: dict[Value, Value] = {-1: None, 0: False, 1: True}
 _BOOL_CODES = {meant: stored for stored, meant in _BOOLS.items()}
 
 
-def _all_alike(values: Sequence) -> bool:
+def _all_alike(values: Sequence[Value]) -> bool:
     """Every value equal to the first, and of its type (1, 1.0 and True are equal)."""
     first = values[0]
     if first is None or isinstance(values, array):
@@ -144,7 +192,7 @@ def _all_alike(values: Sequence) -> bool:
         and not (isinstance(first, float) and math.isnan(first))
 
 
-def narrowest_int_array(values: Sequence[int], low: int, high: int) -> Optional[array]:
+def narrowest_int_array(values: Sequence[int], low: int, high: int) -> "Optional[array[int]]":
     """`values` (ints from `low` to `high`) in the narrowest machine array that holds them
     and one value below them (kept for None), or None when none does."""
     typecode = _narrowest_typecode(low, high)
@@ -158,12 +206,12 @@ def _narrowest_typecode(low: int, high: int) -> Optional[str]:
     return None
 
 
-def _int_column(values: Sequence, present: Sequence[int], has_none: bool) -> Optional[_Column]:
+def _int_column(values: Sequence[Optional[int]], present: Sequence[int], has_none: bool) -> Optional[_Column]:
     """`values` (ints, and None where `has_none`) in the narrowest array that holds them
     and one value below them, which stands for None."""
     low, high = min(present), max(present)
     if not has_none:
-        ints = narrowest_int_array(values, low, high)
+        ints = narrowest_int_array(values, low, high)  # type: ignore[arg-type]  # no None: ints
         return None if ints is None else _Column(ints)
     typecode = _narrowest_typecode(low, high)
     if typecode is None:
@@ -172,7 +220,7 @@ def _int_column(values: Sequence, present: Sequence[int], has_none: bool) -> Opt
     return _Column(array(typecode, [none if v is None else v for v in values]), {none: None})
 
 
-def column_of(values: Sequence) -> _Column:
+def column_of(values: Sequence[Value]) -> _Column:
     """The most compact column holding exactly `values` (their types kept too)."""
     if isinstance(values, range):
         return _Column(values)
@@ -203,18 +251,19 @@ class EntryTable(Sequence[Entry]):
 
     __slots__ = ("_codes", "_statics", "_static_code", "_columns", "_length", "_readers", "_in_use")
 
-    def __init__(self, codes: array, statics: list, columns: list[_Column]) -> None:
+    def __init__(self, codes: "array[int]", statics: list[StaticRow], columns: list[_Column]) -> None:
         self._codes = codes  # static row of each entry
-        self._statics = statics  # (pg_name, pg_desc, name, shapes, state, frames) per code
-        self._static_code: Optional[dict] = None  # built on the first `replace`
+        self._statics = statics  # one per code
+        self._static_code: Optional[dict[tuple[int, ...], int]] = None  # built on the first `replace`
         self._columns = columns  # one per field outside STATIC_FIELDS, in Entry order
         self._length = len(codes)
-        self._readers: Optional[tuple] = None  # see _read
-        self._in_use: Optional[list] = None  # see statics_in_use
+        # See _read: the columns' containers, and (position, decode) of those that decode.
+        self._readers: Optional[tuple[tuple[Values, ...], tuple[tuple[int, dict[Value, Value]], ...]]] = None
+        self._in_use: Optional[list[StaticRow]] = None  # see statics_in_use
 
     # ---- building and transfer
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., "EntryTable"], tuple[int, "array[int]", list[StaticRow], list[_Column]]]:
         # Tables cross from loader workers (and cluster workers) to the main process:
         # arrays and the few static rows pickle at memory speed. The format number lets
         # a reader refuse a table written by another version of this module.
@@ -227,30 +276,30 @@ class EntryTable(Sequence[Entry]):
                          for column in self._columns]
         self._readers = self._static_code = None  # the lookup `replace` built is not kept
 
-    def share(self, shared) -> None:
+    def share(self, shared: ValuePool) -> None:
         """Swap the static rows' values for the objects `shared` (SharedValues) keeps, one
         per distinct value across ranks: tables built apart (in worker processes) hold
         copies, and the matcher tells equal ops apart by identity first."""
         one_of = shared.values.setdefault  # (SharedValues.one_of, without a call in Python per value)
-        self._statics = [tuple(map(one_of, static, static)) for static in self._statics]
+        self._statics = [StaticRow._make(map(one_of, static, static)) for static in self._statics]
         self._static_code = self._in_use = None
 
     @classmethod
-    def from_columns(cls, lists: Sequence, codes: Optional[Sequence[int]] = None,
-                     statics: Optional[Sequence[tuple]] = None) -> "EntryTable":
+    def from_columns(cls, lists: Sequence[Sequence[Value]], codes: Optional[Sequence[int]] = None,
+                     statics: Optional[Sequence[tuple[object, ...]]] = None) -> "EntryTable":
         """A table of the 18 columns `lists` (one per Entry field, in order). `codes` and
         `statics`, when given, hold the static fields already coded; the static columns
         of `lists` are then not read."""
         if codes is None or statics is None:
             codes, statics = _coded_statics([lists[i] for i in _STATIC_POSITIONS])
         columns = [column_of(lists[i]) for i in _OTHER_POSITIONS]
-        return cls(_code_array(codes, len(statics)), list(statics), columns)
+        return cls(_code_array(codes, len(statics)), list(map(StaticRow._make, statics)), columns)
 
     @classmethod
     def from_entries(cls, entries: Sequence[Entry]) -> "EntryTable":
         if isinstance(entries, EntryTable):
             return entries
-        lists = [list(column) for column in zip(*entries)] if entries else [[] for _ in Entry._fields]
+        lists: list[list[Value]] = [list(column) for column in zip(*entries)] if entries else [[] for _ in Entry._fields]
         return cls.from_columns(lists)
 
     def replace(self, changes: Mapping[int, Entry]) -> None:
@@ -259,7 +308,7 @@ class EntryTable(Sequence[Entry]):
         if not changes:
             return
         for row, entry in changes.items():
-            self._codes[row] = self._code_of(tuple(map(entry.__getitem__, _STATIC_POSITIONS)))
+            self._codes[row] = self._code_of(StaticRow._make(map(entry.__getitem__, _STATIC_POSITIONS)))
         rows, entries = list(changes), list(changes.values())
         for column, position in zip(self._columns, _OTHER_POSITIONS):
             column.write(rows, [entry[position] for entry in entries])
@@ -277,17 +326,17 @@ class EntryTable(Sequence[Entry]):
                 column.write(targets, column.read_rows(sources))
         self._readers = self._in_use = None
 
-    def set_static(self, rows: Sequence[int], name: str, values: Sequence) -> None:
+    def set_static(self, rows: Sequence[int], name: str, values: Sequence[Value]) -> None:
         """Set the static field `name` (see STATIC_FIELDS) of the entries at `rows` to `values`."""
         k = STATIC_FIELDS.index(name)
         codes, statics = self._codes, self._statics
         for row, value in zip(rows, values):
             static = statics[codes[row]]
             if static[k] is not value:
-                self._codes[row] = self._code_of(static[:k] + (value,) + static[k + 1:])
+                self._codes[row] = self._code_of(StaticRow._make(static[:k] + (value,) + static[k + 1:]))
         self._in_use = None
 
-    def _code_of(self, static: tuple) -> int:
+    def _code_of(self, static: StaticRow) -> int:
         """The code of a static row, added when new."""
         if self._static_code is None:
             # Keyed by the identity of the static values: a settled entry reuses the objects
@@ -317,9 +366,9 @@ class EntryTable(Sequence[Entry]):
     def __getitem__(self, index: int) -> Entry: ...
 
     @overload
-    def __getitem__(self, index: slice) -> tuple: ...
+    def __getitem__(self, index: slice) -> tuple[Entry, ...]: ...
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Union[int, slice]) -> Union[Entry, tuple[Entry, ...]]:
         if isinstance(index, slice):
             return self.rows(range(*index.indices(self._length)))
         if index < 0:
@@ -332,7 +381,7 @@ class EntryTable(Sequence[Entry]):
             c[0], c[1], static[0], static[1], c[2], c[3], c[4], c[5], static[2], static[3], static[4], c[6],
             c[7], c[8], c[9], c[10], c[11], static[5]))
 
-    def _read(self, row: int) -> list:
+    def _read(self, row: int) -> list[Value]:
         """The non-static fields of one row. One entry is read at a time all through the
         diagnosis: the columns' values are fetched in one pass in C, and only the columns
         that stand for other values (None, bools) are decoded in Python."""
@@ -346,18 +395,22 @@ class EntryTable(Sequence[Entry]):
             values[k] = decode.get(value, value)
         return values
 
-    def rows(self, rows: Sequence[int]) -> tuple:
+    def rows(self, rows: Sequence[int]) -> tuple[Entry, ...]:
         """The entries at `rows`, built a column at a time (a few, one by one: reading
         every column for them would cost more)."""
         if len(rows) <= _FEW_ROWS:
             return tuple(map(self.__getitem__, rows))
         statics = list(map(self._statics.__getitem__, map(self._codes.__getitem__, rows)))
-        fields: list = [None] * len(Entry._fields)
+        fields: list[Iterable[Value]] = [()] * len(Entry._fields)
         for k, position in enumerate(_STATIC_POSITIONS):
             fields[position] = map(operator.itemgetter(k), statics)
         for column, position in zip(self._columns, _OTHER_POSITIONS):
             fields[position] = column.read_rows(rows)
         return tuple(map(_new_entry, repeat(Entry), zip(*fields)))
+
+    def rows_plain(self, rows: Sequence[int]) -> tuple[Entry, ...]:
+        """rows's plain twin: the entries one by one."""
+        return tuple(map(self.__getitem__, rows))
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self.rows(range(self._length)))
@@ -365,7 +418,7 @@ class EntryTable(Sequence[Entry]):
     def __reversed__(self) -> Iterator[Entry]:
         return iter(self.rows(range(self._length - 1, -1, -1)))
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, EntryTable):
             other = tuple(other)
         return isinstance(other, tuple) and tuple(self) == other
@@ -377,7 +430,7 @@ class EntryTable(Sequence[Entry]):
 
     # ---- columns, for the matcher
 
-    def field(self, name: str) -> list:
+    def field(self, name: str) -> list[Value]:
         """Every entry's `name` field, oldest first."""
         position = Entry._fields.index(name)
         if position in _STATIC_POSITIONS:
@@ -385,31 +438,31 @@ class EntryTable(Sequence[Entry]):
             return [static[k] for static in map(self._statics.__getitem__, self._codes)]
         return self._columns[_OTHER_POSITIONS.index(position)].read_all()
 
-    def value(self, name: str, row: int):
+    def value(self, name: str, row: int) -> Value:
         """One field (outside STATIC_FIELDS) of one entry, without building the Entry."""
         return self._columns[_COLUMN_OF[name]].read(row)
 
-    def batch_facts_reader(self) -> Callable[[int], tuple]:
+    def batch_facts_reader(self) -> Callable[[int], BatchFacts]:
         """batches.batch_facts of the entry at a row, without building the Entry: a
         function of the row, the columns looked up once (the loader reads it some 14 times
         per batch it settles)."""
         codes, statics = self._codes, self._statics
         collective_seq, p2p_seq = self._columns[_COLUMN_OF["collective_seq_id"]], self._columns[_COLUMN_OF["p2p_seq_id"]]
 
-        def facts(row: int) -> tuple:
+        def facts(row: int) -> BatchFacts:
             static = statics[codes[row]]
-            name = static[2]
+            name, pg_name = static.name, static.pg_name
             seq = collective_seq.read(row)
-            return static[0], name.is_coalesced_marker, (static[0], name.is_p2p, p2p_seq.read(row) if name.is_p2p else seq), seq
+            return pg_name, name.is_coalesced_marker, (pg_name, name.is_p2p, p2p_seq.read(row) if name.is_p2p else seq), seq
         return facts
 
-    def batch_key(self, row: int) -> tuple:
+    def batch_key(self, row: int) -> BatchId:
         """standing.batch_key of the entry at `row`, without building the Entry."""
         static = self._statics[self._codes[row]]
-        is_p2p = static[2].is_p2p
-        return static[0], is_p2p, self.value("p2p_seq_id" if is_p2p else "collective_seq_id", row)
+        is_p2p = static.name.is_p2p
+        return static.pg_name, is_p2p, self.value("p2p_seq_id" if is_p2p else "collective_seq_id", row)
 
-    def field_at(self, name: str, rows: Sequence[int]) -> list:
+    def field_at(self, name: str, rows: Sequence[int]) -> list[Value]:
         """The `name` field of the entries at `rows`."""
         position = Entry._fields.index(name)
         if position in _STATIC_POSITIONS:
@@ -418,26 +471,50 @@ class EntryTable(Sequence[Entry]):
             return [statics[codes[row]][k] for row in rows]
         return self._columns[_OTHER_POSITIONS.index(position)].read_rows(rows)
 
-    def static_values(self, name: str) -> list:
+    def static_values(self, name: str) -> list[Value]:
         """The distinct values of a static field (see STATIC_FIELDS) that entries hold, in
         the order they first appear."""
         k = STATIC_FIELDS.index(name)
         return list(dict.fromkeys(static[k] for static in self.statics_in_use()))
 
-    def statics_in_use(self) -> list:
+    def statics_in_use(self) -> list[StaticRow]:
         """The static rows entries hold, in the order they first appear."""
         if self._in_use is None:
             self._in_use = list(map(self._statics.__getitem__, dict.fromkeys(self._codes)))
         return self._in_use
 
+    def static_row(self, row: int) -> StaticRow:
+        """The static part of the entry at `row` (a row its like entries share)."""
+        return self._statics[self._codes[row]]
+
+    def static_rows(self, rows: Iterable[int]) -> list[StaticRow]:
+        """The static part of each entry at `rows`."""
+        statics, codes = self._statics, self._codes
+        return [statics[codes[row]] for row in rows]
+
+    def rows_by_group(self) -> dict[str, GroupRows]:
+        """pg_name -> the rows of the group's collectives, P2P ops and P2P batch markers,
+        in the order the groups first appear. A rank holds thousands of entries in a
+        handful of groups: each code is placed once, and the rows dealt by their codes."""
+        statics = self._statics
+        names = list(dict.fromkeys(static.pg_name for static in self.statics_in_use()))
+        # Bucket 3k holds the collectives of the k-th name, 3k+1 its P2P ops, 3k+2 the
+        # markers among those (a collective batch's marker stays with the collectives).
+        first_bucket = {name: 3 * k for k, name in enumerate(names)}
+        bucket_of_code = [first_bucket.get(static.pg_name, 0)
+                          + (1 + static.name.is_coalesced_marker if static.name.is_p2p else 0) for static in statics]
+        buckets = buckets_by_code(self._codes, bucket_of_code, 3 * len(names))
+        return {name: GroupRows(*buckets[3 * k:3 * k + 3]) for k, name in enumerate(names)}
+
     @property
-    def codes(self) -> array:
-        """The static row of each entry (see `statics`)."""
+    def codes(self) -> "array[int]":
+        """The static row of each entry (see `statics`). For table/ only: the layers above
+        ask the named questions (tests/test_layers.py checks)."""
         return self._codes
 
     @property
-    def statics(self) -> list:
-        """(pg_name, pg_desc, name, shapes, state, frames) of each code; do not change it."""
+    def statics(self) -> list[StaticRow]:
+        """The static row of each code; do not change it. For table/ only, as `codes`."""
         return self._statics
 
     def nbytes(self) -> int:
@@ -445,20 +522,32 @@ class EntryTable(Sequence[Entry]):
         return self._codes.itemsize * self._length + sum(column.nbytes() for column in self._columns)
 
 
-def _table_from_parts(version: int, codes: array, statics: list, columns: list) -> EntryTable:
+def _table_from_parts(version: int, codes: "array[int]", statics: list[StaticRow], columns: list[_Column]) -> EntryTable:
     if version != TABLE_FORMAT:
         raise ValueError(f"entry table format {version}, this version reads {TABLE_FORMAT}")
     return EntryTable(codes, list(statics), columns)
 
 
-def _coded_statics(static_columns: list) -> tuple:
+def _coded_statics(static_columns: Sequence[Sequence[Value]]) -> tuple["array[int]", list[StaticRow]]:
     """(codes, distinct static rows) of the six static columns."""
     keys = list(zip(*static_columns))
     distinct = list(dict.fromkeys(keys))
     code_of = {key: code for code, key in enumerate(distinct)}
-    return _code_array(list(map(code_of.__getitem__, keys)), len(distinct)), distinct
+    return _code_array(list(map(code_of.__getitem__, keys)), len(distinct)), list(map(StaticRow._make, distinct))
 
 
-def _code_array(codes: Sequence[int], count: int) -> array:
+def _code_array(codes: Sequence[int], count: int) -> "array[int]":
     """`codes` (each below `count`) in two bytes each where they fit, else four."""
     return array("H" if count <= 1 << 16 else "I", codes)
+
+
+def buckets_by_code(codes: Sequence[int], bucket_of_code: Sequence[int], buckets: int) -> list[list[int]]:
+    """Rows dealt into `buckets` lists by `bucket_of_code[code]`."""
+    dealt: list[list[int]] = [[] for _ in range(buckets)]
+    for row, code in enumerate(codes):
+        dealt[bucket_of_code[code]].append(row)
+    return dealt
+
+
+# Fast paths beside their plain twins (see frtrace.testing.twins).
+PLAIN_TWINS = {"EntryTable.rows": EntryTable.rows_plain}

@@ -8,8 +8,10 @@ Takes what the loader read from one file; returns a `RankDump` (Entry tuples giv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 from typing import Optional
 
+from frtrace.model import PgConfig, PgStatus
 from frtrace.table.entry_table import EntryTable
 
 
@@ -22,11 +24,11 @@ class RankDump:
     encoding: str  # pickle | json, with "+gzip" when compressed
     version: str
     comm_lib_version: str
-    pg_config: tuple  # tuple[PgConfig, ...]
-    pg_status: dict  # rank-local pg_id -> PgStatus
+    pg_config: tuple[PgConfig, ...]
+    pg_status: dict[int, PgStatus]  # rank-local pg_id -> its status
     entries: EntryTable  # oldest first (Entry tuples given here are stored as a table)
     has_entries: bool  # False when the dump was taken without collectives
-    warnings: tuple = ()
+    warnings: tuple[str, ...] = ()
     # Entries dropped because where they stand (their collective_seq_id) could not be read.
     unreadable_entries: int = 0
     writer: str = "c10d"  # who wrote the dump: c10d's Flight Recorder, or "cupti_monitor"
@@ -57,6 +59,6 @@ class RankDump:
             self.entries = EntryTable.from_entries(self.entries)
 
 
-def clocks_compare(dumps) -> bool:
+def clocks_compare(dumps: Iterable[RankDump]) -> bool:
     """Whether times of different ranks' dumps can be compared: every dump is on a wall clock."""
     return all(dump.clock == "wall" for dump in dumps)

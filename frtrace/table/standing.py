@@ -23,7 +23,7 @@ def mixes_numberings(status: PgStatus) -> bool:
             and status.last_completed > status.last_enqueued)
 
 
-def completion_is_reliable(dumps: list[RankDump]) -> bool:
+def completion_is_reliable(dumps: Sequence[RankDump]) -> bool:
     """gloo never moves entries past `scheduled` and retires even timed-out ops, so
     only producers that report started/completed states tell waiting from finished;
     and so do dumps that keep only active entries, as every entry they hold is unfinished."""
@@ -46,7 +46,7 @@ def keeps_only_active(dump: RankDump) -> bool:
     return gaps and dump.backend != "gloo"  # the backend last: it is read off every op name
 
 
-def only_active_job(dumps: list[RankDump]) -> bool:
+def only_active_job(dumps: Sequence[RankDump]) -> bool:
     """The job's dumps keep only active entries: a job-wide setting, so one dump showing it
     (gaps in its record ids) speaks for all, even those whose few entries show no gap."""
     return any(map(keeps_only_active, dumps))
@@ -87,7 +87,7 @@ def without_queued_ops(dump: RankDump) -> RankDump:
     return replace(dump, entries=entries.take([*range(blocked + 1), *behind]))
 
 
-def blocked_in(dumps: list[RankDump]) -> dict[int, tuple[str, bool]]:
+def blocked_in(dumps: Sequence[RankDump]) -> dict[int, tuple[str, bool]]:
     """rank -> (group name, is_p2p) of the op the rank is blocked in: where it waits now."""
     blocked = {}
     for dump in dumps:

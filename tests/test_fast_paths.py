@@ -1,0 +1,82 @@
+"""Every fast path of the table and the matcher answers what its plain twin answers
+(frtrace.testing.twins, the rule in ARCHITECTURE.md): the matcher settles most
+collectives at a glance where its twin judges each one, reads each rank's keys per
+number in C where its twin looks each number up, and so on. Run over both, the match
+must agree in every field of every collective and P2P pair, and the report in every
+byte, on realistic jobs (wrapped buffers, batches, missing dumps, hangs and mismatches)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import write_synth_job
+
+from frtrace.diagnosis import diagnose
+from frtrace.load.layout import build_layout
+from frtrace.load.loader import load_dumps
+from frtrace.match.analysis import finish_analysis
+from frtrace.match.matcher import match
+from frtrace.report.render import render_json
+from frtrace.testing.synth import Fault, generate
+from frtrace.testing.twins import fast_paths, plain_twins
+
+JOBS = [
+    (Fault("hang", rank=3, group="dp", step=1), {"p2p": "mixed"}),
+    (Fault("missing_dump_hang", rank=5, group="tp", step=1), {"buffer_size": 150}),
+    (Fault("skip_op", rank=7, group="tp", step=1), {"p2p": "batched", "coalesced_events": "marker"}),
+    (Fault("extra_op", rank=2, group="dp", step=1), {"buffer_size": 120, "coalesced_events": "marker"}),
+    (Fault("op_mismatch", rank=6, group="dp", step=2), {"buffer_size": 90, "pg_status": "work"}),
+    (Fault("stuck", rank=5, group="pp", step=1), {"p2p": "mixed", "buffer_size": 200}),
+    (Fault("straggler", rank=4, group="tp", step=1), {"timing": True}),
+    (None, {"coalesced_events": "marker", "pg_status": "work"}),
+]
+
+
+def _every_field(result) -> list:
+    return ([(m.group_id, m.seq, list(m.calls), m.not_issued, m.out_of_window, m.no_dump, m.unfinished,
+              m.disagreement, m.completed_ranks, m.finished_unseen, m.issued) for m in result.collectives]
+            + [(p.group_id, p.src, p.dst, p.ordinal, p.send, p.recv) for p in result.p2p])
+
+
+def _loaded(tmp_path, fault, options):
+    write_synth_job(tmp_path, generate(16, 2, 2, steps=3, fault=fault, seed=5, **options))
+    loaded = load_dumps([tmp_path], workers=1)
+    return loaded, build_layout(loaded.dumps, loaded.failed_ranks, None)
+
+
+def _match_and_report(loaded, layout) -> tuple[list, str]:
+    matches = match(loaded.dumps, layout)
+    analysis = finish_analysis(loaded, layout, matches)
+    return _every_field(matches) + _every_field(analysis.device), render_json(analysis, diagnose(analysis))
+
+
+@pytest.mark.parametrize("fault, options", JOBS)
+def test_the_fast_paths_find_what_their_plain_twins_find(tmp_path, fault, options):
+    loaded, layout = _loaded(tmp_path, fault, options)
+    fast = _match_and_report(loaded, layout)
+    # The shortcut was taken: most collectives were settled, every rank having completed them.
+    result = match(loaded.dumps, layout)
+    settled = [m for m in result.collectives if m.completed_ranks == m.issued == tuple(result.views[m.group_id].streams)]
+    assert len(settled) > len(result.collectives) / 2
+    with plain_twins():
+        plain = _match_and_report(loaded, layout)
+    assert fast == plain
+
+
+@pytest.mark.parametrize("path", sorted(fast_paths()))
+def test_each_plain_twin_alone_finds_what_the_fast_path_finds(tmp_path, path):
+    loaded, layout = _loaded(tmp_path, Fault("skip_op", rank=7, group="tp", step=1),
+                             {"p2p": "batched", "coalesced_events": "marker", "buffer_size": 150})
+    fast = _match_and_report(loaded, layout)
+    with plain_twins([path]):
+        plain = _match_and_report(loaded, layout)
+    assert fast == plain
+
+
+def test_plain_twins_swap_in_and_back():
+    from frtrace.match import matcher
+    from frtrace.table.seq_map import SeqMap
+
+    fast_unsettled, fast_keys_at = matcher._unsettled, SeqMap.keys_at
+    with plain_twins():
+        assert matcher._unsettled is matcher._every_collective and SeqMap.keys_at is SeqMap.keys_at_plain
+    assert matcher._unsettled is fast_unsettled and SeqMap.keys_at is fast_keys_at
