@@ -8,8 +8,7 @@ Takes what the loader read from one file; returns a `RankDump` (Entry tuples giv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
-from typing import Optional
+from typing import Iterable, Optional
 
 from frtrace.model import PgConfig, PgStatus
 from frtrace.table.entry_table import EntryTable
