@@ -39,7 +39,7 @@ from frtrace.report.raw_view import (
     render_block,
     side_by_side_lines,
 )
-from frtrace.report.render import RANK_VIEW_RENDERERS, render_json, render_markdown, render_text
+from frtrace.report.render import DEFAULT_WIDTH, RANK_VIEW_RENDERERS, render_json, render_markdown, render_text
 from frtrace.util import fold_ranks, parse_rank_ranges, ranks_in
 from frtrace.wording import printable
 
@@ -157,6 +157,7 @@ class _Progress:
 @click.option("--timeline-all", is_flag=True, help="With --timeline, draw every rank, however large the file gets.")
 @click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report (.html): verdict, findings, a rank x group grid, where each rank is.")
 @click.option("--ranks", "ranks_only", is_flag=True, help="Print only the verdict and where each rank is (one row per class of ranks that stand alike).")
+@click.option("--all", "show_all", is_flag=True, help="Text report: every finding and every row of where each rank is (by default consequences fold into one line per class of groups, and 12 rows show).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
@@ -179,7 +180,7 @@ class _Progress:
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
+def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, show_all, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, scheduler,
             max_file_size, exit_zero, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -262,13 +263,13 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
     diagnosis = diagnose(analysis)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters, timeline_all)]
     if ranks_only:
-        _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler()))
+        _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler(), width=_text_width()))
     elif fmt == "json":
         _emit(render_json(analysis, diagnosis))
     elif fmt == "markdown":
         _emit(render_markdown(analysis, diagnosis, mismatch_cap) + "\n")
     else:
-        _emit(render_text(analysis, diagnosis, mismatch_cap, _styler(), verbose))
+        _emit(render_text(analysis, diagnosis, mismatch_cap, _styler(), verbose, _text_width(), show_all))
     if failed:
         # The report is out; the run still failed to do all it was asked.
         for problem in failed:
@@ -483,6 +484,11 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
             if note:
                 _note(note)
     return failed
+
+
+def _text_width() -> int:
+    """Columns for the text report: the terminal's, or DEFAULT_WIDTH when stdout is not one."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else DEFAULT_WIDTH
 
 
 def _styler():
