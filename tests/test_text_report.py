@@ -157,3 +157,10 @@ def test_a_generated_job_with_standard_library_frames_names_the_users_call_site(
     skipped = verbose.stdout[verbose.stdout.index("suspect call site:"):].replace("\n", " ")
     assert re.search(r"frames skipped above it: distributed_c10d.py:\d+ in _coalescing_manager \(torch\),\s+"
                      r"contextlib.py:144 in __exit__ \(standard library\)", skipped)
+
+
+def test_columns_sets_the_width_of_piped_output(tmp_path):
+    synth = generate(16, tp=4, pp=2, steps=3, timing=True, fault=Fault("hang", rank=5, group="tp", step=2))
+    directory = write_synth_job(tmp_path / "dumps", synth)
+    narrow = run_cli([directory], env={"COLUMNS": "60"}).stdout.splitlines()
+    assert max(map(len, narrow)) <= 60 < max(map(len, run_cli([directory]).stdout.splitlines()))

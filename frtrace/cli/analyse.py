@@ -487,7 +487,11 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
 
 
 def _text_width() -> int:
-    """Columns for the text report: the terminal's, or DEFAULT_WIDTH when stdout is not one."""
+    """Columns for the text report: $COLUMNS when set, else the terminal's, or DEFAULT_WIDTH
+    when stdout is not one."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else DEFAULT_WIDTH
 
 
