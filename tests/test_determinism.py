@@ -91,7 +91,7 @@ def _by_file_name(text: str, root: Path) -> str:
 
 def _canonical_json(stdout: str, root: Path) -> dict:
     report = json.loads(stdout)
-    for key, field in (("unreadable_files", "path"), ("skipped_files", "path")):
+    for key, field in (("unreadable_files", "path"), ("skipped_files", "path"), ("dump_files", "path")):
         items = report["inputs"].get(key, [])
         for item in items:
             item[field] = Path(item[field]).name

@@ -160,7 +160,7 @@ class _Progress:
 @click.option("--all", "show_all", is_flag=True, help="Text report: every finding and every row of where each rank is (by default consequences fold into one line per class of groups, and 12 rows show).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @click.option("-p", "--prefix", help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or nccl_trace_rank_).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True, help="Report format on stdout.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "ranks"]), default="text", show_default=True, help="Report format on stdout (ranks: only the suspect ranks, one line, for alert scripts).")
 @click.option("-j", "--just-print-entries", "--just_print_entries", "just_print", is_flag=True, help="Print the raw entries side by side, one column per rank, rows aligned by group and sequence number.")
 @click.option("--per-rank/--side-by-side", "per_rank", default=None, help=f"With -j: one block per rank, its entries in its own order, newest last (the default for more than {SIDE_BY_SIDE_MAX} ranks, or a table wider than the terminal); or the side-by-side table (at most {SIDE_BY_SIDE_MAX} ranks).")
 @click.option("--last", "last", type=click.IntRange(min=0), default=None, help=f"With -j's per-rank blocks: the newest N entries of each rank (default {DEFAULT_LAST}; 0: all).")
@@ -262,7 +262,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
 
     diagnosis = diagnose(analysis)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters, timeline_all)]
-    if ranks_only:
+    if ranks_only or fmt == "ranks":
         _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler(), width=_text_width()))
     elif fmt == "json":
         _emit(render_json(analysis, diagnosis))

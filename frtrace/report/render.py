@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import operator
 from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from importlib import resources
 from itertools import compress
 from typing import Optional
 
 from tabulate import tabulate
 
+from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import (
@@ -63,9 +66,12 @@ def _inputs(analysis: Analysis) -> dict:
         "ranks_without_entries": [d.rank for d in dumps if not d.entries],
         "has_stack_traces": any(d.has_frames for d in dumps),
         "groups": [
-            {"name": g.name, "desc": g.desc, "ranks": fold_ranks(g.ranks), "size": g.size, "membership_source": g.membership_source}
+            {"name": g.name, "desc": g.desc, "ranks": fold_ranks(g.ranks), "rank_list": sorted(g.ranks), "size": g.size,
+             "membership_source": g.membership_source}
             for g in layout.groups
         ],
+        # where each rank's dump was read from (host-qualified file names name the host)
+        "dump_files": [{"rank": d.rank, "path": d.path} for d in sorted(dumps, key=lambda d: d.rank)],
         "unreadable_files": [{"path": e.path, "problem": e.problem} for e in _unusable_files(analysis)],
         "skipped_files": [{"path": s.path, "reason": s.problem} for s in load.skipped],
         "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
@@ -108,16 +114,37 @@ def _next_step(finding: Finding) -> Optional[str]:
 
 
 def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
+    view = rank_view(analysis, diagnosis.suspect_ranks)
     return {
         "schema": SCHEMA,
+        "frtrace_version": __version__,
+        "newest_entry_utc": utc_text(view.newest_created_ns),
         "status": diagnosis.status,
         "suspect_ranks": list(diagnosis.suspect_ranks),
         "summary": diagnosis.verdict,
         "inputs": _inputs(analysis),
         "matched": _match_counts(analysis),
         "findings": [_finding_dict(f) for f in diagnosis.findings],
-        "ranks": ranks_json(rank_view(analysis, diagnosis.suspect_ranks)),
+        "ranks": ranks_json(view),
     }
+
+
+def utc_text(ns: Optional[int]) -> Optional[str]:
+    """`2025-10-20T22:40:08.801Z` (ISO 8601, UTC, milliseconds) for a wall clock in ns."""
+    if ns is None:
+        return None
+    seconds, rest = divmod(ns, 10**9)
+    try:
+        stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a clock no calendar holds (a dump's odd value)
+        return None
+    return f"{stamp}.{rest // 10**6:03d}Z"
+
+
+def report_schema() -> dict:
+    """The JSON Schema of `--format json` (shipped as frtrace/report/schema/report.schema.json)."""
+    text = resources.files("frtrace.report").joinpath("schema").joinpath("report.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
 
 
 def _match_counts(analysis: Analysis) -> dict:
@@ -168,6 +195,7 @@ def ranks_json(view: RankView) -> list:
     """The JSON report's `ranks`: one object per folded row (ranks as `0-11,13-15`), not per rank."""
     return [{
         "ranks": fold_ranks(row.ranks),
+        "rank_list": list(row.ranks),
         "count": len(row.ranks),
         "standing": row.standing,
         "suspect": row.suspect,
@@ -515,10 +543,19 @@ def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style=No
 
 def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
     """`--ranks --format json`: the report's status, suspects, summary and `ranks` only."""
-    report = {"schema": SCHEMA, "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
-              "summary": diagnosis.verdict, "ranks": ranks_json(rank_view(analysis, diagnosis.suspect_ranks))}
+    view = rank_view(analysis, diagnosis.suspect_ranks)
+    report = {"schema": SCHEMA, "frtrace_version": __version__, "newest_entry_utc": utc_text(view.newest_created_ns),
+              "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
+              "summary": diagnosis.verdict, "ranks": ranks_json(view)}
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
+def render_suspect_ranks(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
+    """`--format ranks`, for alert scripts: the primary suspects' ranks on one line, separated
+    by spaces (an empty line when there is none); the exit code says the status."""
+    return " ".join(map(str, diagnosis.suspect_ranks)) + "\n"
+
+
 # `--ranks`: the per-rank view alone, by --format
-RANK_VIEW_RENDERERS = {"text": render_rank_view, "json": render_rank_view_json, "markdown": render_rank_view_markdown}
+RANK_VIEW_RENDERERS = {"text": render_rank_view, "json": render_rank_view_json, "markdown": render_rank_view_markdown,
+                       "ranks": render_suspect_ranks}
