@@ -373,7 +373,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
         lines.append("")
     folded = [] if everything else [f for f in diagnosis.findings if not f.is_root]
     if folded:
-        heading, *classes = _consequence_lines(analysis, folded, len(listed))
+        heading, *classes = consequence_lines(analysis, folded, len(listed))
         add(heading, bold=True)
         for line in classes:
             add(line)
@@ -393,9 +393,10 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
 OPS_PER_FOLDED_LINE = 3
 
 
-def _consequence_lines(analysis: Analysis, consequences: list, roots: int) -> list[str]:
-    """A heading, then one line per class of groups (the TP groups, the DP groups ...):
-    its groups, how many consequences of each kind, and at which ops (unescaped)."""
+def consequence_lines(analysis: Analysis, consequences: list, roots: int, listed_by: Optional[str] = "--all") -> list[str]:
+    """A heading (saying that `listed_by` lists each), then one line per class of groups
+    (the TP groups, the DP groups ...): its groups, how many consequences of each kind,
+    and at which ops (unescaped)."""
     classes = group_classes(analysis)
     folded: dict = {}  # class key -> [desc, group names, kinds, ops, order]
     for finding in consequences:
@@ -410,7 +411,7 @@ def _consequence_lines(analysis: Analysis, consequences: list, roots: int) -> li
             row[3].setdefault(f"{finding.op} {seq_label(finding.collective_seq_id, finding.p2p_seq_id)}", None)
     groups = sum(len(row[1]) for row in folded.values())
     lines = [f"Consequences of the root cause{'s' if roots > 1 else ''}: {plural(len(consequences), 'finding')} "
-             f"in {plural(groups, 'other group')} (--all lists each)"]
+             f"in {plural(groups, 'other group')}" + (f" ({listed_by} lists each)" if listed_by else "")]
     for desc, names, kinds, ops, _order in sorted(folded.values(), key=lambda row: row[4]):
         where = groups_text(sorted_names(names), desc) if names else "job-wide"
         what = ", ".join(f"{count} {kind_name}" for kind_name, count in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
