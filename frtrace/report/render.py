@@ -14,8 +14,6 @@ from importlib import resources
 from itertools import compress
 from typing import Optional
 
-from tabulate import tabulate
-
 from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind
 from frtrace.match.analysis import Analysis
