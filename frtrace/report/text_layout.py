@@ -119,6 +119,7 @@ def _squeezed_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], avai
     natural = _natural_widths(headers, rows)
     floors = [min(width, max(MIN_COLUMN, _longest_word(header), *(min(_longest_word(str(row[i])), LONGEST_UNBROKEN)
                                                                     for row in rows)))
+              if any(str(row[i]) for row in rows) else width  # an empty column keeps its header whole
               for i, (width, header) in enumerate(zip(natural, headers))]
     spare = available - sum(floors)
     if spare < 0:
