@@ -21,7 +21,7 @@ COLUMN_GAP = 2
 # A column is never squeezed narrower than this (or its widest cell, if narrower), nor
 # than its longest word up to LONGEST_UNBROKEN characters (an op name, `12-14 ms`).
 MIN_COLUMN = 10
-LONGEST_UNBROKEN = 18
+LONGEST_UNBROKEN = 24
 
 # The first cell of a row that stands for a blank line (tabulate drops rows of blanks). Cells
 # are escaped text (wording.printable), which never holds NUL.
