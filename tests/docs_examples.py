@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 from tabulate import tabulate
@@ -40,13 +41,31 @@ def frtrace_output(args: list[str]) -> str:
     return done.stdout
 
 
-def sql_output(directory: str, sql: str, databases: dict) -> str:
+class Databases:
+    """The SQLite database of each dump directory the examples query, written once into a
+    temporary directory that is removed on leaving the `with` block."""
+
+    def __init__(self) -> None:
+        self.paths: dict[str, Path] = {}
+
+    def __enter__(self) -> "Databases":
+        self.temporary = tempfile.TemporaryDirectory(prefix="frtrace-docs-")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.temporary.cleanup()
+
+    def of(self, directory: str) -> Path:
+        if directory not in self.paths:
+            path = Path(self.temporary.name) / f"db{len(self.paths)}.sqlite"
+            frtrace_output([directory, "-o", str(path)])
+            self.paths[directory] = path
+        return self.paths[directory]
+
+
+def sql_output(directory: str, sql: str, databases: Databases) -> str:
     """The query's rows as a table (as the docs show them), on DIR's SQLite database."""
-    if directory not in databases:
-        path = Path(tempfile.mkdtemp(prefix="frtrace-docs-")) / "db.sqlite"
-        frtrace_output([directory, "-o", str(path)])
-        databases[directory] = path
-    with sqlite3.connect(databases[directory]) as connection:
+    with closing(sqlite3.connect(databases.of(directory))) as connection:
         cursor = connection.execute(sql)
         rows = cursor.fetchall()
         headers = [column[0] for column in cursor.description]
@@ -61,7 +80,7 @@ def _sql_above(text: str, end: int, command: str) -> str:
     return block[:-len("```\n")]
 
 
-def regenerated(text: str, databases: dict) -> str:
+def regenerated(text: str, databases: Databases) -> str:
     """`text` with every example block holding its command's real output."""
     out, last = [], 0
     for match in EXAMPLE.finditer(text):
@@ -80,15 +99,15 @@ def regenerated(text: str, databases: dict) -> str:
 
 
 def main() -> int:
-    databases: dict = {}
     changed = []
-    for path in documents():
-        text = path.read_text(encoding="utf-8")
-        new = regenerated(text, databases)
-        if new != text:
-            changed.append(path)
-            if "--update" in sys.argv:
-                path.write_text(new, encoding="utf-8")
+    with Databases() as databases:
+        for path in documents():
+            text = path.read_text(encoding="utf-8")
+            new = regenerated(text, databases)
+            if new != text:
+                changed.append(path)
+                if "--update" in sys.argv:
+                    path.write_text(new, encoding="utf-8")
     for path in changed:
         print(f"{'updated' if '--update' in sys.argv else 'out of date'}: {path.relative_to(ROOT)}")
     return 1 if changed and "--update" not in sys.argv else 0

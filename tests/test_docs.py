@@ -9,16 +9,16 @@ import subprocess
 import sys
 
 import pytest
-from docs_examples import ROOT, documents, regenerated
+from docs_examples import ROOT, Databases, documents, regenerated
 
 
 def test_every_example_output_is_what_its_command_prints():
-    databases: dict = {}
     stale = []
-    for path in documents():
-        text = path.read_text(encoding="utf-8")
-        if regenerated(text, databases) != text:
-            stale.append(str(path.relative_to(ROOT)))
+    with Databases() as databases:
+        for path in documents():
+            text = path.read_text(encoding="utf-8")
+            if regenerated(text, databases) != text:
+                stale.append(str(path.relative_to(ROOT)))
     assert not stale, f"examples out of date in {stale}: run python tests/docs_examples.py --update"
 
 
