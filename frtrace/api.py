@@ -37,6 +37,7 @@ from frtrace.match.analysis import Analysis
 from frtrace.match.analysis import analyze as run_pipeline
 from frtrace.match.analysis import load_layout
 from frtrace.report.render import (
+    DEFAULT_WIDTH as TEXT_WIDTH,
     RANK_VIEW_RENDERERS,
     render_json,
     render_markdown,
@@ -199,22 +200,27 @@ class Diagnosis:
         """The JSON report, as `frtrace --format json` prints it."""
         return render_json(self.analysis, self.outcome)
 
-    def to_text(self, *, verbose: bool = False, mismatch_cap: Optional[int] = None, color: bool = False) -> str:
-        """The text report, as `frtrace` prints it (`verbose`: name each finding's rule;
-        `mismatch_cap`: at most that many findings per group; `color`: ANSI colours)."""
-        return render_text(self.analysis, self.outcome, mismatch_cap, _styler(color), verbose)
+    def to_text(self, *, verbose: bool = False, mismatch_cap: Optional[int] = None, color: bool = False,
+                width: Optional[int] = None, show_all: bool = False) -> str:
+        """The text report, as `frtrace` prints it (`verbose`: name each finding's rule and
+        list everything; `mismatch_cap`: at most that many findings per group; `color`: ANSI
+        colours; `width`: columns to wrap to, TEXT_WIDTH by default; `show_all`: every finding
+        and row rather than one screen)."""
+        return render_text(self.analysis, self.outcome, mismatch_cap, _styler(color), verbose,
+                           width or TEXT_WIDTH, show_all)
 
     def to_markdown(self, *, mismatch_cap: Optional[int] = None) -> str:
         """The markdown report, as `frtrace --format markdown` prints it."""
         return render_markdown(self.analysis, self.outcome, mismatch_cap) + "\n"
 
-    def ranks(self, format: str = "text", *, color: bool = False) -> str:
+    def ranks(self, format: str = "text", *, color: bool = False, width: Optional[int] = None) -> str:
         """Where each rank is, folded into rows of ranks that stand alike, after the
-        verdict (`frtrace --ranks`): `format` is text, json or markdown."""
+        verdict (`frtrace --ranks`): `format` is text, json or markdown; `ranks` gives only
+        the suspect ranks on one line (`frtrace --format ranks`)."""
         if format not in RANK_VIEW_RENDERERS:
             raise ValueError(f"format must be one of {', '.join(RANK_VIEW_RENDERERS)}, not {format!r}")
         render = RANK_VIEW_RENDERERS[format]
-        return str(render(self.analysis, self.outcome, style=_styler(color)))  # type: ignore[operator]
+        return str(render(self.analysis, self.outcome, style=_styler(color), width=width or TEXT_WIDTH))  # type: ignore[operator]
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:

@@ -7,6 +7,7 @@ because they all call here.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional
 
 from frtrace.model import Entry, Frame
@@ -46,16 +47,71 @@ def shape_text(entry: Entry) -> str:
     return f"{entry.op} {sizes} {'/'.join(dtypes)}".rstrip()
 
 
+# Where a frame's code comes from, as far as its path tells. The user's call site is the
+# innermost frame of their own code: torch, the standard library (contextlib's
+# `__exit__` of a coalescing manager, functools wrappers) and `<frozen ...>` pseudo-files
+# are never it; installed packages (site-packages) are only when nothing else is there.
+USER, INSTALLED, STANDARD_LIBRARY, FRAMEWORK, PSEUDO = "user", "site-packages", "standard library", "torch", "pseudo-file"
+_INSTALLED_PATH = re.compile(r"/(?:site|dist)-packages/")
+# .../lib/python3.11/contextlib.py, .../lib64/python3.10/..., C:/Python311/Lib/contextlib.py
+_STANDARD_LIBRARY_PATH = re.compile(r"/lib(?:64)?/python\d+(?:\.\d+)?t?/|/Lib/", re.IGNORECASE)
+# The order a frame is preferred in when no user frame is there (lower first).
+_FALLBACK_ORDER = (INSTALLED, STANDARD_LIBRARY)
+
+
+def frame_origin(frame: Frame) -> str:
+    """Whose code a frame is: USER, INSTALLED, STANDARD_LIBRARY, FRAMEWORK or PSEUDO."""
+    path = frame.filename.replace("\\", "/")
+    if path.startswith("<"):
+        return PSEUDO
+    if "/torch/" in path or path.startswith("torch/"):
+        return FRAMEWORK
+    if _INSTALLED_PATH.search(path):
+        return INSTALLED
+    if _STANDARD_LIBRARY_PATH.search(path):
+        return STANDARD_LIBRARY
+    return USER
+
+
+def call_frame(frames: tuple) -> tuple[Optional[Frame], tuple]:
+    """(the user's call site, the frames skipped above it, innermost first). The innermost
+    frame of the user's own code; with none, the innermost installed package's frame, then
+    the standard library's; with none of those either, the outermost frame."""
+    if not frames:
+        return None, ()
+    fallback: dict[str, int] = {}
+    for index, frame in enumerate(frames):  # stops at the user's frame: most stacks have 2 of torch first
+        origin = frame_origin(frame)
+        if origin == USER:
+            return frame, tuple(frames[:index])
+        fallback.setdefault(origin, index)
+    for wanted in _FALLBACK_ORDER:
+        if wanted in fallback:
+            index = fallback[wanted]
+            return frames[index], tuple(frames[:index])
+    return frames[-1], tuple(frames[:-1])
+
+
 def user_frame(entry: Optional[Entry]) -> Optional[Frame]:
-    """The innermost frame outside torch itself (and outside `<frozen ...>` pseudo-files):
-    where the user's code made the call. With none, the outermost frame."""
+    """Where the user's code made the entry's call (see call_frame), if the dump says."""
     if entry is None or not entry.frames:
         return None
-    for frame in entry.frames:
-        path = frame.filename.replace("\\", "/")
-        if "/torch/" not in path and not path.startswith("<"):
-            return frame
-    return entry.frames[-1]
+    return call_frame(entry.frames)[0]
+
+
+def skipped_frames_text(entry: Optional[Entry]) -> Optional[str]:
+    """`distributed_c10d.py:2806 in all_reduce (torch), contextlib.py:144 in __exit__
+    (standard library)`: the frames passed over to reach the entry's call site (`-v`)."""
+    if entry is None or not entry.frames:
+        return None
+    skipped = call_frame(entry.frames)[1]
+    if not skipped:
+        return None
+    return ", ".join(f"{_basename(f.filename)}:{f.line} in {f.name} ({frame_origin(f)})" for f in skipped)
+
+
+def _basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def frame_text(frame: Optional[Frame]) -> Optional[str]:
@@ -90,15 +146,19 @@ def seq_label(collective_seq_id: Optional[int], p2p_seq_id: Optional[int]) -> st
     return f"p2p #{p2p_seq_id}" if collective_seq_id is None else f"#{collective_seq_id}"
 
 
-def groups_text(names: Iterable[str], desc: str) -> str:
+def groups_text(names: Iterable[str], desc: str, most_ranges: Optional[int] = None) -> str:
     """`group 5 (tp)`, `groups 1-4 (tp)` (numeric names fold like ranks), `groups a, b (tp)`,
-    or `12 groups (tp)`: the groups a folded row of ranks is in."""
+    or `12 groups (tp)`: the groups a folded row of ranks is in. With `most_ranges`, numeric
+    names that fold into more ranges than that are counted instead."""
     names = tuple(names)
     if len(names) == 1:
         return group_text(names[0], desc)
     suffix = f" ({desc})" if desc else ""
     if all(n.isascii() and n.isdigit() for n in names):
-        return f"groups {fold_ranks(int(n) for n in names)}{suffix}"
+        folded = fold_ranks(int(n) for n in names)
+        if most_ranges is not None and folded.count(",") >= most_ranges:
+            return f"{len(names)} groups{suffix}"
+        return f"groups {folded}{suffix}"
     if len(names) <= 3:
         return f"groups {', '.join(names)}{suffix}"
     return f"{len(names)} groups{suffix}"

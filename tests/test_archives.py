@@ -59,6 +59,9 @@ def test_archive_gives_the_report_of_the_directory(tmp_path, name):
     archive = _write_archive(tmp_path / name, files)
     code_dir, report_dir, _ = _report([plain])
     code, report, result = _report([archive])
+    # each rank's dump file says where it was read: the archive member, not the directory
+    assert report["inputs"].pop("dump_files") == [{"rank": r, "path": f"{archive}:job/rank_{r}"} for r in range(4)]
+    report_dir["inputs"].pop("dump_files")
     assert (code, report) == (code_dir, report_dir)
     assert report["suspect_ranks"] == [3]
     assert not (tmp_path / "job").exists()  # nothing extracted

@@ -167,4 +167,6 @@ def test_reports_do_not_depend_on_file_order_or_layout(tmp_path, fmt):
     else:
         a, b = json.loads(first), json.loads(second)
         a["inputs"].pop("skipped_files"), b["inputs"].pop("skipped_files")
+        paths = a["inputs"].pop("dump_files"), b["inputs"].pop("dump_files")
+        assert [[f["rank"] for f in files] for files in paths] == [[0, 1, 2, 3]] * 2
         assert a == b

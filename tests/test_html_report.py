@@ -24,7 +24,7 @@ def test_html_escapes_every_dump_string_and_loads_nothing():
     analysis, diagnosis = _hostile()
     page = render_html(analysis, diagnosis)
     assert "<img" not in page and "<script" not in page
-    assert "a|b&lt;img src=x onerror=alert(1)&gt;&quot;c&quot;" in page
+    assert "a|b&lt;img src=x onerror=alert(1)&gt;&#34;c&#34;" in page
     assert "desc&lt;script&gt;x&lt;/script&gt;" in page
     # no external request: no URL, no src/href attribute, a policy forbidding any
     tags = re.findall(r"<[^>]*>", page)

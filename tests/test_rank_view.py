@@ -45,7 +45,7 @@ def test_nccl_job_folds_the_waiting_ranks_and_names_the_one_behind():
     assert waiting.standing == BLOCKED and waiting.blocked_in.state == "started"
     assert waiting.blocked_in.collective_seq_id == 2 and waiting.since_ns is not None
     assert late.last_completed.collective_seq_id == waiting.last_completed.collective_seq_id == 1
-    text = render_text(analysis, diagnosis)
+    text = render_text(analysis, diagnosis, width=None)
     section = text[text.index("Where each rank is"):]
     assert re.search(r"^\s+2 \*\s+1\s+nothing", section, re.M)
     assert re.search(r"^\s+0-1,3\s+3\s+all_reduce #2 in group 0 \(default_pg\)\s+started", section, re.M)
@@ -73,7 +73,7 @@ def test_a_thousand_ranks_fold_into_a_few_rows():
     report = json.loads(render_json(analysis, diagnosis))
     assert len(report["ranks"]) == len(view.rows)
     assert len(json.dumps(report["ranks"])) < 20_000
-    text = render_text(analysis, diagnosis)
+    text = render_text(analysis, diagnosis, width=None)
     assert len(text[text.index("Where each rank is"):].splitlines()) < 20
 
 
@@ -143,7 +143,7 @@ def test_next_step_points_at_the_suspect_call_site_only_where_the_report_shows_o
     for dumps, shown in ((job(steps), True), (without, False)):
         analysis, diagnosis = analyse_dicts(dumps)
         assert diagnosis.suspect_ranks == (2,)
-        text = render_text(analysis, diagnosis)
+        text = render_text(analysis, diagnosis, width=None)
         assert "look at what rank(s) 2 were doing instead" in text
         assert ("suspect call site:" in text) is shown
         assert ("the suspect call site above" in text) is shown

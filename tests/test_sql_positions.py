@@ -1,4 +1,4 @@
-"""The SQLite `rank_positions` table, and every SQL query the README shows (issue 17)."""
+"""The SQLite `rank_positions` table, and every SQL query the docs show (issue 17)."""
 
 import re
 import sqlite3
@@ -12,15 +12,16 @@ from frtrace.export.sqlite import write_sqlite
 from frtrace.match.analysis import analyze
 from frtrace.testing.synth import Fault, generate
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "database.md"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "hang_never_arrives"
 
 
 def readme_queries() -> list:
-    """Every ```sql block of the README's "Querying with SQL" section."""
+    """Every ```sql block of the "Querying with SQL" section (docs/database.md)."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Querying with SQL"):]
-    section = section[: section.index("\n## ", 3)]
+    end = section.find("\n## ", 3)  # the section runs to the next one, or to the page's end
+    section = section if end < 0 else section[:end]
     return re.findall(r"```sql\n(.*?)```", section, re.S)
 
 

@@ -39,6 +39,7 @@ from frtrace.cli.output import (
     _note,
     _say,
     _styler,
+    _text_width,
     configure,
 )
 from frtrace.cli.progress import Progress
@@ -109,6 +110,7 @@ def _default_dump_dir() -> Path:
 @click.option("--timeline-all", is_flag=True, help="With --timeline, draw every rank, however large the file gets.")
 @click.option("--html", type=click.Path(path_type=Path), help="Write a self-contained HTML report (.html): verdict, findings, a rank x group grid, where each rank is.")
 @click.option("--ranks", "ranks_only", is_flag=True, envvar="FRTRACE_RANKS", help="Print only the verdict and where each rank is (one row per class of ranks that stand alike).")
+@click.option("--all", "show_all", is_flag=True, help="Text report: every finding and every row of where each rank is (by default consequences fold into one line per class of groups, and 12 rows show).")
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a dump file).")
 @input_options
 @report_options(list(REPORTS), "Exit 0 after a report even when faults were found (errors still exit 2).")
@@ -127,7 +129,7 @@ def _default_dump_dir() -> Path:
 @click.option("--scheduler", metavar="ADDRESS", help="Read the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers. Needs the dask extra (pip install '.[dask]' in a checkout of frtrace).")
 @run_options("On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, force, prefix, fmt, color, just_print, per_rank,
+def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, show_all, force, prefix, fmt, color, just_print, per_rank,
             last, selected_ranks, pg_filters, print_stack, mismatch_cap, allow_incomplete_ranks, world_size, transform_ft,
             group_world_size, all_generations, workers, scheduler, max_file_size, exit_zero, quiet, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
@@ -200,7 +202,8 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
     diagnosis = diagnose(analysis)
     progress.clear()
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis.outcome, ranks, filters, timeline_all, progress)]
-    options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None)
+    options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
+                            width=_text_width(), show_all=show_all)
     _emit((RANK_VIEWS if ranks_only else REPORTS)[fmt](diagnosis, options))
     if failed:
         # The report is out; the run still failed to do all it was asked.

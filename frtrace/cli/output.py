@@ -15,6 +15,7 @@ import errno
 import fcntl
 import os
 import select
+import shutil
 import signal
 import stat
 import struct
@@ -26,7 +27,7 @@ from typing import Callable, NoReturn, Optional
 
 import click
 
-from frtrace.api import EXIT_BY_STATUS
+from frtrace.api import EXIT_BY_STATUS, TEXT_WIDTH as DEFAULT_WIDTH
 from frtrace.wording import printable
 
 EXIT_HEALTHY, EXIT_FAULTS, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
@@ -79,6 +80,15 @@ def wants_color(stream_is_tty: bool, choice: str) -> bool:
 
 def _styler() -> Optional[Callable[..., str]]:
     return click.style if wants_color(_isatty(sys.stdout), run_output().color) else None
+
+
+def _text_width() -> int:
+    """Columns for the text report: $COLUMNS when set, else the terminal's, or the report's
+    default width when stdout is not one."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if _isatty(sys.stdout) else DEFAULT_WIDTH
 
 
 def _isatty(stream) -> bool:

@@ -18,6 +18,8 @@ class RenderOptions:
     mismatch_cap: Optional[int] = None
     verbose: bool = False
     color: bool = False
+    width: Optional[int] = None  # the text report's columns (None: the report's default)
+    show_all: bool = False  # every finding and row of the text report, not one screen
 
 
 R = TypeVar("R")
@@ -38,7 +40,8 @@ def registered(registry: dict[str, Renderer[R]], fmt: str) -> Callable[[Renderer
 
 @registered(REPORTS, "text")
 def _text(diagnosis: Diagnosis, options: RenderOptions) -> str:
-    return diagnosis.to_text(verbose=options.verbose, mismatch_cap=options.mismatch_cap, color=options.color)
+    return diagnosis.to_text(verbose=options.verbose, mismatch_cap=options.mismatch_cap, color=options.color,
+                             width=options.width, show_all=options.show_all)
 
 
 @registered(REPORTS, "json")
@@ -51,9 +54,14 @@ def _markdown(diagnosis: Diagnosis, options: RenderOptions) -> str:
     return diagnosis.to_markdown(mismatch_cap=options.mismatch_cap)
 
 
+@registered(REPORTS, "ranks")
+def _suspect_ranks(diagnosis: Diagnosis, options: RenderOptions) -> str:
+    return diagnosis.ranks("ranks")
+
+
 def _rank_view(fmt: str) -> Renderer[Diagnosis]:
     def render(diagnosis: Diagnosis, options: RenderOptions) -> str:
-        return diagnosis.ranks(fmt, color=options.color)
+        return diagnosis.ranks(fmt, color=options.color, width=options.width)
     return render
 
 

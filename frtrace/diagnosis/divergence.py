@@ -16,6 +16,7 @@ from typing import Any, Container, Optional
 from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
+from frtrace.model import Entry
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
 ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
@@ -108,6 +109,12 @@ def _call_sites(suspect_entry: Any, peer_entry: Any) -> dict[str, str]:
     return sites
 
 
+def _call_entries(suspect_entry: Any, peer_entry: Any) -> dict[str, Entry]:
+    """The entries `_call_sites` read, under the same keys (for `-v`)."""
+    return {key: entry for key, entry in (("suspect_call_site", suspect_entry), ("peer_call_site", peer_entry))
+            if entry is not None and entry.frames}
+
+
 # --------------------------------------------------------------------------- mismatches
 
 
@@ -148,6 +155,7 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
             collective_seq_id=match.seq, p2p_seq_id=None, ranks=tuple(sorted(match.calls)), suspect_ranks=ranks,
             message=_mismatch_message(view, match, dis, kind, ranks), evidence=evidence,
             waiting_ranks=dis.majority_ranks, age_ns=oldest_created(match),
+            call_entries=_call_entries(odd_entry, majority_entry),
         ))
     return findings
 
@@ -251,6 +259,7 @@ def went_ahead(view: GroupView, match: CollectiveMatch, tie: bool) -> Finding:
         "extra_op", "divergence.went_ahead", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
         ranks=tuple(sorted(issued + missing)), suspect_ranks=issued, message=message,
         evidence=evidence, waiting_ranks=issued, age_ns=oldest_created(match), absent_ranks=missing,
+        call_entries=_call_entries(peer_entry, last_entry(view, missing[0])),
     )
 
 
@@ -278,7 +287,7 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
         "not_issued", "divergence.never_issued", view, op=peer_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
         ranks=tuple(sorted(issued + missing)), suspect_ranks=missing, message=message,
         evidence=evidence, waiting_ranks=waiting, age_ns=oldest_created(match), absent_ranks=missing,
-        tie=tie, siblings_issued_it=siblings_have_it,
+        tie=tie, siblings_issued_it=siblings_have_it, call_entries=_call_entries(last_entry(view, missing[0]), peer_entry),
     )
 
 

@@ -65,6 +65,9 @@ class Finding:
     anchor: Optional[Entry] = None
     age_ns: int = 0  # creation time of the oldest entry involved: older roots come first
     p2p_ends: Optional[P2PEnds] = None
+    # The entries its evidence's call sites were read from (`suspect_call_site` ->
+    # entry): `-v` says which frames were passed over to reach the user's code.
+    call_entries: dict[str, Entry] = field(default_factory=dict)
     tie: bool = False  # an even split blamed on the ranks that did not arrive
     siblings_issued_it: bool = False  # every sibling group issued the op
     # Set by linking:

@@ -102,6 +102,7 @@ def waited_on_without_dump(view: GroupView, frontier: CollectiveMatch, reliable:
         "missing_dump", "frontier.waited_on_without_dump", view, op=entry.op, collective_seq_id=frontier.seq,
         p2p_seq_id=None, ranks=tuple(sorted(issued + no_dump)), suspect_ranks=no_dump, message=message,
         evidence=evidence, waiting_ranks=waiting or issued, age_ns=oldest_created(frontier), absent_ranks=no_dump,
+        call_entries={"peer_call_site": entry} if site else {},
     )
 
 

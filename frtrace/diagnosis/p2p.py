@@ -50,5 +50,5 @@ def _unmatched(view: GroupView, pair: P2PMatch) -> Finding:
         "p2p_unmatched", "p2p.unmatched_p2p", view, op=present.op, collective_seq_id=None, p2p_seq_id=present.p2p_seq_id,
         ranks=tuple(sorted({holder, absent} - {-1})), suspect_ranks=known, message=message, evidence=evidence,
         waiting_ranks=(holder,), age_ns=present.time_created_ns, absent_ranks=known, anchor=present,
-        p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
+        p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent), call_entries={"peer_call_site": present} if site else {},
     )

@@ -3,34 +3,43 @@ their call sites and next steps, a rank x group grid coloured by where each clas
 ranks stands, and the per-rank table.
 
 Takes the `Analysis` and its `Diagnosis`; returns one HTML string (inline CSS, no
-script, no external request: a Content-Security-Policy forbids any). Every string
-that comes from the dumps is HTML-escaped. Pure: the same dumps give the same bytes.
+script, no external request: a Content-Security-Policy forbids any), rendered from
+`templates/report.html` with autoescaping: every value is HTML-escaped, after control
+and bidi characters are written as visible escapes (`wording.printable`), so a dump's
+strings can neither inject markup nor reorder the page. The layout holds from phone
+width up: long strings wrap, wide tables scroll inside their own box. Pure: the same
+dumps give the same bytes.
 """
 
 from __future__ import annotations
 
-from html import escape
-from typing import Optional
+from typing import Any, Optional
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from frtrace._version import __version__
-from frtrace.diagnosis import Diagnosis
+from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import NO_DUMP, GroupCell, RankView, StandingRow, rank_view
 from frtrace.report.render import (
     _loaded_line,
+    consequence_lines,
     finding_details,
     rank_headers,
     rank_row_cells,
     rank_view_notes,
 )
 from frtrace.util import fold_ranks, plural
-from frtrace.wording import group_label, groups_text, seq_label
+from frtrace.wording import group_label, groups_text, printable, seq_label
 
-# Beyond this many classes of groups the grid shows the first ones and says so.
+# Beyond this many classes of groups the grid shows the first ones (those where a rank is
+# blocked or a root finding is always among them) and says so.
 GRID_COLUMNS = 24
 
 CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1d1d1f;background:#fff}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#1d1d1f;background:#fff;overflow-wrap:anywhere}
 h1{font-size:20px;margin:0 0 6px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .verdict{padding:14px 18px;border-radius:6px;border-left:8px solid}
 .faults{background:#fdecea;border-color:#d93025}.inconclusive{background:#fff6e0;border-color:#e8a400}
@@ -39,44 +48,49 @@ h1{font-size:20px;margin:0 0 6px}h2{font-size:16px;margin:28px 0 8px;border-bott
 .finding.consequence{opacity:.8;background:#fafafa}
 .tag{font-size:12px;font-weight:600;text-transform:uppercase;color:#555}
 .tag.error{color:#d93025}.tag.warning{color:#b26a00}
-dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;margin:8px 0 0}dt{color:#555}dd{margin:0}
-code{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#f3f3f3;padding:1px 4px;border-radius:3px;word-break:break-all}
+dl{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;margin:8px 0 0}dt{color:#555}dd{margin:0;min-width:0}
+code{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace;background:#f3f3f3;padding:1px 4px;border-radius:3px;white-space:pre-wrap;word-break:break-all}
+ul.folded{margin:8px 0;padding-left:20px}
+.scroll{overflow:auto;max-width:100%;max-height:80vh;border:1px solid #ddd;border-radius:4px}
 table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
-thead th{background:#f3f3f3;position:sticky;top:0}
-.grid td{min-width:96px}.grid small,.sub{color:#555;font-size:11px;display:block;font-weight:normal}
+.scroll table{border-style:hidden}
+thead th{background:#f3f3f3;position:sticky;top:0;z-index:1}
+.grid th,.grid td{min-width:96px;max-width:18em}.ranks td{min-width:7em;max-width:28em}
+.grid small,.sub{color:#555;font-size:11px;display:block;font-weight:normal}
 .c-blocked{background:#e45756;color:#fff}.c-blocked small{color:#fde}
 .c-behind{background:#f2a541}.c-ok{background:#c8e6c9}.c-none{background:#fafafa;color:#aaa}
 .c-nodump{background:#555;color:#fff}.suspect th{box-shadow:inset 4px 0 #d93025}
-.legend span{display:inline-block;padding:2px 8px;margin-right:6px;border-radius:3px;font-size:12px}
+.legend span{display:inline-block;padding:2px 8px;margin:0 6px 4px 0;border-radius:3px;font-size:12px}
 .note{color:#555;font-size:12px}footer{margin-top:28px;color:#777;font-size:12px}
+@media (max-width:600px){body{margin:10px;font-size:13px}h1{font-size:17px}.verdict{padding:10px 12px;border-left-width:5px}
+dl{grid-template-columns:minmax(0,1fr)}dd{margin-bottom:6px}.finding{padding:8px 10px}}
 """
 
 
-def _e(text: object) -> str:
-    return escape(str(text), quote=True)
+def _visible(value: Any) -> Any:
+    """Every value the template prints, before autoescaping: control and bidi characters
+    become visible escapes (our own markup, the stylesheet, passes as it is)."""
+    if isinstance(value, Markup) or not isinstance(value, str):
+        return value
+    return printable(value)
+
+
+_ENVIRONMENT = Environment(loader=PackageLoader("frtrace.report", "templates"), autoescape=True, finalize=_visible,
+                           undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
 def render_html(analysis: Analysis, diagnosis: Diagnosis) -> str:
     view = rank_view(analysis, diagnosis.suspect_ranks)
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        # Nothing may load from anywhere: no script, image, font or style from outside.
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>frtrace: {_e(diagnosis.verdict)}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f'<header class="verdict {_e(diagnosis.status)}"><h1 id="verdict">{_e(diagnosis.verdict)}</h1>',
-    ]
-    if diagnosis.suspect_ranks:
-        parts.append(f'<div>Suspect ranks: <strong id="suspects">{_e(fold_ranks(diagnosis.suspect_ranks))}</strong></div>')
-    parts.append("</header>")
-    parts += _findings(diagnosis)
-    parts += _grid(view)
-    parts += _rank_table(view)
-    parts.append(f"<footer>{_e(_loaded_line(analysis))}<br>frtrace {_e(__version__)}</footer>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    roots = [f for f in diagnosis.findings if f.is_root]
+    consequences = [f for f in diagnosis.findings if not f.is_root]
+    folded = consequence_lines(analysis, consequences, len(roots), listed_by=None) if consequences else [""]
+    return _ENVIRONMENT.get_template("report.html").render(
+        css=Markup(CSS), verdict=diagnosis.verdict, status=diagnosis.status,
+        suspects=fold_ranks(diagnosis.suspect_ranks) if diagnosis.suspect_ranks else "",
+        roots=[_finding(f) for f in roots], consequences=[_finding(f) for f in consequences],
+        consequence_heading=folded[0], consequence_classes=[line.strip().removeprefix("- ") for line in folded[1:]],
+        grid=_grid(view, roots), ranks=_rank_table(view), loaded=_loaded_line(analysis).split("\n"), version=__version__,
+    )
 
 
 def write_html(path: str, analysis: Analysis, diagnosis: Diagnosis) -> None:
@@ -84,38 +98,15 @@ def write_html(path: str, analysis: Analysis, diagnosis: Diagnosis) -> None:
         handle.write(render_html(analysis, diagnosis))
 
 
-def _findings(diagnosis: Diagnosis) -> list:
-    """Root findings in full; their consequences folded away under one summary (no script needed)."""
-    parts = ["<section><h2>Findings</h2>"]
-    if not diagnosis.findings:
-        parts.append('<p class="note">No findings.</p>')
-    roots = [f for f in diagnosis.findings if f.is_root]
-    consequences = [f for f in diagnosis.findings if not f.is_root]
-    for finding in roots:
-        parts += _finding(finding)
-    if consequences:
-        parts.append(f"<details><summary>{plural(len(consequences), 'consequence')} of the root cause"
-                     f"{'s' if len(roots) > 1 else ''} (other groups held up)</summary>")
-        for finding in consequences:
-            parts += _finding(finding)
-        parts.append("</details>")
-    parts.append("</section>")
-    return parts
-
-
-def _finding(finding) -> list:
-    role = "root" if finding.is_root else "consequence"
-    group = f" · group {_e(group_label(finding.pg_name, finding.pg_desc))}" if finding.group_id is not None else ""
-    parts = [f'<article class="finding {role}"><div class="tag {_e(finding.severity)}">'
-             f'{_e(finding.severity)} · {_e(finding.kind)}{"" if finding.is_root else " (consequence)"}{group}</div>',
-             f"<p>{_e(finding.message)}</p>"]
-    details = finding_details(finding)
-    if details:
-        parts.append("<dl>" + "".join(
-            f"<dt>{_e(label)}</dt><dd>{_e(text) if label == 'next step' else f'<code>{_e(text)}</code>'}</dd>"
-            for label, text in details) + "</dl>")
-    parts.append("</article>")
-    return parts
+def _finding(finding: Finding) -> dict:
+    group = f" · group {group_label(finding.pg_name, finding.pg_desc)}" if finding.group_id is not None else ""
+    return {
+        "role": "root" if finding.is_root else "consequence",
+        "severity": finding.severity,
+        "tag": f"{finding.severity} · {finding.kind}{'' if finding.is_root else ' (consequence)'}{group}",
+        "message": finding.message,
+        "details": [(label, text, label != "next step") for label, text in finding_details(finding)],
+    }
 
 
 def _seq_span(newest: Optional[tuple]) -> str:
@@ -125,61 +116,52 @@ def _seq_span(newest: Optional[tuple]) -> str:
     return f"#{low}" if low == high else f"#{low}-{high}"
 
 
-def _cell(cell: Optional[GroupCell], row: StandingRow) -> str:
+def _cell(cell: Optional[GroupCell], row: StandingRow) -> dict:
     if cell is None:
-        return '<td class="c-none" title="not a member">·</td>'
+        return {"css": "c-none", "title": "not a member", "head": "", "text": "·", "sub": ""}
     where = groups_text(cell.pg_names, cell.group_class.desc)
     if cell.blocked_here:
         op = row.blocked_in
         assert op is not None  # a rank blocked here is blocked in an op
-        seq = seq_label(op.collective_seq_id, op.p2p_seq_id)
         extra = f" · {cell.behind} behind" if cell.behind else ""
-        return (f'<td class="c-blocked" title="{_e(where)}"><b>blocked</b> {_e(op.op)} {_e(seq)}'
-                f'<small>{_e(op.state)}{_e(extra)}</small></td>')
+        return {"css": "c-blocked", "title": where, "head": "blocked",
+                "text": f"{op.op} {seq_label(op.collective_seq_id, op.p2p_seq_id)}", "sub": f"{op.state}{extra}"}
     if cell.behind:
-        return (f'<td class="c-behind" title="{_e(where)}"><b>{cell.behind} behind</b>'
-                f'<small>at {_e(_seq_span(cell.newest))}</small></td>')
-    return f'<td class="c-ok" title="{_e(where)}">at {_e(_seq_span(cell.newest))}</td>'
+        return {"css": "c-behind", "title": where, "head": f"{cell.behind} behind", "text": "",
+                "sub": f"at {_seq_span(cell.newest)}"}
+    return {"css": "c-ok", "title": where, "head": "", "text": f"at {_seq_span(cell.newest)}", "sub": ""}
 
 
-def _grid(view: RankView) -> list:
-    classes = view.classes[:GRID_COLUMNS]
-    parts = ["<section><h2>Ranks × groups</h2>",
-             '<p class="legend"><span class="c-blocked">blocked in an op of that group</span>'
-             '<span class="c-behind">behind its peers there</span><span class="c-ok">up to date there (newest seq)</span>'
-             '<span class="c-nodump">no dump</span><span class="c-none">not a member</span></p>',
-             '<table class="grid"><thead><tr><th>ranks</th><th>count</th>']
-    for group_class, names in zip(classes, view.class_names):
-        label = group_class.desc or group_label(names[0], "")
-        sub = groups_text(names, "") if names else ""
-        parts.append(f"<th>{_e(label)}<small>{_e(sub)}</small></th>")
-    parts.append("</tr></thead><tbody>")
+def _grid_classes(view: RankView, roots: list) -> list:
+    """The classes of groups the grid shows: every one where a row is blocked or a root
+    finding is, then the others in order, up to GRID_COLUMNS; in the view's order."""
+    if len(view.classes) <= GRID_COLUMNS:
+        return list(view.classes)
+    root_groups = {f.pg_name for f in roots}
+    wanted = {row.blocked_in.group_class.key for row in view.rows if row.blocked_in is not None}
+    wanted |= {c.key for c, names in zip(view.classes, view.class_names) if root_groups & set(names)}
+    keys = [c.key for c in view.classes if c.key in wanted][:GRID_COLUMNS]
+    keys += [c.key for c in view.classes if c.key not in wanted][:GRID_COLUMNS - len(keys)]
+    return [c for c in view.classes if c.key in set(keys)]
+
+
+def _grid(view: RankView, roots: list) -> dict:
+    classes = _grid_classes(view, roots)
+    names_of = dict(zip((c.key for c in view.classes), view.class_names))
+    columns = [{"label": c.desc or group_label(names_of[c.key][0], ""), "sub": groups_text(names_of[c.key], "") if names_of[c.key] else ""}
+               for c in classes]
+    rows = []
     for row in view.rows:
         cells = {cell.group_class.key: cell for cell in row.cells}
-        parts.append(f'<tr class="{"suspect" if row.suspect else ""}"><th>{_e(fold_ranks(row.ranks))}'
-                     f'{" <small>suspect</small>" if row.suspect else ""}</th><td>{len(row.ranks)}</td>')
-        if row.standing == NO_DUMP:
-            parts.append(f'<td class="c-nodump" colspan="{len(classes)}">no dump</td>')
-        else:
-            parts += [_cell(cells.get(c.key), row) for c in classes]
-        parts.append("</tr>")
-    parts.append("</tbody></table>")
-    if len(view.classes) > len(classes):
-        parts.append(f'<p class="note">{plural(len(view.classes) - len(classes), "more class")} of groups not shown.</p>')
-    parts.append('<p class="note">Groups with the same description and size (the TP groups, the DP groups ...) '
-                 "share a column; hover a cell for the groups of its ranks.</p></section>")
-    return parts
+        rows.append({"ranks": fold_ranks(row.ranks), "suspect": row.suspect, "count": len(row.ranks),
+                     "no_dump": row.standing == NO_DUMP, "cells": [_cell(cells.get(c.key), row) for c in classes]})
+    hidden = len(view.classes) - len(classes)
+    return {"columns": columns, "rows": rows,
+            "hidden": f"{plural(hidden, 'more class')} of groups not shown." if hidden else ""}
 
 
-def _rank_table(view: RankView) -> list:
-    parts = [f"<section><h2>Where each rank is</h2><p class=\"note\">{plural(view.rank_count, 'rank')} "
-             f"in {plural(len(view.rows), 'row')}</p><table><thead><tr>"]
-    parts += [f"<th>{_e(h)}</th>" for h in rank_headers(view)]
-    parts.append("</tr></thead><tbody>")
-    for row in view.rows:
-        parts.append(f'<tr class="{"suspect" if row.suspect else ""}">'
-                     + "".join(f"<td>{_e(cell)}</td>" for cell in rank_row_cells(row, view)) + "</tr>")
-    parts.append("</tbody></table>")
-    parts += [f'<p class="note">{_e(note)}</p>' for note in rank_view_notes(view)]
-    parts.append("</section>")
-    return parts
+def _rank_table(view: RankView) -> dict:
+    return {"summary": f"{plural(view.rank_count, 'rank')} in {plural(len(view.rows), 'row')}",
+            "headers": rank_headers(view),
+            "rows": [{"suspect": row.suspect, "cells": rank_row_cells(row, view)} for row in view.rows],
+            "notes": rank_view_notes(view)}

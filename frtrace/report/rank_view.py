@@ -122,7 +122,7 @@ class RankView:
 # --------------------------------------------------------------------------- per rank
 
 
-def _group_classes(analysis: Analysis) -> dict:
+def group_classes(analysis: Analysis) -> dict:
     """group id -> GroupClass."""
     groups = analysis.layout.groups
     family_size = Counter((g.desc, g.size) for g in groups if g.desc)
@@ -183,7 +183,7 @@ def _positions(analysis: Analysis) -> dict:
 
 def rank_standings(analysis: Analysis) -> list[RankStanding]:
     """One RankStanding per rank of the job (with or without a dump), by rank."""
-    classes = _group_classes(analysis)
+    classes = group_classes(analysis)
     namer = _Namer(analysis, classes)
     positions = _positions(analysis)
     newest_created = _newest_created(analysis)
@@ -237,7 +237,7 @@ def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
     """The per-rank view, folded: rows of ranks that stand alike, rows holding a suspect
     first, then by their first rank. Deterministic for the same dumps."""
     standings = rank_standings(analysis)
-    classes = _group_classes(analysis)
+    classes = group_classes(analysis)
     names = {g.id: g.name for g in analysis.layout.groups}
     suspects = set(suspects)
     by_key: dict = defaultdict(list)

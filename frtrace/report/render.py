@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import operator
 from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from importlib import resources
 from itertools import compress
 from typing import Optional
 
-from tabulate import tabulate
-
+from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind
 from frtrace.diagnosis.confidence import suspect_confidences
 from frtrace.match.analysis import Analysis
@@ -25,12 +26,23 @@ from frtrace.report.rank_view import (
     OpAt,
     RankView,
     StandingRow,
+    group_classes,
     rank_view,
+    sorted_names,
 )
 from frtrace.table.rank_dump import clocks_compare
+from frtrace.report.text_layout import table_lines, wrap_line, wrap_lines
 from frtrace.table.standing import only_active_job
 from frtrace.util import fold_ranks, plural
-from frtrace.wording import group_label, groups_text, printable, ranks_text, seq_label, span_text
+from frtrace.wording import (
+    group_label,
+    groups_text,
+    printable,
+    ranks_text,
+    seq_label,
+    skipped_frames_text,
+    span_text,
+)
 
 SCHEMA = "frtrace.report/1"
 STATUS_WORD = {"healthy": "HEALTHY", "faults": "FAULT", "inconclusive": "INCONCLUSIVE"}
@@ -57,9 +69,12 @@ def _inputs(analysis: Analysis) -> dict:
         "ranks_without_entries": [d.rank for d in dumps if not d.entries],
         "has_stack_traces": any(d.has_frames for d in dumps),
         "groups": [
-            {"name": g.name, "desc": g.desc, "ranks": fold_ranks(g.ranks), "size": g.size, "membership_source": g.membership_source}
+            {"name": g.name, "desc": g.desc, "ranks": fold_ranks(g.ranks), "rank_list": sorted(g.ranks), "size": g.size,
+             "membership_source": g.membership_source}
             for g in layout.groups
         ],
+        # where each rank's dump was read from (host-qualified file names name the host)
+        "dump_files": [{"rank": d.rank, "path": d.path} for d in sorted(dumps, key=lambda d: d.rank)],
         "unreadable_files": [{"path": e.path, "problem": e.problem} for e in _unusable_files(analysis)],
         "skipped_files": [{"path": s.path, "reason": s.problem} for s in load.skipped],
         "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
@@ -145,8 +160,11 @@ def _confidence_text(analysis: Analysis, diagnosis: Diagnosis) -> str:
 
 
 def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
+    view = rank_view(analysis, diagnosis.suspect_ranks)
     return {
         "schema": SCHEMA,
+        "frtrace_version": __version__,
+        "newest_entry_utc": utc_text(view.newest_created_ns),
         "status": diagnosis.status,
         "suspect_ranks": list(diagnosis.suspect_ranks),
         "suspect_confidence": _confidence_json(analysis, diagnosis),
@@ -154,8 +172,26 @@ def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
         "inputs": _inputs(analysis),
         "matched": _match_counts(analysis),
         "findings": [_finding_dict(f) for f in diagnosis.findings],
-        "ranks": ranks_json(rank_view(analysis, diagnosis.suspect_ranks)),
+        "ranks": ranks_json(view),
     }
+
+
+def utc_text(ns: Optional[int]) -> Optional[str]:
+    """`2025-10-20T22:40:08.801Z` (ISO 8601, UTC, milliseconds) for a wall clock in ns."""
+    if ns is None:
+        return None
+    seconds, rest = divmod(ns, 10**9)
+    try:
+        stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a clock no calendar holds (a dump's odd value)
+        return None
+    return f"{stamp}.{rest // 10**6:03d}Z"
+
+
+def report_schema() -> dict:
+    """The JSON Schema of `--format json` (shipped as frtrace/report/schema/report.schema.json)."""
+    text = resources.files("frtrace.report").joinpath("schema").joinpath("report.schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
 
 
 def _match_counts(analysis: Analysis) -> dict:
@@ -188,6 +224,10 @@ def render_json(analysis: Analysis, diagnosis: Diagnosis) -> str:
 
 # The text report shows this many rows of the per-rank view; `--ranks` shows them all.
 RANK_ROWS_IN_REPORT = 12
+# ... or fewer, while the report would be longer than a screen of SCREEN_LINES, down to
+# RANK_ROWS_AT_LEAST (rows with a suspect come first).
+SCREEN_LINES = 60
+RANK_ROWS_AT_LEAST = 3
 RANK_HEADERS = ("ranks", "count", "blocked in", "state", "since", "last {done}", "behind its peers")
 
 
@@ -202,6 +242,7 @@ def ranks_json(view: RankView) -> list:
     """The JSON report's `ranks`: one object per folded row (ranks as `0-11,13-15`), not per rank."""
     return [{
         "ranks": fold_ranks(row.ranks),
+        "rank_list": list(row.ranks),
         "count": len(row.ranks),
         "standing": row.standing,
         "suspect": row.suspect,
@@ -212,23 +253,25 @@ def ranks_json(view: RankView) -> list:
     } for row in view.rows]
 
 
-def op_at_text(op: OpAt, groups: tuple) -> str:
+def op_at_text(op: OpAt, groups: tuple, most_ranges: Optional[int] = None) -> str:
     """`all_reduce #4 in group 0 (default_pg)`, or `... in groups 1-4 (tp)` for a folded row."""
-    return f"{op.op} {seq_label(op.collective_seq_id, op.p2p_seq_id)} in {groups_text(groups, op.pg_desc)}"
+    return f"{op.op} {seq_label(op.collective_seq_id, op.p2p_seq_id)} in {groups_text(groups, op.pg_desc, most_ranges)}"
 
 
-def rank_row_cells(row: StandingRow, view: RankView) -> tuple:
-    """The per-rank view's row as strings (unescaped), in RANK_HEADERS order."""
+def rank_row_cells(row: StandingRow, view: RankView, most_ranges: Optional[int] = None) -> tuple:
+    """The per-rank view's row as strings (unescaped), in RANK_HEADERS order; with
+    `most_ranges`, group lists of more ranges than that are counted (see groups_text)."""
     if row.standing == BLOCKED:
         assert row.blocked_in is not None  # a blocked row says what it is blocked in
-        where, state = op_at_text(row.blocked_in, row.blocked_groups), row.blocked_in.state
+        where, state = op_at_text(row.blocked_in, row.blocked_groups, most_ranges), row.blocked_in.state
         since = span_text(*row.since_ns) if row.since_ns else "unknown"
     else:
         where = {IDLE: f"nothing: every op it holds {view.completion_word}", NO_ENTRIES: "(its dump holds no entries)",
                  NO_DUMP: "(no dump)"}[row.standing]
         state = since = ""
-    last = op_at_text(row.last_completed, row.last_completed_groups) if row.last_completed else ""
-    behind = "; ".join(f"{plural(lag, 'collective')} in {groups_text(names, c.desc)}" for c, lag, names in row.behind)
+    last = op_at_text(row.last_completed, row.last_completed_groups, most_ranges) if row.last_completed else ""
+    behind = "; ".join(f"{plural(lag, 'collective')} in {groups_text(names, c.desc, most_ranges)}"
+                       for c, lag, names in row.behind)
     ranks = fold_ranks(row.ranks) + (" *" if row.suspect else "")
     return ranks, str(len(row.ranks)), where, state, since, last, behind
 
@@ -246,29 +289,65 @@ def rank_view_notes(view: RankView) -> list:
     return notes
 
 
-def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[int] = None, style=None) -> str:
+def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[int] = None, style=None,
+                     width: Optional[int] = None) -> str:
     """The per-rank view as text: the verdict, then one row per class of ranks (at most
-    `limit`, with a note of how many more)."""
+    `limit`, with a note of how many more), in lines of at most `width` columns."""
     style = style or (lambda text, **_: text)
     view = rank_view(analysis, diagnosis.suspect_ranks)
-    lines = [style(printable(diagnosis.verdict), bold=True), ""]
-    lines += _rank_view_lines(view, limit)
+    lines = [style(line, bold=True) for line in wrap_line(printable(diagnosis.verdict), width)] + [""]
+    lines += _rank_view_lines(view, limit, width)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _rank_view_lines(view: RankView, limit: Optional[int]) -> list:
-    shown = view.rows if limit is None else view.rows[:limit]
-    table = tabulate([tuple(map(printable, rank_row_cells(row, view))) for row in shown], headers=rank_headers(view), tablefmt="simple",
-                     disable_numparse=True)
-    lines = [f"Where each rank is ({plural(view.rank_count, 'rank')} in {plural(len(view.rows), 'row')})"]
-    lines += ["  " + line for line in table.splitlines()]
+def _rank_view_lines(view: RankView, limit: Optional[int], width: Optional[int] = None,
+                     max_lines: Optional[int] = None) -> list:
+    """The per-rank view's lines. With a `limit` (the report, not --ranks) a row's rank list
+    is cut short too (its count says how many), and rows are left out, from the last, while
+    the view takes more than `max_lines` (down to RANK_ROWS_AT_LEAST)."""
+    count = len(view.rows) if limit is None else min(limit, len(view.rows))
+    while True:
+        lines = _rank_view_rows(view, count, limit is not None, width)
+        if max_lines is None or len(lines) <= max_lines or count <= min(RANK_ROWS_AT_LEAST, len(view.rows)):
+            return lines
+        count -= 1
+
+
+def _rank_view_rows(view: RankView, count: int, short: bool, width: Optional[int]) -> list:
+    shown = view.rows[:count]
+    most_ranges = GROUP_RANGES_IN_REPORT if short else None
+    cells = [tuple(map(printable, rank_row_cells(row, view, most_ranges))) for row in shown]
+    if short:
+        cells = [(_short_list(row[0]),) + row[1:] for row in cells]
+    lines = wrap_line(f"Where each rank is ({plural(view.rank_count, 'rank')} in {plural(len(view.rows), 'row')})", width)
+    lines += table_lines(rank_headers(view), cells, width)
+    notes = []
     if len(shown) < len(view.rows):
-        lines.append(f"  ... {plural(len(view.rows) - len(shown), 'more row')} (frtrace --ranks shows them all)")
-    lines += ["  " + note for note in rank_view_notes(view)]
-    return lines
+        notes.append(f"  ... {plural(len(view.rows) - len(shown), 'more row')} (frtrace --ranks shows them all)")
+    notes += ["  " + note for note in rank_view_notes(view)]
+    return lines + wrap_lines(notes, width)
+
+
+# A folded rank list in the report's per-rank table is cut after this many characters,
+# and a list of groups folding into more ranges than this is counted instead.
+RANK_LIST_CHARS = 24
+GROUP_RANGES_IN_REPORT = 2
+
+
+def _short_list(ranks: str) -> str:
+    """`13,21,29,37,45,…`: a folded list cut at a comma before RANK_LIST_CHARS (a `*` kept)."""
+    text, star = (ranks[:-2], " *") if ranks.endswith(" *") else (ranks, "")
+    if len(text) <= RANK_LIST_CHARS:
+        return ranks
+    cut = text.rfind(",", 0, RANK_LIST_CHARS)
+    return (text[:cut] if cut > 0 else text[:RANK_LIST_CHARS]) + ",…" + star
 
 
 # --------------------------------------------------------------------------- text
+
+
+# A text report is laid out in this many columns when stdout is no terminal.
+DEFAULT_WIDTH = 100
 
 
 def _finding_lines(finding: Finding, bullet: str = "  - ", verbose: bool = False) -> list[str]:
@@ -280,8 +359,10 @@ def _finding_lines(finding: Finding, bullet: str = "  - ", verbose: bool = False
         lines.append(f"{pad}  {ranks_text(cls['ranks'])}: {cls['entry']}")
     if "suspect_call_site" in evidence:
         lines.append(f"{pad}  suspect call site: {evidence['suspect_call_site']}")
+        lines += _skipped_frames_lines(finding, "suspect_call_site", pad, verbose)
     if "peer_call_site" in evidence:
         lines.append(f"{pad}  peer call site:    {evidence['peer_call_site']}")
+        lines += _skipped_frames_lines(finding, "peer_call_site", pad, verbose)
     for rank, past in sorted(evidence.get("went_past", {}).items(), key=lambda kv: int(kv[0])):
         if past.get("call_site"):
             lines.append(f"{pad}  rank {rank} went on at: {past['call_site']}")
@@ -293,6 +374,12 @@ def _finding_lines(finding: Finding, bullet: str = "  - ", verbose: bool = False
     return lines
 
 
+def _skipped_frames_lines(finding: Finding, key: str, pad: str, verbose: bool) -> list[str]:
+    """With -v: the frames passed over to reach a call site (torch's, the standard library's ...)."""
+    skipped = skipped_frames_text(finding.call_entries.get(key)) if verbose else None
+    return [f"{pad}    frames skipped above it: {skipped}"] if skipped else []
+
+
 def _group_heading(finding: Finding) -> str:
     if finding.group_id is None:
         return "Job-wide"
@@ -300,29 +387,52 @@ def _group_heading(finding: Finding) -> str:
 
 
 def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None, style=None,
-                verbose: bool = False) -> str:
-    """Verdict first, then findings grouped by group, then what was read. `verbose`
-    names the rule behind each finding."""
+                verbose: bool = False, width: Optional[int] = DEFAULT_WIDTH, show_all: bool = False) -> str:
+    """One screen at any job size: the verdict, every root finding (grouped by group), the
+    consequences folded into one line per class of groups, where each rank is (at most
+    RANK_ROWS_IN_REPORT rows, fewer while the report is longer than SCREEN_LINES), what was read; every line at most `width` columns (None:
+    unlimited), wrapped. `show_all` (or `verbose`, which also names each finding's rule
+    and the frames skipped to reach its call sites) lists every finding and row instead."""
     style = style or (lambda text, **_: text)
+    everything = verbose or show_all
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
-    lines = [style(printable(diagnosis.verdict), fg=colour, bold=True)]
+    lines: list[str] = []
+
+    def add(text: str, **how) -> None:  # wrapped, then styled one line at a time
+        lines.extend(style(piece, **how) if how else piece for piece in wrap_line(printable(text), width))
+
+    add(diagnosis.verdict, fg=colour, bold=True)
     if diagnosis.suspect_ranks:
-        lines.append(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}{_confidence_text(analysis, diagnosis)}")
+        add(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}{_confidence_text(analysis, diagnosis)}")
     lines.append("")
+    listed = [f for f in diagnosis.findings if everything or f.is_root]
     by_heading = defaultdict(list)
-    for finding in diagnosis.findings:
+    for finding in listed:
         by_heading[_group_heading(finding)].append(finding)
     for heading, findings in by_heading.items():
-        lines.append(style(printable(heading), bold=True))
+        add(heading, bold=True)
         shown = findings if mismatch_cap is None else findings[:mismatch_cap]
         for finding in shown:
-            lines.extend(map(printable, _finding_lines(finding, verbose=verbose)))
+            for line in _finding_lines(finding, verbose=verbose):
+                add(line)
         if len(shown) < len(findings):
-            lines.append(f"  ... {len(findings) - len(shown)} more (raise --mismatch-cap to see them)")
+            add(f"  ... {len(findings) - len(shown)} more (raise --mismatch-cap to see them)")
         lines.append("")
-    lines += _rank_view_lines(rank_view(analysis, diagnosis.suspect_ranks), RANK_ROWS_IN_REPORT)
+    folded = [] if everything else [f for f in diagnosis.findings if not f.is_root]
+    if folded:
+        heading, *classes = consequence_lines(analysis, folded, len(listed))
+        add(heading, bold=True)
+        for line in classes:
+            add(line)
+        lines.append("")
+    loaded = wrap_lines(_loaded_line(analysis).split("\n"), width)
+    view = rank_view(analysis, diagnosis.suspect_ranks)
+    if everything:
+        lines += _rank_view_lines(view, None, width)
+    else:
+        lines += _rank_view_lines(view, RANK_ROWS_IN_REPORT, width, SCREEN_LINES - len(lines) - len(loaded) - 1)
     lines.append("")
-    lines.append(_loaded_line(analysis))
+    lines += loaded
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -336,6 +446,39 @@ def _world_size_note(layout) -> str:
         return (f"World size {layout.world_size} comes from the groups' shapes (the dumps' pg_config lists no ranks): "
                 f"sibling groups are short of {ranks_text(beyond)}, which left no dump.")
     return ""
+
+
+# Op names a folded line of consequences spells out before "and N more".
+OPS_PER_FOLDED_LINE = 3
+
+
+def consequence_lines(analysis: Analysis, consequences: list, roots: int, listed_by: Optional[str] = "--all") -> list[str]:
+    """A heading (saying that `listed_by` lists each), then one line per class of groups
+    (the TP groups, the DP groups ...): its groups, how many consequences of each kind,
+    and at which ops (unescaped)."""
+    classes = group_classes(analysis)
+    folded: dict = {}  # class key -> [desc, group names, kinds, ops, order]
+    for finding in consequences:
+        group_class = classes.get(finding.group_id) if finding.group_id is not None else None
+        key = group_class.key if group_class else ("job",)
+        row = folded.setdefault(key, [finding.pg_desc, set(), Counter(), {},
+                                      group_class.order if group_class else len(classes)])
+        if finding.group_id is not None:
+            row[1].add(finding.pg_name)
+        row[2][finding.kind] += 1
+        if finding.op:
+            row[3].setdefault(f"{finding.op} {seq_label(finding.collective_seq_id, finding.p2p_seq_id)}", None)
+    groups = sum(len(row[1]) for row in folded.values())
+    lines = [f"Consequences of the root cause{'s' if roots > 1 else ''}: {plural(len(consequences), 'finding')} "
+             f"in {plural(groups, 'other group')}" + (f" ({listed_by} lists each)" if listed_by else "")]
+    for desc, names, kinds, ops, _order in sorted(folded.values(), key=lambda row: row[4]):
+        where = groups_text(sorted_names(names), desc) if names else "job-wide"
+        what = ", ".join(f"{count} {kind_name}" for kind_name, count in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+        shown = list(ops)[:OPS_PER_FOLDED_LINE]
+        if len(ops) > len(shown):
+            shown.append(f"{len(ops) - len(shown)} more")
+        lines.append(f"  - {where}: {what}" + (f" at {', '.join(shown)}" if shown else ""))
+    return lines
 
 
 def _loaded_line(analysis: Analysis) -> str:
@@ -456,18 +599,27 @@ def _rank_view_markdown(view: RankView, limit: Optional[int]) -> list:
     return lines
 
 
-def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style=None) -> str:
+def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
     """`--ranks --format markdown`: the verdict, then every row of the per-rank view."""
     view = rank_view(analysis, diagnosis.suspect_ranks)
     return "\n".join([f"### {markdown_text(diagnosis.verdict)}", ""] + _rank_view_markdown(view, None)).rstrip() + "\n"
 
 
-def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style=None) -> str:
+def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
     """`--ranks --format json`: the report's status, suspects, summary and `ranks` only."""
-    report = {"schema": SCHEMA, "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
-              "summary": diagnosis.verdict, "ranks": ranks_json(rank_view(analysis, diagnosis.suspect_ranks))}
+    view = rank_view(analysis, diagnosis.suspect_ranks)
+    report = {"schema": SCHEMA, "frtrace_version": __version__, "newest_entry_utc": utc_text(view.newest_created_ns),
+              "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
+              "summary": diagnosis.verdict, "ranks": ranks_json(view)}
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
+def render_suspect_ranks(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
+    """`--format ranks`, for alert scripts: the primary suspects' ranks on one line, separated
+    by spaces (an empty line when there is none); the exit code says the status."""
+    return " ".join(map(str, diagnosis.suspect_ranks)) + "\n"
+
+
 # `--ranks`: the per-rank view alone, by --format
-RANK_VIEW_RENDERERS = {"text": render_rank_view, "json": render_rank_view_json, "markdown": render_rank_view_markdown}
+RANK_VIEW_RENDERERS = {"text": render_rank_view, "json": render_rank_view_json, "markdown": render_rank_view_markdown,
+                       "ranks": render_suspect_ranks}
