@@ -16,7 +16,8 @@ from helpers import nccl_hang_dumps, write_job
 
 from frtrace.cli import cli
 
-HANG_FIRST_LINE = "FAULT: rank 3 never issued all_reduce #4 in group 0 (default_pg); ranks 0-2 are waiting in it"
+# The verdict's first line as printed to a pipe, where the report wraps at 100 columns.
+HANG_FIRST_LINE = "FAULT: rank 3 never issued all_reduce #4 in group 0 (default_pg); ranks 0-2 are"
 
 
 @pytest.fixture
@@ -118,7 +119,7 @@ def _complete(words: str, env_extra=None) -> list[str]:
 def test_shell_completion_reaches_the_default_command_and_diff():
     assert "--selected-ranks" in _complete("frtrace --sel")
     assert "--format" in _complete("frtrace diff old new --form")
-    assert set(_complete("frtrace --format ")) == {"text", "json", "markdown"}
+    assert set(_complete("frtrace --format ")) == {"text", "json", "markdown", "ranks"}
 
 
 def _pipeline(first: list, second: list) -> tuple:
@@ -158,5 +159,6 @@ def test_progress_is_drawn_on_a_terminal_only(hang):
         os.close(controller)
     assert done.returncode == 1 and done.stdout.decode().startswith(HANG_FIRST_LINE)
     assert b"reading dumps" in drawn and b"100%" in drawn and b"4/4 dumps" in drawn
-    quiet = subprocess.run([sys.executable, "-m", "frtrace", str(hang)], capture_output=True, timeout=60)
+    quiet = subprocess.run([sys.executable, "-m", "frtrace", str(hang)], capture_output=True, timeout=60,
+                           env={**os.environ, "COLUMNS": "120"})
     assert quiet.stderr == b"" and quiet.stdout == done.stdout

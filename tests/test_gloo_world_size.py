@@ -35,7 +35,8 @@ def report_of(tmp_path, dumps: dict) -> tuple:
 
 
 def text_of(tmp_path) -> str:
-    return run_cli([tmp_path / "job", "--workers", "1"]).stdout
+    """The text report with its lines unwrapped, so phrases are found wherever the width broke them."""
+    return " ".join(run_cli([tmp_path / "job", "--workers", "1"]).stdout.split())
 
 
 def test_a_mesh_whose_top_rank_hung_without_a_dump_blames_it(tmp_path):

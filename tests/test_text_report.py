@@ -33,7 +33,7 @@ def test_the_report_leads_with_the_verdict_then_roots_then_folded_consequences_t
     analysis, diagnosis = cascade
     assert len(_consequences(diagnosis)) > 20  # the shape this is about: many groups held up
     lines = render_text(analysis, diagnosis).splitlines()
-    assert lines[0] == diagnosis.verdict and lines[1] == "Suspect ranks: 5"
+    assert lines[0] == diagnosis.verdict and lines[1].startswith("Suspect ranks: 5 (confidence ")
     order = [next(i for i, line in enumerate(lines) if line.startswith(start))
              for start in ("Group 1 (tp)", "Consequences of the root cause:", "Where each rank is", "Read 256 dumps")]
     assert order == sorted(order)
