@@ -24,6 +24,15 @@ import click
 
 from frtrace._version import __version__
 from frtrace.diagnosis import diagnose
+from frtrace.cli.logs_cli import (
+    LogRun,
+    add_logs,
+    logs_in_dump_inputs,
+    refuse_dump_only_options,
+    render_with_logs,
+    run_logs_only,
+    split_log_inputs,
+)
 from frtrace.export.paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
 from frtrace.load.layout import MAX_WORLD_SIZE
 from frtrace.load.loader import InputError, discover_dump_files, iter_dump_files, select_files
@@ -68,6 +77,10 @@ Examples:
                                       which ranks made no progress between two dumps of
                                       one job (frtrace diff --help; a dump directory
                                       named diff: frtrace ./diff)
+  frtrace job.log                     no dumps: the rank (and host) behind the hang
+                                      from the job's logs (a file, .gz, or a directory
+                                      of per-rank or per-node logs)
+  frtrace dumps/ --logs job.log       dumps and logs: the logs stand in for missing dumps
 
 \b
 Exit codes: 0 healthy, 1 faults found, 2 usage or input error, 3 inconclusive,
@@ -176,12 +189,13 @@ class _Progress:
 @click.option("--scheduler", metavar="ADDRESS", help="Read the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers. Needs frtrace[dask].")
 @click.option("--max-file-size", default="2G", show_default=True, help="Refuse dump files larger than this (bytes, or 512M, 4G).")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 after a report even when faults were found (errors still exit 2).")
+@click.option("--logs", "logs", multiple=True, type=click.Path(exists=True, path_type=str), help="The job's logs as evidence too (a file, gzip'd or not, or a directory of per-rank or per-node logs); repeatable. A log file or log directory given as DIR_OR_FILE is read the same way.")
 @click.option("-v", "--verbose", is_flag=True, help="On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an internal error.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, force, prefix, fmt, just_print, per_rank, last, selected_ranks, pg_filters, print_stack,
             mismatch_cap, allow_incomplete_ranks, world_size, transform_ft, group_world_size, all_generations, workers, scheduler,
-            max_file_size, exit_zero, verbose, debug):
+            max_file_size, exit_zero, logs, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
 
@@ -194,7 +208,8 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
     started = time.monotonic()
     if sys.stdout is None:  # started with stdout closed (`frtrace DIR >&-`): say so before the work
         _fail("standard output is closed: nowhere to write the report")
-    inputs = [as_input(item) for item in list(dirs) + list(dump_dirs)] or [_default_dump_dir()]
+    inputs, log_paths = split_log_inputs([as_input(item) for item in list(dirs) + list(dump_dirs)], logs)
+    inputs = inputs or ([] if log_paths else [_default_dump_dir()])
     for item in inputs:
         if not is_url(item) and not os.path.lexists(item):
             raise click.UsageError(f"{printable(str(item))}: no such directory or file")
@@ -223,6 +238,10 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
         targets = _plan_outputs(output, timeline, force, inputs, html)
     except OutputError as exc:
         _fail(str(exc))
+    log_run = LogRun(fmt, ranks_only, mismatch_cap, world_size, html, force, exit_zero, verbose)
+    if not inputs:  # logs only: frtrace job.log, frtrace --logs DIR
+        refuse_dump_only_options(output, timeline, just_print)
+        return _finish(run_logs_only(log_paths, log_run, _emit, _fail, _note, _styler(), started), False, started, 0.0)
 
     if just_print:
         # No diagnosis, and only the files of the selected ranks (chosen by name) are read.
@@ -240,6 +259,11 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
         )
     except InputError as exc:
         progress.clear()
+        log_dirs = logs_in_dump_inputs(inputs)  # no dump there: directories of logs?
+        if log_dirs and len(log_dirs) == len(inputs):
+            refuse_dump_only_options(output, timeline, False)
+            return _finish(run_logs_only(log_paths + log_dirs, log_run, _emit, _fail, _note, _styler(), started,
+                                         no_job_error=str(exc)), False, started, 0.0)
         _fail(str(exc))
     progress.clear()
     unusable = analysis.load.errors + list(analysis.layout.ignored_files)
@@ -260,9 +284,14 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, f
     ranks = _selected_job_ranks(rank_ranges, job_ranks)
 
     diagnosis = diagnose(analysis)
+    evidence = None
+    if log_paths:  # dumps and logs: the logs stand in for missing dumps, and say where they disagree
+        diagnosis, evidence = add_logs(analysis, diagnosis, log_paths, world_size, _fail, _note)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis, ranks, filters, timeline_all)]
     if ranks_only:
         _emit(RANK_VIEW_RENDERERS[fmt](analysis, diagnosis, style=_styler()))
+    elif evidence is not None:
+        _emit(render_with_logs(fmt, analysis, diagnosis, evidence, mismatch_cap, _styler(), verbose))
     elif fmt == "json":
         _emit(render_json(analysis, diagnosis))
     elif fmt == "markdown":

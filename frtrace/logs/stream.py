@@ -1,0 +1,117 @@
+"""Read a log file as a stream and hand over only the lines worth parsing.
+
+Takes a path (plain, gzip, bzip2 or xz, told apart by their first bytes); yields
+`(line number, text)` for each line that holds something the grammar reads, found by a
+search over blocks of several MiB in C, so a log of many GiB of training chatter is read
+at close to disk speed in memory bounded by the block size. Also tells which global
+rank labels (`[rankN]:`) the file holds at all, and whether its last line was cut off.
+
+Lines are decoded leniently (binary noise becomes U+FFFD), carriage returns end a line
+(a progress bar redrawn with `\\r` does not hide the log line written after it), a line
+longer than `MAX_LINE` is read around its marker only, and ANSI colour is removed.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import IO, Iterator
+
+from frtrace.logs.grammar import strip_ansi
+
+BLOCK = 8 << 20
+MAX_LINE = 64 << 10
+# Any of these in a line makes it worth parsing; a line without one says nothing the
+# grammar reads. Kept to words C can skip to quickly.
+_MARKER = re.compile(
+    rb"NCCL|[Ww]atchdog|Error|Exception|Traceback|Interrupt|\[Rank |\[PG |exitcode|local_rank"
+    rb"|(?:host|time|rank)\s+: |Root Cause|Failures:|Timed out waiting|Connection closed by|dump signal"
+    rb"|global timeout|[Hh]eartbeat|got stuck|worker group|Restarting workers|global_world_sizes"
+    rb"|initialization options|terminate called")
+_GLOBAL_LABEL = re.compile(rb"\[rank(\d{1,7})\]:")
+_MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
+
+
+@dataclass(slots=True)
+class StreamStats:
+    bytes_read: int = 0
+    lines: int = 0
+    partial_last_line: bool = False
+    labels: set[int] = field(default_factory=set)  # global rank labels seen anywhere in the file
+    damaged: str = ""  # why reading stopped early (a truncated or corrupt compressed stream)
+
+
+def open_log(path: str) -> IO[bytes]:
+    with open(path, "rb") as probe:
+        head = probe.read(6)
+    for magic, opener in _MAGIC:
+        if head.startswith(magic):
+            return opener(path, "rb")  # type: ignore[operator, no-any-return, return-value]
+    return open(path, "rb")
+
+
+def read_marked_lines(path: str, stats: StreamStats, block_size: int = BLOCK) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of every line with a marker, in file order."""
+    with open_log(path) as stream:
+        carry = b""
+        line_base = 0
+        while True:
+            try:
+                chunk = stream.read(block_size)
+            except (EOFError, OSError, zlib.error, lzma.LZMAError) as exc:
+                stats.damaged = f"{type(exc).__name__}: {exc}"
+                chunk = b""
+            if not chunk:
+                break
+            stats.bytes_read += len(chunk)
+            data = carry + chunk
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+            if cut < 0:
+                if len(data) < MAX_LINE:
+                    carry = data
+                    continue
+                cut = len(data) - 1  # one endless line: read it in pieces
+            block, carry = data[:cut + 1], data[cut + 1:]
+            yield from _scan(block, line_base, stats)
+            line_base = stats.lines
+        if carry:
+            stats.partial_last_line = True
+            for number, text in _scan(carry + b"\n", line_base, stats):
+                yield number, _without_cut_token(text)
+
+
+def _scan(block: bytes, line_base: int, stats: StreamStats) -> Iterator[tuple[int, str]]:
+    if b"\r" in block:
+        block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    stats.labels.update(map(int, set(_GLOBAL_LABEL.findall(block))))
+    counted_to, counted = 0, line_base
+    pos = 0
+    search = _MARKER.search
+    while True:
+        match = search(block, pos)
+        if match is None:
+            break
+        start = block.rfind(b"\n", 0, match.start()) + 1
+        end = block.find(b"\n", match.end())
+        if end < 0:
+            end = len(block)
+        counted += block.count(b"\n", counted_to, start)
+        counted_to = start
+        raw = block[start:end]
+        if len(raw) > MAX_LINE:
+            middle = match.start() - start
+            raw = raw[max(0, middle - MAX_LINE // 8): middle + MAX_LINE]
+        yield counted + 1, strip_ansi(raw.decode("utf-8", "replace"))
+        pos = end + 1
+    stats.lines = line_base + block.count(b"\n")
+
+
+def _without_cut_token(text: str) -> str:
+    """A line cut off mid-write may end in half a number (`work: 15` of `1579`): drop
+    whatever follows its last separator."""
+    cut = max(text.rfind(mark) for mark in (" ", ",", ".", ")", "]"))
+    return text[:cut + 1] if cut >= 0 else ""
