@@ -49,6 +49,11 @@ OP_NAMES = {
 # Ops whose sizes every member passes alike; the others legitimately differ per rank.
 SAME_SIZE_OPS = frozenset({"ALLREDUCE", "BROADCAST", "REDUCE", "ALLGATHER", "_ALLGATHER_BASE", "REDUCE_SCATTER",
                            "_REDUCE_SCATTER_BASE", "BARRIER", "_ALLREDUCE_SPARSE"})
+# Next steps worded for what logs show (the kinds' own point at dump entries and -j).
+LOG_NEXT_STEPS = {
+    "not_issued": "look at what rank(s) {suspects} were doing instead: the last lines of their log, py-spy dump on the "
+                  "live process, or their Flight Recorder dump (TORCH_NCCL_TRACE_BUFFER_SIZE)",
+}
 # Clocks of different hosts differ; an arrival is late only by more than this (seconds).
 CLOCK_SLACK_S = 1.0
 DEFAULT_GROUP_NAMES = ("0",)
@@ -557,6 +562,8 @@ def _finding(reading: Reading, kind: str, rule: str, group: LogGroup, frontier: 
              statement: str, facts: dict[str, Any], ranks: Optional[tuple[int, ...]] = None,
              severity: Optional[str] = None, waiting: Optional[tuple[int, ...]] = None) -> Finding:
     facts = dict(facts)
+    if kind in LOG_NEXT_STEPS:
+        facts["next_step"] = LOG_NEXT_STEPS[kind]
     facts["frontier"] = {"seq": frontier.seq, "op": OP_NAMES.get(frontier.op, frontier.op.lower()),
                          "waiting": fold_ranks(frontier.waiting)}
     _add_hosts(reading, facts, suspects)
@@ -647,6 +654,9 @@ def with_dumps(analysis: Analysis, dumps_diagnosis: Diagnosis, evidence: LogEvid
             _add_hosts_of(evidence, finding)
     status, suspects, verdict = dumps_diagnosis.status, dumps_diagnosis.suspect_ranks, dumps_diagnosis.verdict
     new_roots = [f for f in stand_ins if f.is_root and f.suspect_ranks and f.severity == "error"]
+    told = [f for f in new_roots if set(f.own_suspects) <= set(suspects)]
+    if status == "faults" and told:  # the dumps blame a rank without a dump; its log says what became of it
+        verdict += f"; its log: {told[0].statement.split(': ', 1)[-1]}"
     if new_roots:
         suspects = tuple(sorted(set(suspects) | {r for f in new_roots for r in f.suspect_ranks}))
         if status != "faults":

@@ -26,12 +26,11 @@ from frtrace.logs.grammar import strip_ansi
 BLOCK = 8 << 20
 MAX_LINE = 64 << 10
 # Any of these in a line makes it worth parsing; a line without one says nothing the
-# grammar reads. Kept to words C can skip to quickly.
-_MARKER = re.compile(
-    rb"NCCL|[Ww]atchdog|Error|Exception|Traceback|Interrupt|\[Rank |\[PG |exitcode|local_rank"
-    rb"|(?:host|time|rank)\s+: |Root Cause|Failures:|Timed out waiting|Connection closed by|dump signal"
-    rb"|global timeout|[Hh]eartbeat|got stuck|worker group|Restarting workers|global_world_sizes"
-    rb"|initialization options|terminate called")
+# grammar reads. Each is looked for with bytes.find, whose skips make long needles cheap:
+# torch's c10 lines name their source file (ProcessGroupNCCL.cpp), NCCL's carry ` NCCL `,
+# Python's end in an exception name, torchrun's failure summary pads its field names.
+NEEDLES = (b"ProcessGroup", b" NCCL ", b"Error", b"Exception", b"Traceback (most", b"exitcode  :", b"host      :",
+           b"rank      :", b"time      :", b"Root Cause", b"worker group", b"terminate called", b"global_world_sizes")
 _GLOBAL_LABEL = re.compile(rb"\[rank(\d{1,7})\]:")
 _MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
 
@@ -89,25 +88,34 @@ def _scan(block: bytes, line_base: int, stats: StreamStats) -> Iterator[tuple[in
         block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     stats.labels.update(map(int, set(_GLOBAL_LABEL.findall(block))))
     counted_to, counted = 0, line_base
-    pos = 0
-    search = _MARKER.search
-    while True:
-        match = search(block, pos)
-        if match is None:
-            break
-        start = block.rfind(b"\n", 0, match.start()) + 1
-        end = block.find(b"\n", match.end())
+    for start, hit in _marked_lines(block):
+        end = block.find(b"\n", start)
         if end < 0:
             end = len(block)
         counted += block.count(b"\n", counted_to, start)
         counted_to = start
-        raw = block[start:end]
-        if len(raw) > MAX_LINE:
-            middle = match.start() - start
-            raw = raw[max(0, middle - MAX_LINE // 8): middle + MAX_LINE]
-        yield counted + 1, strip_ansi(raw.decode("utf-8", "replace"))
-        pos = end + 1
+        if end - start > MAX_LINE:  # read a window around the needle, not the whole line
+            start = max(start, hit - MAX_LINE // 8)
+            end = min(end, start + MAX_LINE)
+        yield counted + 1, strip_ansi(block[start:end].decode("utf-8", "replace"))
     stats.lines = line_base + block.count(b"\n")
+
+
+def _marked_lines(block: bytes) -> list[tuple[int, int]]:
+    """(line start, first needle in it) of each line holding a needle, in order."""
+    hits: dict[int, int] = {}
+    find, rfind = block.find, block.rfind
+    for needle in NEEDLES:
+        pos = find(needle)
+        while pos >= 0:
+            start = rfind(b"\n", 0, pos) + 1
+            if hits.get(start, pos + 1) > pos:
+                hits[start] = pos
+            end = find(b"\n", pos)
+            if end < 0:
+                break
+            pos = find(needle, end)
+    return sorted(hits.items())
 
 
 def _without_cut_token(text: str) -> str:

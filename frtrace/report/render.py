@@ -87,7 +87,8 @@ def _finding_dict(finding: Finding) -> dict:
 
 
 def _next_step(finding: Finding) -> Optional[str]:
-    template = kind(finding.kind).next_step
+    # A rule may word its kind's step for its evidence (a finding from logs has no -j to point at).
+    template = finding.facts.get("next_step") or kind(finding.kind).next_step
     if not template or not finding.is_root or finding.severity == "info":
         return None
     # Point at the call site only where the finding shows one (a rank that never issued
