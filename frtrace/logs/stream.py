@@ -28,9 +28,13 @@ MAX_LINE = 64 << 10
 # Any of these in a line makes it worth parsing; a line without one says nothing the
 # grammar reads. Each is looked for with bytes.find, whose skips make long needles cheap:
 # torch's c10 lines name their source file (ProcessGroupNCCL.cpp), NCCL's carry ` NCCL `,
-# Python's end in an exception name, torchrun's failure summary pads its field names.
-NEEDLES = (b"ProcessGroup", b" NCCL ", b"Error", b"Exception", b"Traceback (most", b"exitcode  :", b"host      :",
-           b"rank      :", b"time      :", b"Root Cause", b"worker group", b"terminate called", b"global_world_sizes")
+# Python's end in an exception name (c10's own `terminate called ... DistBackendError'`
+# too), torchelastic's agent restarts its `worker group`.
+NEEDLES = (b"ProcessGroup", b" NCCL ", b"Error", b"Exception", b"Traceback (most", b"worker group", b"global_world_sizes")
+# torchrun's failure summary pads its field names; looked for only from the block where
+# the summary begins (`ChildFailedError`), as it comes at the end.
+SUMMARY_START = (b"ChildFailedError", b"Root Cause")
+SUMMARY_NEEDLES = (b"exitcode  :", b"host      :", b"rank      :", b"time      :", b"Root Cause")
 _GLOBAL_LABEL = re.compile(rb"\[rank(\d{1,7})\]:")
 _MAGIC = ((b"\x1f\x8b", gzip.open), (b"BZh", bz2.open), (b"\xfd7zXZ\x00", lzma.open))
 
@@ -42,6 +46,7 @@ class StreamStats:
     partial_last_line: bool = False
     labels: set[int] = field(default_factory=set)  # global rank labels seen anywhere in the file
     damaged: str = ""  # why reading stopped early (a truncated or corrupt compressed stream)
+    in_summary: bool = False  # torchrun's failure summary has begun: look for its fields too
 
 
 def open_log(path: str) -> IO[bytes]:
@@ -88,7 +93,9 @@ def _scan(block: bytes, line_base: int, stats: StreamStats) -> Iterator[tuple[in
         block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     stats.labels.update(map(int, set(_GLOBAL_LABEL.findall(block))))
     counted_to, counted = 0, line_base
-    for start, hit in _marked_lines(block):
+    if not stats.in_summary and any(mark in block for mark in SUMMARY_START):
+        stats.in_summary = True
+    for start, hit in _marked_lines(block, NEEDLES + SUMMARY_NEEDLES if stats.in_summary else NEEDLES):
         end = block.find(b"\n", start)
         if end < 0:
             end = len(block)
@@ -101,11 +108,11 @@ def _scan(block: bytes, line_base: int, stats: StreamStats) -> Iterator[tuple[in
     stats.lines = line_base + block.count(b"\n")
 
 
-def _marked_lines(block: bytes) -> list[tuple[int, int]]:
+def _marked_lines(block: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int]]:
     """(line start, first needle in it) of each line holding a needle, in order."""
     hits: dict[int, int] = {}
     find, rfind = block.find, block.rfind
-    for needle in NEEDLES:
+    for needle in needles:
         pos = find(needle)
         while pos >= 0:
             start = rfind(b"\n", 0, pos) + 1
