@@ -131,6 +131,10 @@ def test_prefixes_torchrun_slurm_ray_and_several_ranks_on_one_line():
     pieces = g.segments("Epoch 10/10: 240it [05:55][rank0]:[E x.cpp:1] a[rank1]:[E x.cpp:1] b")
     assert [(p.label_rank, t) for p, t in pieces] == [(0, "[E x.cpp:1] a"), (1, "[E x.cpp:1] b")]
     assert g.segments("[0]:") == [(g.Prefix(), "[0]:")]  # a failure summary's index, not a rank
+    ((prefix, text),) = g.segments("worker-3: [rank9]:[E x.cpp:1] x")
+    assert (prefix.host, prefix.label_rank, text) == ("worker-3", 9, "[E x.cpp:1] x")
+    ((prefix, _),) = g.segments("RuntimeError: [Rank 1] x")
+    assert prefix.host is None
 
 
 def test_nccl_lines_give_host_pid_and_the_communicator_rank():

@@ -172,3 +172,24 @@ def test_no_log_and_not_a_log(tmp_path):
 def _write(path, data: bytes):
     path.write_bytes(data)
     return path
+
+
+def test_lines_a_terminal_wrapped_are_joined_again(tmp_path):
+    text = waits(1)
+    width = 120
+    wrapped = "".join(line[i:i + width] + "\n" for line in text.splitlines() for i in range(0, len(line), width))
+    nccl = "node01:4001:4041 [1] NCCL INFO comm 0x55d2c rank 1 nranks 8 cudaDev 1 busId 18000 - Init COMPLETE\n"
+    evidence = read_logs([_write(tmp_path / "job.log", (nccl + wrapped + nccl).encode())])
+    position = evidence.ranks[1].groups["0"]
+    assert position.timed_out.work == (1580, "ALLREDUCE", 8, 8, 600000, None)
+    assert (position.failed_at, position.last_enqueued, position.last_completed) == (1580, 1582, 1579)
+    assert evidence.ranks[1].host == "node01"
+
+
+def test_a_whole_job_log_pasted_at_a_terminal_s_width(tmp_path):
+    from frtrace.diagnosis.logs import diagnose_logs
+
+    text = one_file(job_logs(8, era="2.6", fault="never_arrives", culprits=(6,), noise=0)).decode()
+    wrapped = "".join(line[i:i + 100] + "\n" for line in text.splitlines() for i in range(0, max(len(line), 1), 100))
+    diagnosis = diagnose_logs(read_logs([_write(tmp_path / "pasted.log", wrapped.encode())]))
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (6,)

@@ -211,3 +211,12 @@ def test_gloo_timeouts_leave_the_silent_rank(tmp_path):
 def test_healthy_logs(tmp_path):
     diagnosis = diagnose_lines(tmp_path, ["[rank0]: loss 1.0", "[rank1]: loss 1.0"])
     assert diagnosis.status == "healthy" and diagnosis.findings == []
+
+
+def test_ranks_still_in_an_op_their_peers_completed_are_stuck(tmp_path):
+    pg = "[PG 1 Rank {local}]"
+    lines = timeout(0, 1516, numel=25427968, pg=pg) + timeout(1, 1517, numel=1, pg=pg, enq=1517, done=1516)
+    lines += timeout(2, 1517, numel=1, pg=pg, enq=1517, done=1516)
+    diagnosis = diagnose_lines(tmp_path, lines)
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (0,)
+    assert diagnosis.findings[0].rule == "logs.stuck_behind_peers" and diagnosis.findings[0].kind == "stuck"

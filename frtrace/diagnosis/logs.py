@@ -12,6 +12,7 @@ by what their logs say:
     logs.silent            they logged, but nothing of the op: they never reached it (or only late)
     logs.no_log            nothing at all was read for them: the logs cannot place them
     logs.blocked_elsewhere they wait in another group's op (a consequence of that group's finding)
+    logs.stuck_behind_peers members waited in the op after others had completed it and failed later on
     logs.all_waited        every member waited in the op: the logs cannot name a rank (network,
                            GPU or NCCL), unless NCCL warnings or a stuck watchdog single some out
     logs.watchdog_stuck    the heartbeat monitor found their watchdog stuck (a hung CUDA or NCCL call)
@@ -211,7 +212,7 @@ def _frontier(group: LogGroup) -> Optional[Frontier]:
 
 def group_findings(reading: Reading, group: LogGroup, crashed: list[Finding]) -> list[Finding]:
     frontier = reading.frontiers[group.name]
-    findings = mismatch(reading, group, frontier)
+    findings = mismatch(reading, group, frontier) + stuck_behind_peers(reading, group, frontier)
     crashed_ranks = {r for f in crashed for r in f.own_suspects}
     absent = _absent(reading, group, frontier)
     behind = never_reached(reading, group, frontier, absent)
@@ -310,6 +311,24 @@ def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Find
     return [_finding(reading, kind, "logs.mismatch", group, frontier, suspects=() if tie else odd,
                      ranks=tuple(sorted(timed)), statement=statement, facts=facts,
                      severity="warning" if tie else None, waiting=tuple(major))]
+
+
+def stuck_behind_peers(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Finding]:
+    """Members still waited in the frontier while others of the group had completed it and
+    failed further on: the op never finished on the first (as the dumps' stuck_on_device).
+    Only in a group the lines name: with `[Rank N]` alone two groups' numbers would mix."""
+    if frontier.seq is None or group.name == UNNAMED_GROUP:
+        return []
+    seq = frontier.seq
+    past = tuple(sorted(r for r, p in group.positions.items()
+                        if r not in frontier.waiting and p.failed and ((_failure_seq(p) or -1) > seq
+                                                                      or (p.last_completed is not None and p.last_completed >= seq))))
+    if not past:
+        return []
+    statement = (f"{ranks_text(frontier.waiting)} still waited in {_where(group, frontier)} after {ranks_text(past)} had "
+                 f"completed it and gone on (to fail later): it never finished on {'it' if len(frontier.waiting) == 1 else 'them'}")
+    return [_finding(reading, "stuck", "logs.stuck_behind_peers", group, frontier, suspects=frontier.waiting,
+                     statement=statement, facts={"went_past": list(past)})]
 
 
 def never_reached(reading: Reading, group: LogGroup, frontier: Frontier, absent: list[int]) -> list[Finding]:

@@ -81,6 +81,7 @@ class Source:
     pid_hosts: dict[int, str] = field(default_factory=dict)
     pid_comm_ranks: dict[int, set] = field(default_factory=dict)  # pid -> {(comm rank, nranks)}
     ray_ip: Optional[str] = None
+    host_tag: Optional[str] = None  # pdsh's `host: ` on its lines
 
     def cell(self, rank: Optional[int]) -> Cell:
         found = self.cells.get(rank)
@@ -182,11 +183,12 @@ def _starts_run(state: FileState, event: g.Event, pg: Optional[g.PgRef]) -> bool
 
 
 def _source(state: FileState, prefix: g.Prefix) -> Source:
-    key = (prefix.task, prefix.label, prefix.label_rank, prefix.ray_pid if prefix.label is None else None)
+    key = (prefix.host, prefix.task, prefix.label, prefix.label_rank, prefix.ray_pid if prefix.label is None else None)
     found = state.sources.get(key)
     if found is None:
         found = state.sources[key] = Source(state.index, state.log.rank, prefix.label, prefix.label_rank, prefix.task)
         found.ray_ip = prefix.ray_ip
+        found.host_tag = prefix.host
     return found
 
 
@@ -451,6 +453,8 @@ def _resolve(source: Source, state: FileState, ranks: dict[int, RankLog], world:
         host = _single_host(source)
         if host:
             _set_host(log, host, "its NCCL lines", strong=True)
+        elif source.host_tag:
+            _set_host(log, source.host_tag, "its launcher's host tag", strong=False)
         elif source.ray_ip:
             _set_host(log, source.ray_ip, "its Ray worker prefix", strong=False)
         return 0

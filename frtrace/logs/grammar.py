@@ -24,6 +24,8 @@ from typing import Iterable, NamedTuple, Optional, Union
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 _SLURM_TASK = re.compile(r"^\s{0,6}(\d{1,6}): ")
+# pdsh (DeepSpeed's multi-node launcher) and `mpirun --tag-output`-like tools: `worker-3: [rank9]:...`
+_HOST_TAG = re.compile(r"^([a-z][a-z0-9-]*\d[a-z0-9.-]*|\d{1,3}(?:\.\d{1,3}){3}): (?=\[)")
 # torchrun: `[rank3]:` (global rank), `[default3]:` / `[trainer3]:` (role and local rank),
 # `[3]:` (a `[${rank}]:` template). A bare `[0]:` line is a failure summary's index.
 _LABEL = re.compile(r"\[([A-Za-z][A-Za-z_-]*?)?(\d{1,7})\]:(?=.)")
@@ -38,6 +40,7 @@ class Prefix(NamedTuple):
     """Whose line: every field None when the line does not say."""
 
     task: Optional[int] = None  # srun --label's task number
+    host: Optional[str] = None  # pdsh's `host: ` tag
     label: Optional[str] = None  # "rank" (global) | "local" (a role's local rank)
     label_rank: Optional[int] = None
     ray_pid: Optional[int] = None
@@ -47,7 +50,11 @@ class Prefix(NamedTuple):
 def segments(line: str) -> list[tuple[Prefix, str]]:
     """The line's logical lines: output of several ranks written without a newline between
     them (or pasted onto one line) starts a segment at each `[rankN]:` label."""
-    task = None
+    task, host = None, None
+    match = _HOST_TAG.match(line)
+    if match:
+        host = match.group(1)
+        line = line[match.end():]
     match = _SLURM_TASK.match(line)
     if match:
         task = int(match.group(1))
@@ -56,14 +63,14 @@ def segments(line: str) -> list[tuple[Prefix, str]]:
     ray = _RAY.search(line)
     ray_pid, ray_ip = (int(ray.group(2)), ray.group(3)) if ray else (None, None)
     if not labels:
-        return [(Prefix(task, None, None, ray_pid, ray_ip), line)]
+        return [(Prefix(task, host, None, None, ray_pid, ray_ip), line)]
     found = []
     for index, label in enumerate(labels):
         end = labels[index + 1].start() if index + 1 < len(labels) else len(line)
         role = (label.group(1) or "rank").lower()
         kind = "rank" if role == "rank" else "local"
         text = line[label.end():end]
-        found.append((Prefix(task, kind, int(label.group(2)), ray_pid, ray_ip), text[1:] if text.startswith(" ") else text))
+        found.append((Prefix(task, host, kind, int(label.group(2)), ray_pid, ray_ip), text[1:] if text.startswith(" ") else text))
     return found
 
 

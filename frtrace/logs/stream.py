@@ -47,6 +47,7 @@ class StreamStats:
     labels: set[int] = field(default_factory=set)  # global rank labels seen anywhere in the file
     damaged: str = ""  # why reading stopped early (a truncated or corrupt compressed stream)
     in_summary: bool = False  # torchrun's failure summary has begun: look for its fields too
+    wrap_width: int = -1  # the width a terminal wrapped the lines at (0: none; -1: not told yet)
 
 
 def open_log(path: str) -> IO[bytes]:
@@ -91,6 +92,8 @@ def read_marked_lines(path: str, stats: StreamStats, block_size: int = BLOCK) ->
 def _scan(block: bytes, line_base: int, stats: StreamStats) -> Iterator[tuple[int, str]]:
     if b"\r" in block:
         block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if stats.wrap_width < 0:
+        stats.wrap_width = wrap_width(block)
     stats.labels.update(map(int, set(_GLOBAL_LABEL.findall(block))))
     counted_to, counted = 0, line_base
     if not stats.in_summary and any(mark in block for mark in SUMMARY_START):
@@ -104,8 +107,52 @@ def _scan(block: bytes, line_base: int, stats: StreamStats) -> Iterator[tuple[in
         if end - start > MAX_LINE:  # read a window around the needle, not the whole line
             start = max(start, hit - MAX_LINE // 8)
             end = min(end, start + MAX_LINE)
-        yield counted + 1, strip_ansi(block[start:end].decode("utf-8", "replace"))
+            raw = block[start:end]
+        else:
+            raw = _with_wrapped_rest(block, start, end, stats.wrap_width)
+        yield counted + 1, strip_ansi(raw.decode("utf-8", "replace"))
     stats.lines = line_base + block.count(b"\n")
+
+
+# A terminal (or a paste) that wrapped long lines at its width leaves lines of exactly
+# that width, none longer, the rest of each on the next line (mid-word, mid-number:
+# `... WorkNC` / `CL(SeqNum=1580, ...`). Told from the file's first block.
+MIN_WRAP, MAX_WRAP, WRAPPED_LINES = 60, 400, 3
+
+
+# How a line of its own begins: a bracket, a digit, indentation, NCCL's host:pid:tid, a
+# traceback or exception, a logging level. The rest of a wrapped line mostly does not.
+_LINE_START = re.compile(rb"$|[\[(\d\s]|[\w.-]+:\d+:\d+ \[|Traceback|terminate|frame #|[A-Z][\w.]*(?:Error|Exception|Warning)"
+                         rb"|(?:INFO|WARNING|ERROR|DEBUG)\b")
+
+
+def wrap_width(block: bytes) -> int:
+    """The width the block's lines were wrapped at, or 0: many lines of exactly the widest
+    length, and what follows them mostly no line start of its own (the widest lines of an
+    unwrapped log are a template's, followed by lines of their own)."""
+    lines = block.split(b"\n", 50_000)[:50_000]
+    lengths = [len(line) for line in lines]
+    widest = max(lengths, default=0)
+    if not (MIN_WRAP <= widest <= MAX_WRAP) or lengths.count(widest) < max(WRAPPED_LINES, len(lengths) // 100):
+        return 0
+    followers = [lines[i + 1] for i, length in enumerate(lengths[:-1]) if length == widest]
+    resumed = sum(1 for line in followers if not _LINE_START.match(line))
+    return widest if resumed * 10 >= len(followers) * 3 else 0
+
+
+def _with_wrapped_rest(block: bytes, start: int, end: int, width: int) -> bytes:
+    """The line, with the lines that continue it when it was wrapped at `width` (at most
+    eight more)."""
+    pieces = [block[start:end]]
+    for _ in range(8):
+        if not width or end - start != width or end >= len(block):
+            break
+        following = block.find(b"\n", end + 1)
+        if following < 0:
+            following = len(block)
+        pieces.append(block[end + 1:following])
+        start, end = end + 1, following
+    return b"".join(pieces)
 
 
 def _marked_lines(block: bytes, needles: tuple[bytes, ...]) -> list[tuple[int, int]]:
