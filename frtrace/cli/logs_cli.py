@@ -90,7 +90,10 @@ def run_logs_only(log_paths: list, run: LogRun, emit: Callable[[str], None], fai
         except OutputError as exc:
             fail(str(exc))
     evidence = read_evidence(log_paths, run.world_size, fail)
-    if not evidence.ranks:
+    # A directory tried as logs because it held no usable dump must hold lines of a job's
+    # watchdog, NCCL or launcher; anything less and the dump loader's error stands.
+    said = any(log.lines for log in evidence.ranks.values()) if no_job_error else bool(evidence.ranks)
+    if not said:
         fail(no_job_error or (", ".join(map(str, log_paths)) + ": no line of a distributed job (no rank prefix, watchdog, "
                               "NCCL or launcher line)"))
     for line in evidence.notes:

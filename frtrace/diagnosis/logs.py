@@ -433,7 +433,10 @@ def all_waited(reading: Reading, group: LogGroup, frontier: Frontier) -> Finding
     op = OP_NAMES.get(frontier.op, frontier.op.lower()) or "the op"
     seq = f" #{frontier.seq}" if frontier.seq is not None else ""
     members = "ranks" if group.name == UNNAMED_GROUP else f"members of {group.label}"
-    statement = f"all {len(frontier.waiting)} {members} waited in {op}{seq} and none completed it"
+    if len(frontier.waiting) == 1:
+        statement = f"{ranks_text(frontier.waiting)}, the only member the logs show, waited in {op}{seq} and it never completed"
+    else:
+        statement = f"all {len(frontier.waiting)} {members} waited in {op}{seq} and none completed it"
     facts: dict[str, Any] = {"waiting": fold_ranks(frontier.waiting)}
     if warned and len(warned) < len(frontier.waiting):
         statement += f"; only {ranks_text(warned)} logged NCCL warnings: " + logs[warned[0]].nccl_warnings[0]

@@ -11,7 +11,6 @@ one of frtrace's own outputs.
 from __future__ import annotations
 
 import bz2
-import json
 import lzma
 import os
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Optional
 
 from frtrace.load.sniff import FileKind, classify_head, read_head
+from frtrace.load.sources import ARCHIVE_SUFFIXES
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d{1,7})(?!\d)", re.IGNORECASE)
 _ATTEMPT_DIR = re.compile(r"attempt_(\d+)$")
@@ -27,6 +27,7 @@ _HOSTISH = re.compile(r"^(?:node|host|nid|gpu|worker|compute|cn|dgx|hgx)[-_.]?[\
 _GENERIC_STEMS = frozenset({"log", "logs", "train", "training", "output", "out", "stdout", "stderr", "slurm", "job",
                             "run", "error", "err", "console", "main"})
 _SUFFIXES = (".gz", ".bz2", ".xz", ".log", ".txt", ".out", ".err")
+_ZIP_MAGIC = b"PK\x03\x04"
 # Enough of a file's start that is printable to call it text (binary noise may follow).
 _TEXT_SHARE = 0.75
 
@@ -43,6 +44,8 @@ class LogInputError(Exception):
 
 
 def is_log_file(path: Path) -> bool:
+    if str(path).lower().endswith(ARCHIVE_SUFFIXES):
+        return False  # an archive of dumps (or of anything): the loader's
     try:
         head = read_head(path)
     except OSError:
@@ -56,7 +59,11 @@ def looks_like_text_log(head: bytes) -> bool:
         return True
     if kind not in (FileKind.OTHER, FileKind.DATA):
         return False
+    if head.startswith(_ZIP_MAGIC) or head[257:262] == b"ustar":
+        return False
     text = _decompressed_head(head)
+    if text[257:262] == b"ustar":
+        return False  # a compressed tarball
     if kind is FileKind.DATA and (text[:1] == b"\x80" or _is_json_line(text)):
         return False  # a pickle or JSON document that is no dump: not a log either
     if not text:
@@ -66,17 +73,19 @@ def looks_like_text_log(head: bytes) -> bool:
     return printable >= _TEXT_SHARE * len(sample)
 
 
+_JSON_SCALAR = re.compile(rb'-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|"(?:[^"\\]|\\.)*"')
+
+
 def _is_json_line(text: bytes) -> bool:
-    """Whether the file's first line is a JSON value of its own (log lines that begin with
-    `[rank0]:` or `[2024-03-21 ...]` are not)."""
+    """Whether the file's first line reads as a JSON value of its own (never parsed: it is
+    untrusted). Log lines that begin with `[rank0]:` or `[2024-03-21 ...]` do not end in a
+    bracket; a first line longer than the head is a JSON document's."""
+    if b"\n" not in text and len(text) >= 4096:
+        return True
     first = text.split(b"\n", 1)[0].strip()
-    if first in (b"{", b"["):
-        return True  # pretty-printed JSON
-    try:
-        json.loads(first)
-    except ValueError:
-        return len(first) >= len(text) - 1 and b"\n" not in text  # one long line, cut by the head
-    return True
+    if first in (b"{", b"[") or _JSON_SCALAR.fullmatch(first):
+        return True
+    return first[:1] in (b"{", b"[") and first[-1:] in (b"}", b"]")
 
 
 def _decompressed_head(head: bytes) -> bytes:
