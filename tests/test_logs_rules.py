@@ -220,3 +220,32 @@ def test_ranks_still_in_an_op_their_peers_completed_are_stuck(tmp_path):
     diagnosis = diagnose_lines(tmp_path, lines)
     assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (0,)
     assert diagnosis.findings[0].rule == "logs.stuck_behind_peers" and diagnosis.findings[0].kind == "stuck"
+
+
+def test_a_few_that_entered_an_op_idle_peers_never_issued_went_ahead(tmp_path):
+    lines = timeout(0, 9) + sum((told(r, 8) for r in (1, 2, 3)), [])
+    diagnosis = diagnose_lines(tmp_path, lines)
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (0,)
+    assert (diagnosis.findings[0].kind, diagnosis.findings[0].rule) == ("extra_op", "logs.went_ahead")
+
+
+def test_an_even_split_blames_the_ranks_behind_as_for_dumps(tmp_path):
+    diagnosis = diagnose_lines(tmp_path, timeout(0, 9) + told(1, 8))
+    assert diagnosis.suspect_ranks == (1,) and diagnosis.findings[0].facts["tie"]
+
+
+def test_silent_ranks_that_outnumber_the_waiting_ones_are_no_proof(tmp_path):
+    lines = timeout(0, 9) + [f"[rank{r}]: loss 1.0" for r in (1, 2, 3)]
+    diagnosis = diagnose_lines(tmp_path, lines)
+    assert diagnosis.status == "inconclusive" and diagnosis.suspect_ranks == ()
+
+
+def test_a_rank_behind_in_one_group_because_it_waits_in_another_is_a_consequence(tmp_path):
+    tp = "[PG ID 1 PG GUID 1(tp) Rank {local}]"
+    lines = timeout(2, 40, pg=tp, local=0, minute=10) + told(2, 6)  # waits in TP; behind in the default group
+    lines += ["[rank3]: loss 1.0"]  # its TP peer (group rank 1) never came
+    lines += timeout(0, 7) + timeout(1, 7)
+    diagnosis = diagnose_lines(tmp_path, lines)
+    blocked = [f for f in diagnosis.findings if f.rule == "logs.blocked_elsewhere"]
+    assert blocked and blocked[0].ranks and not blocked[0].is_root
+    assert 2 not in diagnosis.suspect_ranks

@@ -8,8 +8,11 @@ by what their logs say:
     logs.mismatch          members waited in the frontier with a different op or other sizes (the odd ones out)
     logs.never_reached     their watchdog said their last enqueued op was older than the frontier,
                            or they entered it only after their peers had given up on it
+    logs.went_ahead        most members finished the op before and went no further: the few that
+                           entered the frontier issued an op nobody else did (extra_op)
     logs.crashed           they ended with an exception (or a signal) of their own before their peers failed
-    logs.silent            they logged, but nothing of the op: they never reached it (or only late)
+    logs.silent            they logged, but nothing of the op: they never reached it (or only late);
+                           when they outnumber those that waited, the logs cannot tell
     logs.no_log            nothing at all was read for them: the logs cannot place them
     logs.blocked_elsewhere they wait in another group's op (a consequence of that group's finding)
     logs.stuck_behind_peers members waited in the op after others had completed it and failed later on
@@ -215,14 +218,16 @@ def group_findings(reading: Reading, group: LogGroup, crashed: list[Finding]) ->
     findings = mismatch(reading, group, frontier) + stuck_behind_peers(reading, group, frontier)
     crashed_ranks = {r for f in crashed for r in f.own_suspects}
     absent = _absent(reading, group, frontier)
-    behind = never_reached(reading, group, frontier, absent)
+    # A member waiting in another group's op is a consequence of that group's finding.
+    blocked = {r: reading.waiting_in[r] for r in absent if reading.waiting_in.get(r, group.name) != group.name}
+    free = [r for r in absent if r not in blocked]
+    behind = never_reached(reading, group, frontier, free)
     findings += behind
-    placed = {r for f in behind for r in f.own_suspects}
-    left = [r for r in absent if r not in placed and r not in crashed_ranks]
-    blocked = {r: reading.waiting_in[r] for r in left if r in reading.waiting_in}
+    placed = {r for f in behind for r in f.own_suspects} | {r for f in behind for r in f.waiting_ranks if f.kind == "extra_op"}
+    left = [r for r in free if r not in placed and r not in crashed_ranks]
     logs = reading.evidence.ranks
-    no_log = [r for r in left if r not in blocked and r not in logs]
-    quiet = [r for r in left if r not in blocked and r in logs]
+    no_log = [r for r in left if r not in logs]
+    quiet = [r for r in left if r in logs]
     own = [r for r in quiet if not _collateral_end(logs[r])]
     after_others = [r for r in quiet if _collateral_end(logs[r])]
     if own or not (placed or crashed_ranks & set(absent) or no_log):
@@ -345,12 +350,25 @@ def never_reached(reading: Reading, group: LogGroup, frontier: Frontier, absent:
         elif frontier.seq is not None and position.reached is not None and position.reached < frontier.seq:
             behind[rank] = position.reached
     findings = []
-    if behind:
+    waiting = frontier.waiting
+    idle = {r for r, reached in behind.items() if reached == (frontier.seq or 0) - 1}
+    if behind and len(idle) == len(behind) > len(waiting) and not late:
+        # Most members finished the op before and went no further; the few that entered
+        # an op nobody else did went ahead (consensus, as for dumps: extra_op).
+        statement = (f"{ranks_text(waiting)} issued {_where(group, frontier)}, which {ranks_text(sorted(behind))} never "
+                     f"issued: their last enqueued op was #{(frontier.seq or 0) - 1}, and they wait in nothing else")
+        findings.append(_finding(reading, "extra_op", "logs.went_ahead", group, frontier, suspects=waiting,
+                                 statement=statement, facts={"last_enqueued": {str(r): behind[r] for r in sorted(behind)}},
+                                 waiting=tuple(sorted(behind))))
+    elif behind:
         ranks = tuple(sorted(behind))
         said = _fold_values(behind)
         statement = (f"{ranks_text(ranks)} never reached {_where(group, frontier)}: {said} "
-                     f"while {ranks_text(frontier.waiting)} timed out in it")
-        facts = {"last_enqueued": {str(r): behind[r] for r in ranks}}
+                     f"while {ranks_text(waiting)} timed out in it")
+        facts: dict[str, Any] = {"last_enqueued": {str(r): behind[r] for r in ranks}}
+        if len(ranks) == len(waiting):
+            facts["tie"] = True
+            statement += " (an even split: the ranks that did not arrive are blamed, as they are behind)"
         findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
                                  statement=statement, facts=facts))
     if late:
@@ -377,6 +395,14 @@ def _collateral_end(log: RankLog) -> bool:
 
 def _silent(reading: Reading, group: LogGroup, frontier: Frontier, ranks: tuple[int, ...]) -> Finding:
     logs = reading.evidence.ranks
+    if len(ranks) > len(frontier.waiting):
+        # More members said nothing than waited: the few that waited may as well have gone
+        # ahead of idle peers. Without positions the logs cannot tell which.
+        statement = (f"{ranks_text(ranks)} logged nothing of {_where(group, frontier)}, which only "
+                     f"{ranks_text(frontier.waiting)} timed out in: the logs cannot tell whether the many never reached "
+                     "it or the few went ahead")
+        return _finding(reading, "not_issued", "logs.silent", group, frontier, suspects=(), statement=statement,
+                        facts={"silent": True, "outnumbered": True}, severity="warning")
     ended = [r for r in ranks if logs[r].ending is not None]
     statement = (f"{ranks_text(ranks)} logged nothing of {_where(group, frontier)} while {ranks_text(frontier.waiting)} "
                  f"timed out in it: {'it' if len(ranks) == 1 else 'they'} never reached it (or reached it too late to time out "
