@@ -129,3 +129,11 @@ def test_a_gzip_log_given_by_name(tmp_path):
     path.write_bytes(gzip.compress(job.files["job.log"]))
     result = run([path])
     assert result.exit_code == 1 and "Suspect ranks: 4" in result.output
+
+
+def test_a_log_without_a_log_s_name_is_read_once_no_dump_is_found(tmp_path):
+    job = job_logs(8, era="2.6", fault="never_arrives", culprits=(2,))
+    path = tmp_path / "stderr"
+    path.write_bytes(job.files["job.log"])
+    result = run([path])
+    assert result.exit_code == 1 and "Suspect ranks: 2" in result.output

@@ -44,12 +44,19 @@ class LogRun(NamedTuple):
     verbose: bool
 
 
+# Files named like logs are looked at before the dumps are read; any other file only if no
+# dump was found (a job of 16,384 dump files given by name costs no extra read).
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".txt.gz", ".out.gz", ".err.gz", ".log.bz2", ".log.xz")
+
+
 def split_log_inputs(inputs: list, logs: tuple) -> tuple[list, list]:
-    """(dump inputs, log paths): files given by name that read as text logs move to the
-    logs; `--logs` paths are logs. Directories stay dump inputs (see logs_in_dump_inputs)."""
+    """(dump inputs, log paths): files named like logs that read as text logs move to the
+    logs; `--logs` paths are logs. Directories and other files stay dump inputs (see
+    logs_in_dump_inputs)."""
     dump_inputs, log_paths = [], [Path(p) for p in logs]
     for item in inputs:
-        if isinstance(item, Path) and item.is_file() and is_log_file(item):
+        if (isinstance(item, Path) and item.name.lower().endswith(LOG_SUFFIXES) and item.is_file()
+                and is_log_file(item)):
             log_paths.append(item)
         else:
             dump_inputs.append(item)
@@ -57,9 +64,10 @@ def split_log_inputs(inputs: list, logs: tuple) -> tuple[list, list]:
 
 
 def logs_in_dump_inputs(inputs: list) -> list:
-    """The directories among dump inputs that hold logs: asked only once no dump was found
-    in them, so that a dump directory is read exactly as before."""
-    return [item for item in inputs if isinstance(item, Path) and item.is_dir() and has_log_files(item)]
+    """The directories holding logs and the log files among dump inputs: asked only once no
+    dump was found in them, so that dumps are read exactly as before."""
+    return [item for item in inputs if isinstance(item, Path)
+            and ((item.is_dir() and has_log_files(item)) or (item.is_file() and is_log_file(item)))]
 
 
 def read_evidence(log_paths: list, world_size: Optional[int], fail: Callable[[str], None]) -> LogEvidence:
