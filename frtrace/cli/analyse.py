@@ -17,7 +17,7 @@ from typing import Optional
 import click
 
 from frtrace._version import __version__
-from frtrace.api import analyze, diagnose
+from frtrace.api import Diagnosis, analyze, diagnose
 from frtrace.cli.options import (
     CONTEXT_SETTINGS,
     GroupNamesType,
@@ -46,6 +46,15 @@ from frtrace.cli.progress import Progress
 from frtrace.cli.raw import RawOptions, _print_raw_entries
 from frtrace.cli.render import RANK_VIEWS, REPORTS, RenderOptions
 from frtrace.errors import InputError
+from frtrace.cli.logs_cli import (
+    LogRun,
+    add_logs,
+    logs_in_dump_inputs,
+    refuse_dump_only_options,
+    render_with_logs,
+    run_logs_only,
+    split_log_inputs,
+)
 from frtrace.export.paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
 from frtrace.load.layout import MAX_WORLD_SIZE
 from frtrace.load.sources import as_input, is_url
@@ -71,6 +80,10 @@ Examples:
                                       which ranks made no progress between two dumps of
                                       one job (frtrace diff --help; a dump directory
                                       named diff: frtrace ./diff)
+  frtrace job.log                     no dumps: the rank (and host) behind the hang
+                                      from the job's logs (a file, .gz, or a directory
+                                      of per-rank or per-node logs)
+  frtrace dumps/ --logs job.log       dumps and logs: the logs stand in for missing dumps
 
 \b
 Every option's default can also come from FRTRACE_<OPTION> (FRTRACE_WORKERS=8,
@@ -127,11 +140,12 @@ def _default_dump_dir() -> Path:
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
 @click.option("--all-generations", is_flag=True, help="Read every dump found together, even of several incidents (by default only the newest complete generation).")
 @click.option("--scheduler", metavar="ADDRESS", help="Read the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers. Needs the dask extra (pip install '.[dask]' in a checkout of frtrace).")
+@click.option("--logs", "logs", multiple=True, type=click.Path(exists=True, path_type=str), help="The job's logs as evidence too (a file, gzip'd or not, or a directory of per-rank or per-node logs); repeatable. A log file or log directory given as DIR_OR_FILE is read the same way.")
 @run_options("On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
 def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, show_all, force, prefix, fmt, color, just_print, per_rank,
             last, selected_ranks, pg_filters, print_stack, mismatch_cap, allow_incomplete_ranks, world_size, transform_ft,
-            group_world_size, all_generations, workers, scheduler, max_file_size, exit_zero, quiet, verbose, debug):
+            group_world_size, all_generations, workers, scheduler, max_file_size, exit_zero, logs, quiet, verbose, debug):
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
 
@@ -145,7 +159,8 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
     configure(quiet, color)
     if sys.stdout is None:  # started with stdout closed (`frtrace DIR >&-`): say so before the work
         _fail("standard output is closed: nowhere to write the report")
-    inputs = [as_input(item) for item in list(dirs) + list(dump_dirs)] or [_default_dump_dir()]
+    inputs, log_paths = split_log_inputs([as_input(item) for item in list(dirs) + list(dump_dirs)], logs)
+    inputs = inputs or ([] if log_paths else [_default_dump_dir()])
     for item in inputs:
         if not is_url(item) and not os.path.lexists(item):
             raise click.UsageError(f"{printable(str(item))}: no such directory or file")
@@ -168,6 +183,10 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         targets = _plan_outputs(output, timeline, force, inputs, html)
     except OutputError as exc:
         _fail(str(exc))
+    log_run = LogRun(fmt, ranks_only, mismatch_cap, world_size, html, force, exit_zero, verbose)
+    if not inputs:  # logs only: frtrace job.log, frtrace --logs DIR
+        refuse_dump_only_options(output, timeline, just_print)
+        return _finish(run_logs_only(log_paths, log_run, _emit, _fail, _note, _styler(), started), False, started, 0.0)
 
     progress = Progress.of(sys.stderr.isatty() and not quiet)
     if just_print:
@@ -184,6 +203,11 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         )
     except InputError as exc:
         progress.clear()
+        log_dirs = logs_in_dump_inputs(inputs)  # no dump there: directories of logs?
+        if log_dirs and len(log_dirs) == len(inputs):
+            refuse_dump_only_options(output, timeline, False)
+            return _finish(run_logs_only(log_paths + log_dirs, log_run, _emit, _fail, _note, _styler(), started,
+                                         no_job_error=str(exc)), False, started, 0.0)
         _fail(str(exc))
     progress.clear()
     for note in analysis.load.notes:
@@ -201,10 +225,17 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
     progress.phase("diagnosing")
     diagnosis = diagnose(analysis)
     progress.clear()
+    evidence = None
+    if log_paths:  # dumps and logs: the logs stand in for missing dumps, and say where they disagree
+        with_logs, evidence = add_logs(analysis, diagnosis.outcome, log_paths, world_size, _fail, _note)
+        diagnosis = Diagnosis(analysis, with_logs)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis.outcome, ranks, filters, timeline_all, progress)]
     options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
                             width=_text_width(), show_all=show_all)
-    _emit((RANK_VIEWS if ranks_only else REPORTS)[fmt](diagnosis, options))
+    if evidence is not None and not ranks_only and fmt != "ranks":
+        _emit(render_with_logs(fmt, analysis, diagnosis.outcome, evidence, mismatch_cap, _styler(), verbose))
+    else:
+        _emit((RANK_VIEWS if ranks_only else REPORTS)[fmt](diagnosis, options))
     if failed:
         # The report is out; the run still failed to do all it was asked.
         for problem in failed:

@@ -57,6 +57,15 @@ _ROWS = (
     Kind("straggler", "warning", "profile rank(s) {suspects}: data loading, host contention or a slow GPU",
          False, None, None, decides_fault=False),
     Kind("no_entries", "info", None, False, None, None),
+    # From logs (frtrace.diagnosis.logs):
+    Kind("crashed", "error",
+         "read how rank(s) {suspects} ended (the exception or signal above): their peers waited for them until the timeout",
+         True, 0, 0),
+    Kind("missing_log", "error",
+         "find the output of rank(s) {suspects} (a log not given, or a process that printed nothing): its last lines, "
+         "exit code and dmesg say why it never reached the op",
+         True, 0, 0),
+    Kind("evidence_conflict", "warning", None, False, None, None, decides_fault=False),
 )
 
 KINDS: dict[str, Kind] = {row.name: row for row in _ROWS}

@@ -128,13 +128,24 @@ def _finding_dict(finding: Finding) -> dict:
 
 
 def _next_step(finding: Finding) -> Optional[str]:
-    template = kind(finding.kind).next_step
+    # A rule may word its kind's step for its evidence (a finding from logs has no -j to point at).
+    template = finding.facts.get("next_step") or kind(finding.kind).next_step
     if not template or not finding.is_root or finding.severity == "info":
         return None
     # Point at the call site only where the finding shows one (a rank that never issued
     # the op has no entry of it, and dumps without stacks have none).
     call_site = "the suspect call site above, " if "suspect_call_site" in finding.evidence else ""
-    return template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks), call_site=call_site)
+    step = template.format(suspects=fold_ranks(finding.suspect_ranks or finding.ranks), call_site=call_site)
+    return step + _host_step(finding.evidence.get("suspect_hosts"))
+
+
+def _host_step(hosts: Optional[dict]) -> str:
+    """Where the inputs say which host a suspect ran on (logs, host-named files): name it."""
+    if not hosts:
+        return ""
+    names = sorted(set(hosts.values()))
+    where = ", ".join(f"rank {rank} on {host}" for rank, host in list(hosts.items())[:6]) + (", ..." if len(hosts) > 6 else "")
+    return f"; {where}: if the machine is at fault, drain {'node' if len(names) == 1 else 'nodes'} {', '.join(names[:6])}"
 
 
 def _confidence_json(analysis: Analysis, diagnosis: Diagnosis) -> list:
