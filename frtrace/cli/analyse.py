@@ -233,7 +233,8 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
     options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
                             width=_text_width(), show_all=show_all)
     if evidence is not None and not ranks_only and fmt != "ranks":
-        _emit(render_with_logs(fmt, analysis, diagnosis.outcome, evidence, mismatch_cap, _styler(), verbose))
+        _emit(render_with_logs(fmt, analysis, diagnosis.outcome, evidence, mismatch_cap, _styler(), verbose,
+                              _text_width(), show_all))
     else:
         _emit((RANK_VIEWS if ranks_only else REPORTS)[fmt](diagnosis, options))
     if failed:

@@ -25,6 +25,7 @@ from frtrace.logs.model import UNNAMED_GROUP, GroupPosition, LogEvidence, RankLo
 from frtrace.match.analysis import Analysis
 from frtrace.report.html import CSS, _finding
 from frtrace.report.render import (
+    DEFAULT_WIDTH,
     SCHEMA,
     _finding_dict,
     _finding_lines,
@@ -35,6 +36,7 @@ from frtrace.report.render import (
     render_text,
     report_dict,
 )
+from frtrace.report.text_layout import wrap_line
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import printable
 
@@ -311,8 +313,10 @@ def render_logs_html(evidence: LogEvidence, diagnosis: Diagnosis) -> str:
 # --------------------------------------------------------------------------- logs with dumps
 
 def render_with_logs(fmt: str, analysis: Analysis, diagnosis: Diagnosis, evidence: LogEvidence,
-                     mismatch_cap: Optional[int] = None, style=None, verbose: bool = False) -> str:
-    """The dump report, with the logs' findings in it and what the logs were."""
+                     mismatch_cap: Optional[int] = None, style=None, verbose: bool = False,
+                     width: Optional[int] = DEFAULT_WIDTH, show_all: bool = False) -> str:
+    """The dump report, with the logs' findings in it and what the logs were (`width` and
+    `show_all` as for `render_text`)."""
     if fmt == "json":
         report = report_dict(analysis, diagnosis)
         report["inputs"]["logs"] = logs_json(evidence)
@@ -321,8 +325,8 @@ def render_with_logs(fmt: str, analysis: Analysis, diagnosis: Diagnosis, evidenc
     if fmt == "markdown":
         text = render_markdown(analysis, diagnosis, mismatch_cap)
         return text + "\n" + markdown_text(logs_line(evidence)) + "\n\n"
-    text = render_text(analysis, diagnosis, mismatch_cap, style, verbose)
-    return text + printable(logs_line(evidence)) + "\n"
+    text = render_text(analysis, diagnosis, mismatch_cap, style, verbose, width, show_all)
+    return text + "\n".join(wrap_line(printable(logs_line(evidence)), width)) + "\n"
 
 
 def dump_hosts(analysis: Analysis) -> dict[int, str]:
