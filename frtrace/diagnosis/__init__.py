@@ -11,6 +11,7 @@ The rules, one module per question, run in this order:
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
+    p2p.posted_pairs              P2P pairs posted on both ends that nothing else holds up
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
@@ -30,7 +31,7 @@ from frtrace.diagnosis.frontier import frontiers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks
-from frtrace.diagnosis.p2p import unmatched_p2p
+from frtrace.diagnosis.p2p import posted_pairs, unmatched_p2p
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
 from frtrace.diagnosis.stragglers import late_arrivals
@@ -42,7 +43,8 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 Rule = Callable[[Facts], list[Finding]]
 # The rules whose findings are linked into root causes and consequences, in order.
-FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, positions_from_pg_status)
+FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, posted_pairs,
+                                   positions_from_pg_status)
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:
@@ -50,7 +52,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
-    link_consequences(findings, _went_past_judge(facts))
+    link_consequences(findings, _went_past_judge(facts), facts.waits)
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
     findings += empty_dumps(facts)
