@@ -39,6 +39,14 @@ def _tp_hang(queued: bool = False) -> dict:
     return job(steps, groups=TP_DP)
 
 
+def _timeout_ms(dumps: dict, timeout_ms: int) -> dict:
+    """Every op of the job with this timeout (what the process group was created with)."""
+    for dump in dumps.values():
+        for record in dump["entries"]:
+            record["timeout_ms"] = timeout_ms
+    return dumps
+
+
 def _ring_step(rank: int, step: int, state: tuple = (None, None)) -> list:
     """Rank `rank`'s ops of ring step `step` in a ring of four (a context-parallel group):
     it sends to the next rank and receives from the previous one, even ranks sending first;
@@ -94,7 +102,11 @@ CASES = {
     "gap": lambda: _without_pg_status(job({0: AR * 3, 1: AR * 3, 2: AR + [("all_reduce", {"seq": 3})], 3: AR * 3}), 2),
     "never_issued": lambda: job({0: AR * 4, 1: AR * 4, 2: AR * 3, 3: AR * 4}),
     "went_ahead": lambda: job({0: AR * 3, 1: AR * 4, 2: AR * 3, 3: AR * 3}),
-    "stuck": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}),
+    # Every rank is in all_reduce #4 and none completed it; 10 ms later each enqueued the
+    # next op, past the group's 5 ms timeout: a hang, not a job dumped mid-op.
+    "stuck": lambda: _timeout_ms(job({r: AR * 3 + [("all_reduce", {"state": "started"}),
+                                                    ("all_gather", {"state": "scheduled"})] for r in range(4)}), 5),
+    "in_flight": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}),
     "skipped_ring_step": lambda: _ring(skip=True),
     "ring_mid_transfer": lambda: _ring(mid_transfer=True),
     "stuck_gloo": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}, backend="gloo"),
@@ -130,6 +142,8 @@ def only(diagnosis, rule: str) -> Finding:
     ("never_issued", "divergence.never_issued", "not_issued", (2,), "error", "faults"),
     ("went_ahead", "divergence.went_ahead", "extra_op", (1,), "error", "faults"),
     ("stuck", "frontier.stuck", "stuck", (0, 1, 2, 3), "error", "faults"),
+    # The same, with nothing in the dumps older than the timeout: it may be the moment of the dump.
+    ("in_flight", "frontier.in_flight", "in_flight", (), "warning", "inconclusive"),
     ("skipped_ring_step", "p2p.skipped_ring_step", "not_issued", (2,), "error", "faults"),
     # Sends and recvs posted on both ends that agree: a note, the ring may be mid-step.
     ("ring_mid_transfer", "p2p.posted_pair", "in_flight", (), "info", "healthy"),
