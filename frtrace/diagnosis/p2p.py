@@ -76,8 +76,9 @@ def posted_pairs(facts: Facts) -> list[Finding]:
     else (`Waits.closed_cycles`). Their ends disagreeing on the tensor is the fault: in a
     ring (context-parallel attention), the end whose op is not the one its ring peers issued
     at that P2P sequence number is the culprit, and when its next ops are its peers' later
-    ones, it skipped a ring step. Ends that agree are in flight: a job dumped mid-transfer
-    looks the same unless the op outlived its timeout."""
+    ones, it skipped a ring step. Ends that agree may still hide a skipped step: a member
+    whose ops from there on are its ring peers' one step later (its queued ops show it)
+    skipped one. Else they are in flight: a job dumped mid-transfer looks the same."""
     findings: list[Finding] = []
     waits = facts.waits
     for cycle in waits.closed_cycles():
@@ -87,9 +88,48 @@ def posted_pairs(facts: Facts) -> list[Finding]:
         view = facts.device.views[ordered[0].pair.group_id]
         if mismatched is not None:
             findings.append(_mismatched_pair(facts, facts.device.views[mismatched.pair.group_id], mismatched, cycle))
-        else:
-            findings.append(_pair_in_flight(view, ordered[0], cycle))
+            continue
+        skipped = _shifted_member(facts, view, ordered, cycle)
+        findings.append(skipped if skipped is not None else _pair_in_flight(view, ordered[0], cycle))
     return findings
+
+
+def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
+    """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
+    waits in, are what its ring peers issue some ops later (and not what they issue there):
+    it skipped them. None when no single member is so shifted."""
+    ends = {}  # rank -> (its posted entry in the cycle, the pair's other end)
+    for posted in ordered:
+        pair = posted.pair
+        if pair.group_id != view.group.id or pair.send is None or pair.recv is None:
+            continue
+        ends.setdefault(pair.src, (pair.send, (pair.dst, pair.recv)))
+        ends.setdefault(pair.dst, (pair.recv, (pair.src, pair.send)))
+    if not ends:
+        return None
+    seqs = [entry.p2p_seq_id for entry, _ in ends.values()]
+    consensus = _RingConsensus.of(facts, view, range(max(1, min(seqs) - RING_WINDOW), max(seqs) + RING_WINDOW + MAX_SKIP + 1))
+    if consensus is None:
+        return None
+    shifted = [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
+               if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
+               and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+    if len(shifted) != 1:
+        return None
+    rank, entry, other, shift = shifted[0]
+    group = group_text(view.group.name, view.group.desc)
+    pair = next(p.pair for p in ordered if rank in (p.pair.src, p.pair.dst) and p.pair.group_id == view.group.id)
+    return new_finding(
+        "not_issued", "p2p.skipped_ring_step", view, op=entry.op, collective_seq_id=None, p2p_seq_id=entry.p2p_seq_id,
+        ranks=tuple(cycle), suspect_ranks=(rank,), absent_ranks=(rank,),
+        message=(f"rank {rank} skipped a ring step in {group}: its {shape_text(entry)} at p2p #{entry.p2p_seq_id} "
+                 f"and the ops it queued after it are what its ring peers issue {shift} P2P op"
+                 f"{'s' if shift > 1 else ''} later, so it is that far short of them; rank {other[0]} waits in "
+                 f"the {other[1].op} it pairs with"),
+        evidence={"skipped_p2p_ops": shift, "ring_peers_compared": consensus.voters, "cycle_ranks": list(cycle)},
+        waiting_ranks=tuple(r for r in cycle if r != rank), age_ns=min(p.age_ns for p in ordered), anchor=other[1],
+        p2p_ends=P2PEnds(pair.src, pair.dst, pair.src, pair.dst),
+    )
 
 
 def _p2p_signature(entries) -> Optional[tuple]:
@@ -239,9 +279,15 @@ class _RingConsensus:
         if agrees[0] == agrees[1]:
             return None
         (rank, entry), other = (ends[0], ends[1]) if agrees[1] else (ends[1], ends[0])
-        return rank, entry, other, self._skipped(rank, entry.p2p_seq_id)
+        return rank, entry, other, self.skipped(rank, entry.p2p_seq_id)
 
-    def _skipped(self, rank: int, seq: int) -> int:
+    def lines_up(self, rank: int, seq: int) -> bool:
+        """The rank's ops from `seq` on are its peers' at the same numbers."""
+        mine = self.signatures.get(rank, {})
+        return all(mine[k] == expected for k in range(seq, seq + RING_WINDOW)
+                   if k in mine and (expected := self.majority(k)) is not None)
+
+    def skipped(self, rank: int, seq: int) -> int:
         """By how many P2P ops the rank's ops from `seq` on run ahead of its peers' (it
         skipped that many), 0 when no shift lines them up."""
         mine = self.signatures.get(rank, {})
