@@ -98,7 +98,7 @@ def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cy
     """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
     waits in, are what its ring peers issue some ops later (and not what they issue there):
     it skipped them. None when no single member is so shifted."""
-    ends = {}  # rank -> (its posted entry in the cycle, the pair's other end)
+    ends: dict[int, tuple[Entry, tuple[int, Entry]]] = {}  # rank -> (its posted entry, the other end)
     for posted in ordered:
         pair = posted.pair
         if pair.group_id != view.group.id or pair.send is None or pair.recv is None:
