@@ -159,7 +159,8 @@ def test_a_pg_status_mixing_p2p_and_collective_numbers_is_not_read_as_collective
     # Only active entries: rank 1 holds the pp group's all_reduce #2 and #3, pending; its
     # pg_status says 3 enqueued but 4 finished: the 4 is a P2P number (the group runs
     # sends and recvs too). Rank 0 holds nothing; its 4 is a P2P number as well, so it
-    # does not say rank 0 finished all_reduce #2, and rank 1 is no device stall.
+    # does not say rank 0 finished all_reduce #2, and rank 1 is no device stall. Had rank 0
+    # finished #2, so would rank 1, still in it: rank 0 never issued it.
     configs = {"0": ("default_pg", (0, 1)), "1": ("pp", (0, 1))}
     rank_0 = dump([], configs, {"1": {"last_enqueued_collective": 4, "last_started_collective": -1,
                                       "last_completed_collective": 4}})
@@ -168,4 +169,6 @@ def test_a_pg_status_mixing_p2p_and_collective_numbers_is_not_read_as_collective
                   {"1": {"last_enqueued_collective": 3, "last_started_collective": -1, "last_completed_collective": 4}})
     _, diagnosis = analyse_dicts({0: rank_0, 1: rank_1})
     assert not any(f.rule == "frontier.stuck_on_device" for f in diagnosis.findings), diagnosis.verdict
-    assert diagnosis.status == "inconclusive", diagnosis.verdict
+    root = next(f for f in diagnosis.findings if f.is_root)
+    assert (root.kind, root.collective_seq_id, root.suspect_ranks) == ("not_issued", 2, (0,)), diagnosis.verdict
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks == (0,)

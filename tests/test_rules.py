@@ -39,6 +39,69 @@ def _tp_hang(queued: bool = False) -> dict:
     return job(steps, groups=TP_DP)
 
 
+def _timeout_ms(dumps: dict, timeout_ms: int) -> dict:
+    """Every op of the job with this timeout (what the process group was created with)."""
+    for dump in dumps.values():
+        for record in dump["entries"]:
+            record["timeout_ms"] = timeout_ms
+    return dumps
+
+
+def _ring_step(rank: int, step: int, state: tuple = (None, None)) -> list:
+    """Rank `rank`'s ops of ring step `step` in a ring of four (a context-parallel group):
+    it sends to the next rank and receives from the previous one, even ranks sending first;
+    the steps' tensors alternate between 16 and 32 elements. `state` fixes the two ops'."""
+    size = ((16,),) if step % 2 == 0 else ((32,),)
+    send = (f"send {rank}->{(rank + 1) % 4}", {"sizes": size} | ({"state": state[0]} if state[0] else {}))
+    recv = (f"recv {rank}<-{(rank - 1) % 4}", {"sizes": size} | ({"state": state[1]} if state[1] else {}))
+    return [send, recv] if rank % 2 == 0 else [recv, send]
+
+
+def _ring_same_sizes() -> dict:
+    """Four ranks in a ring whose forward steps 0-3 move 16 elements and backward steps 4-5
+    32: rank 2 leaves out step 1, and the ops are paired by the step they belong to, so its
+    step-2 send and rank 3's step-1 recv, alike, are posted and never finish; ranks 0 and 1
+    wait on ranks 3 and 2, who queued the ops they need behind; every host queued the rest
+    of its ring. Only the queued ops show rank 2 a step ahead: its backward starts early."""
+    def step(rank: int, number: int, state: tuple) -> list:
+        size = ((16,),) if number < 4 else ((32,),)
+        send = (f"send {rank}->{(rank + 1) % 4}", {"sizes": size, "state": state[0]})
+        recv = (f"recv {rank}<-{(rank - 1) % 4}", {"sizes": size, "state": state[1]})
+        return [send, recv] if rank % 2 == 0 else [recv, send]
+    done, queued = ("completed", "completed"), ("scheduled", "scheduled")
+    steps = {rank: step(rank, 0, done) for rank in range(4)}
+    steps[0] += step(0, 1, ("completed", "started"))
+    steps[1] += step(1, 1, ("started", "completed"))
+    steps[2] += step(2, 2, ("started", "scheduled"))
+    steps[3] += step(3, 1, ("scheduled", "started"))
+    for rank in range(4):
+        steps[rank] += [op for number in range(3 if rank == 2 else 2, 6) for op in step(rank, number, queued)]
+    return job(steps)
+
+
+def _ring(skip: bool = False, mid_transfer: bool = False) -> dict:
+    """Four ranks run ring steps 0-2 alike. With `skip`, rank 2 leaves out step 3 (its send
+    and its recv) and goes on to step 4, whose send its neighbour pairs with its own step-3
+    recv: they disagree and hang there (both started), rank 0 and 1 wait on ranks 3 and 2
+    for the step-3 ops these queued behind (scheduled); every host queued its next step
+    too. `mid_transfer`: every rank is in its
+    step-3 ops, posted on both ends, none finished (a healthy ring dumped mid-step)."""
+    steps = {rank: [op for step in range(3) for op in _ring_step(rank, step)] for rank in range(4)}
+    if skip:
+        queued = ("scheduled", "scheduled")  # each host enqueued its next step behind the one it waits in
+        steps[0] += _ring_step(0, 3, ("completed", "started")) + _ring_step(0, 4, queued)
+        steps[1] += _ring_step(1, 3, ("started", "completed")) + _ring_step(1, 4, queued)
+        steps[2] += _ring_step(2, 4, ("started", "scheduled")) + _ring_step(2, 5, queued)
+        steps[3] += _ring_step(3, 3, ("scheduled", "started")) + _ring_step(3, 4, queued)
+    elif mid_transfer:  # each host queued its next step too
+        for rank in range(4):
+            steps[rank] += _ring_step(rank, 3, ("started", "started")) + _ring_step(rank, 4, ("scheduled", "scheduled"))
+    else:
+        for rank in range(4):
+            steps[rank] += _ring_step(rank, 3) + _ring_step(rank, 4)
+    return job(steps)
+
+
 def _without_pg_status(dumps: dict, rank: int) -> dict:
     dumps[rank].pop("pg_status", None)
     return dumps
@@ -61,7 +124,14 @@ CASES = {
     "gap": lambda: _without_pg_status(job({0: AR * 3, 1: AR * 3, 2: AR + [("all_reduce", {"seq": 3})], 3: AR * 3}), 2),
     "never_issued": lambda: job({0: AR * 4, 1: AR * 4, 2: AR * 3, 3: AR * 4}),
     "went_ahead": lambda: job({0: AR * 3, 1: AR * 4, 2: AR * 3, 3: AR * 3}),
-    "stuck": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}),
+    # Every rank is in all_reduce #4 and none completed it; 10 ms later each enqueued the
+    # next op, past the group's 5 ms timeout: a hang, not a job dumped mid-op.
+    "stuck": lambda: _timeout_ms(job({r: AR * 3 + [("all_reduce", {"state": "started"}),
+                                                    ("all_gather", {"state": "scheduled"})] for r in range(4)}), 5),
+    "in_flight": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}),
+    "skipped_ring_step": lambda: _ring(skip=True),
+    "ring_mid_transfer": lambda: _ring(mid_transfer=True),
+    "skipped_ring_step_same_sizes": _ring_same_sizes,
     "stuck_gloo": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}, backend="gloo"),
     "waited_on_without_dump": lambda: job({r: [DONE] * 2 + AR for r in range(3)}, world=4),
     "took_part_without_dump": lambda: job({r: [DONE] * 3 for r in range(3)}, world=4),
@@ -95,6 +165,13 @@ def only(diagnosis, rule: str) -> Finding:
     ("never_issued", "divergence.never_issued", "not_issued", (2,), "error", "faults"),
     ("went_ahead", "divergence.went_ahead", "extra_op", (1,), "error", "faults"),
     ("stuck", "frontier.stuck", "stuck", (0, 1, 2, 3), "error", "faults"),
+    # The same, with nothing in the dumps older than the timeout: it may be the moment of the dump.
+    ("in_flight", "frontier.in_flight", "in_flight", (), "warning", "inconclusive"),
+    ("skipped_ring_step", "p2p.skipped_ring_step", "not_issued", (2,), "error", "faults"),
+    # The same when the pairs agree: only the ops rank 2 queued show it a step ahead.
+    ("skipped_ring_step_same_sizes", "p2p.skipped_ring_step", "not_issued", (2,), "error", "faults"),
+    # Sends and recvs posted on both ends that agree: a note, the ring may be mid-step.
+    ("ring_mid_transfer", "p2p.posted_pair", "in_flight", (), "info", "healthy"),
     ("waited_on_without_dump", "frontier.waited_on_without_dump", "missing_dump", (3,), "error", "faults"),
     ("took_part_without_dump", "frontier.took_part_without_dump", "missing_dump", (), "warning", "inconclusive"),
     ("unmatched_send", "p2p.unmatched_p2p", "p2p_unmatched", (1,), "error", "faults"),

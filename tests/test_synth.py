@@ -279,9 +279,11 @@ def test_not_issued(kind, group):
 
 @pytest.mark.parametrize("group", GROUPS)
 def test_stuck(group):
+    # Nothing in the dumps is as old as the 10 min timeout: a job dumped mid-op looks the same.
     job = generate(16, tp=2, pp=2, steps=3, fault=Fault("stuck", rank=5, group=group))
     t = job.truth
-    assert t["fault_kind"] == "stuck" and t["suspect_ranks"] == t["group"]["ranks"]
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"]) == ("inconclusive", "in_flight", [])
+    assert 0 <= t["age_ms_at_least"] < t["params"]["timeout_ms"]
     k = t["collective_seq_id"]
     sigs = set()
     for rank, entries in _group_entries(job).items():
@@ -290,6 +292,31 @@ def test_stuck(group):
             assert e["state"] != "completed"
             sigs.add(_signature(e))
     assert len(sigs) == 1
+
+
+def test_stuck_past_its_timeout_is_a_hang():
+    # The blocked ranks' hosts queue 4 more ops, over a millisecond after the stuck one.
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault("stuck", rank=5, group="tp"), lookahead=4, timeout_ms=1)
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"]) == ("faults", "stuck", t["group"]["ranks"])
+    assert t["age_ms_at_least"] >= 1
+    assert {e["timeout_ms"] for e in _entries(job.dumps[0])} == {1}
+
+
+@pytest.mark.parametrize("group", ["tp", "dp", "default"])
+def test_in_flight_dumps_every_group_of_a_family_in_one_op(group):
+    job = generate(16, tp=2, pp=2, steps=3, fault=Fault("in_flight", rank=5, group=group, step=2), timing=True)
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"]) == ("inconclusive", "in_flight", [])
+    desc, in_it = t["group"]["desc"], 0
+    for rank in range(16):
+        pending = _pending(_entries(job.dumps[rank]))
+        if pending and pending[0]["process_group"][1] == desc and not pending[0]["is_p2p"]:
+            assert pending[0]["state"] == "started"  # in flight: it started and did not complete
+            assert pending[0]["collective_seq_id"] == t["collective_seq_id"]
+            in_it += 1
+    # Every rank of the family's groups (for tp, the first stage's; the second waits on it).
+    assert in_it == (8 if group == "tp" else 16)
 
 
 @pytest.mark.parametrize("group", GROUPS)
@@ -373,8 +400,8 @@ def test_straggler_arrives_last_and_late():
 
 def test_every_fault_kind_generates():
     for kind in FAULT_KINDS:
-        group = "pp" if kind == "p2p_unmatched" else "tp"
-        job = generate(8, fault=Fault(kind, rank=2, group=group))
+        group = {"p2p_unmatched": "pp", "skip_ring_step": "cp"}.get(kind, "tp")
+        job = generate(8, fault=Fault(kind, rank=2, group=group), ring=kind == "skip_ring_step")
         assert job.truth["fault"]["kind"] == kind
         assert job.truth["status"] in (("healthy",) if kind == "straggler" else ("faults", "inconclusive"))
         json.dumps(job.truth)
@@ -748,3 +775,59 @@ def test_cli_faithful_options(tmp_path):
                        "--pg-status", "work", "--only-active"]) == 0
     truth = json.loads((tmp_path / "gpu.truth.json").read_text())
     assert truth["suspect_ranks"] == [5, 7] and truth["fault_kind"] == "stuck" and truth["params"]["only_active"]
+
+
+# --------------------------------------------------------------------------- job shapes (issue 24)
+
+
+def _p2p_names(dump: dict, desc: str) -> list:
+    return [e["profiling_name"] for e in _entries(dump) if e["is_p2p"] and e["process_group"][1] == desc]
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+def test_a_ring_passes_blocks_to_the_next_rank_and_takes_them_from_the_previous(p2p):
+    job = generate(16, tp=2, pp=4, steps=2, ring=True, p2p=p2p)
+    assert job.truth["status"] == "healthy" and job.truth["blocked_ranks"] == []
+    for rank in (0, 2, 4, 6):  # ring positions 0-3 of the first ring (tp rank 0)
+        me = rank // 2
+        names = set(_p2p_names(job.dumps[rank], "cp"))
+        assert names == {f"nccl:send {me}->{(me + 1) % 4}", f"nccl:recv {me}<-{(me - 1) % 4}"}
+    sizes = {tuple(e["input_sizes"][0]) for e in _entries(job.dumps[0]) if e["is_p2p"]}
+    assert sizes == {(2, 4096, 8, 128), (2, 2, 4096, 8, 128)}  # forward blocks, backward twice that
+
+
+def test_a_rank_that_skips_a_ring_step_ends_a_step_short_of_its_neighbours():
+    job = generate(16, tp=2, pp=4, steps=3, ring=True, fault=Fault("skip_ring_step", rank=4, group="cp", step=1))
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"]) == ("faults", "not_issued", [4])
+    # Its ring ops paired with its neighbours' until the tensors differed: it sends a backward
+    # block (5 dims) where its next neighbour (rank 6) waits for a forward one, at one number.
+    (mine, *_), (theirs, *_) = _pending(_entries(job.dumps[4])), _pending(_entries(job.dumps[6]))
+    assert (mine["profiling_name"], len(mine["input_sizes"][0])) == ("nccl:send 2->3", 5)
+    assert (theirs["profiling_name"], len(theirs["input_sizes"][0])) == ("nccl:recv 3<-2", 4)
+    assert mine["p2p_seq_id"] == theirs["p2p_seq_id"] and mine["state"] == theirs["state"] == "scheduled"
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+def test_an_interleaved_pipeline_hands_the_last_stage_on_to_the_first(p2p):
+    job = generate(16, tp=2, pp=4, steps=2, vchunks=2, p2p=p2p)
+    assert job.truth["status"] == "healthy" and job.truth["blocked_ranks"] == []
+    last, first = job.dumps[6], job.dumps[0]  # stages 3 and 0 of the first pipeline
+    assert "nccl:send 3->0" in _p2p_names(last, "pp") and "nccl:recv 0<-3" in _p2p_names(first, "pp")
+    if p2p == "batched":  # Megatron's exchanges: a batch may hold a send and a recv
+        markers = [e for e in _entries(job.dumps[2]) if e["profiling_name"] == "nccl:coalesced"]
+        sizes = {sum(1 for e in _entries(job.dumps[2]) if e["is_p2p"] and e["p2p_seq_id"] == m["p2p_seq_id"]
+                     and e["process_group"] == m["process_group"]) for m in markers}
+        assert max(sizes) >= 2
+
+
+def test_rotated_group_orders_give_each_rank_its_own_pg_ids():
+    job = generate(16, tp=4, pp=1, steps=2, pg_order="rotated", hashed_names=True)
+    ids: dict = {}
+    for rank in range(16):
+        dump = job.dumps[rank]
+        for e in _entries(dump):
+            ids.setdefault(e["process_group"][0], {})[rank] = e["pg_id"]
+        assert set(dump["pg_config"]) >= {"0"} and all(len(n) == 40 for n in dump["pg_config"] if n != "0")
+    assert all(set(by_rank.values()) == {0} for name, by_rank in ids.items() if name == "0")
+    assert any(len(set(by_rank.values())) > 1 for name, by_rank in ids.items() if name != "0")

@@ -6,7 +6,11 @@ work), only-active dumps and device-side stalls (gpu_error). frtrace's status an
 must equal the truth the generator wrote.
 
 Cases frtrace gets wrong today are listed in KNOWN_WRONG (non-strict xfail): the list is the
-work order for the diagnosis, and a case that starts passing shows up as XPASS.
+work order for the diagnosis, and a case that starts passing shows up as XPASS. It is empty:
+the 16 only-active pipeline cases it held are right since issue 24 (a rank holding no
+collective of a group while its peers wait in one never issued it; a P2P end that never
+posted because it waits in another op is a consequence; a data-parallel partner is not
+"ahead" of a rank that waits in the pipeline for someone else).
 """
 
 from __future__ import annotations
@@ -48,24 +52,7 @@ def case_id(case) -> str:
 
 
 # case id -> what frtrace said when the case was added (status, suspects): see the module doc.
-KNOWN_WRONG: dict = {
-    "pp2-plain-notiming-active-p2p_unmatched": "faults [4-7] via divergence.never_issued",
-    "pp2-plain-timing-active-p2p_unmatched": "faults [4-7] via divergence.never_issued",
-    "pp2-batched-notiming-active-p2p_unmatched": "faults [4-7] via divergence.never_issued",
-    "pp2-batched-notiming-active-gpu_error": "faults [1,5,9] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp2-batched-notiming-active-gpu_error2": "faults [1,3,5,7,9,11] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp2-batched-timing-active-p2p_unmatched": "faults [4-7] via divergence.never_issued",
-    "pp2-batched-timing-active-gpu_error": "faults [1,5,9] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp2-batched-timing-active-gpu_error2": "faults [1,3,5,7,9,11] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp2-mixed-notiming-active-p2p_unmatched": "faults [4-7] via divergence.never_issued",
-    "pp2-mixed-timing-active-p2p_unmatched": "faults [4-7] via divergence.never_issued",
-    "pp4-batched-notiming-active-p2p_unmatched": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
-    "pp4-batched-notiming-active-gpu_error": "faults [1,5,17] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp4-batched-notiming-active-gpu_error2": "faults [1,3,5,7,17,19] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp4-batched-timing-active-p2p_unmatched": "faults [5,21] via divergence.went_ahead+p2p.unmatched_p2p",
-    "pp4-batched-timing-active-gpu_error": "faults [1,5,17] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-    "pp4-batched-timing-active-gpu_error2": "faults [1,3,5,7,17,19] via divergence.went_ahead+frontier.stuck_on_device+p2p.unmatched_p2p",
-}
+KNOWN_WRONG: dict = {}
 
 
 def _run(case):

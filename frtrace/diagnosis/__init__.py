@@ -12,6 +12,7 @@ The rules, one module per question, run in this order:
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
     peerless_p2p.blocked_in_peerless_p2p   ranks blocked in a P2P op with no peer named (CUPTI monitor)
+    p2p.posted_pairs              P2P pairs posted on both ends that nothing else holds up
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
@@ -31,7 +32,7 @@ from frtrace.diagnosis.frontier import frontiers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
-from frtrace.diagnosis.p2p import unmatched_p2p
+from frtrace.diagnosis.p2p import posted_pairs, unmatched_p2p
 from frtrace.diagnosis.peerless_p2p import blocked_in_peerless_p2p
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
@@ -45,7 +46,7 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 Rule = Callable[[Facts], list[Finding]]
 # The rules whose findings are linked into root causes and consequences, in order.
-FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, blocked_in_peerless_p2p,
+FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, posted_pairs, blocked_in_peerless_p2p,
                                    positions_from_pg_status)
 
 
@@ -57,7 +58,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
-    link_consequences(findings, _went_past_judge(facts))
+    link_consequences(findings, _went_past_judge(facts), facts.waits)
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
     findings += unseen_top_ranks(facts, findings)

@@ -208,14 +208,16 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     """Some members issued op #seq and others never did: the majority waits for the rest
     (`not_issued`), or a minority went ahead (`extra_op`). On an even split, an op every
     sibling group issued belongs to the program, so whoever lacks it is behind; else
-    ranks that did not arrive because they wait in another op are not behind, the
-    others went ahead."""
+    ranks that did not arrive because they wait in another op for the ranks that did
+    issue it (a deadlock the others caused by going ahead) are not behind, the others
+    went ahead. Ranks waiting in another op for something else are merely held up."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
     have = any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq))
     elsewhere = _BlockedElsewhere(facts.blocked_in, (view.group.name, False))
     tie = len(issued) == len(missing)
-    ahead = tie and not have and all(rank in elsewhere for rank in missing)
+    ahead = (tie and not have and all(rank in elsewhere for rank in missing)
+             and all(facts.waits.closure([rank]) & set(issued) for rank in missing))
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
         return went_ahead(view, match, tie)
     return never_issued(facts, view, match, tie, have)

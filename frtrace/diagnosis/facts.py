@@ -15,6 +15,7 @@ from typing import Any, Iterator, Optional
 
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.kinds import kind as kind_row
+from frtrace.diagnosis.waits import Waits, waits_of
 from frtrace.match.analysis import Analysis
 from frtrace.match.matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
 from frtrace.model import UNDESCRIBED, Entry
@@ -52,6 +53,14 @@ class Facts:
     # group id -> index in its matches of the first op members disagree on or some never
     # issued (None: they agree on all they hold); read by the divergence and frontier rules
     divergence_at: dict[int, Optional[int]]
+    _waits: Optional[Waits] = None
+
+    @property
+    def waits(self) -> Waits:
+        """Who waits on whom (`waits.waits_of`), worked out on first use."""
+        if self._waits is None:
+            self._waits = waits_of(self.seen, self.device, self.reliable)
+        return self._waits
 
     @classmethod
     def of(cls, analysis: Analysis) -> "Facts":

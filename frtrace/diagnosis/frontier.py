@@ -1,24 +1,32 @@
 """Where a group stands when its members agree on everything they hold: the oldest op
 they have not all finished, and who is in it.
 
-Takes `Facts`; returns `stuck` findings (every member issued the op, none finished)
-and `missing_dump` findings (members without a dump that the others wait for, or that
-took part in everything, which clears them).
+Takes `Facts`; returns `stuck` findings (every member issued the op, none finished, and
+it outlived its timeout), `in_flight` findings (the same in an op younger than that: the
+dumps cannot tell a hang from a job dumped mid-op) and `missing_dump` findings (members without a dump that the others wait
+for, or that took part in everything, which clears them).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from collections import defaultdict
+from typing import Any, Callable, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding, oldest_created, unfinished
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView, RankStream
-from frtrace.wording import call_site, group_text, ranks_text
+from frtrace.table.rank_dump import RankDump
+from frtrace.wording import call_site, duration_text, group_text, groups_text, ranks_text
+
+MS_NS = 1_000_000
+# rank -> the newest time its own dump shows (its host's clock), None when it shows none
+SeenUntil = Callable[[int], Optional[int]]
 
 
 def frontiers(facts: Facts) -> list[Finding]:
     """The rule: per group without a divergence, its frontier op."""
     findings: list[Finding] = []
+    seen_until = _seen_until(facts.analysis.dumps)
     for view in facts.device.views:
         if facts.divergence_at[view.group.id] is not None:
             continue
@@ -28,8 +36,35 @@ def frontiers(facts: Facts) -> list[Finding]:
         if frontier.no_dump:
             findings.append(_missing_at_frontier(view, frontier, facts.reliable))
         else:
-            findings.extend(stuck(view, frontier, facts.reliable))
+            findings.extend(stuck(view, frontier, facts.reliable, seen_until))
+    in_flight = [f for f in findings if f.rule == IN_FLIGHT]
+    if len(in_flight) > 1:
+        findings.append(_in_flight_job(in_flight, len(facts.analysis.layout.ranks_found)))
+        for finding in in_flight:  # the job-wide line says it; each group's is a note
+            finding.own_severity = "info"
     return findings
+
+
+IN_FLIGHT = "frontier.in_flight"
+
+
+def _seen_until(dumps: list[RankDump]) -> SeenUntil:
+    """The newest time each rank's dump shows (an op created, or seen started or
+    completed), read once per rank asked about: a lower bound on when it was dumped, on
+    the rank's own clock (hosts' clocks differ, so never compared across ranks)."""
+    by_rank = {dump.rank: dump for dump in dumps}
+    newest: dict[int, Optional[int]] = {}
+
+    def seen(rank: int) -> Optional[int]:
+        if rank not in newest:
+            dump = by_rank.get(rank)
+            times = [] if dump is None else [
+                max((t for t in dump.entries.field(name) if t), default=0)
+                for name in ("time_created_ns", "time_started_ns", "time_completed_ns")]
+            newest[rank] = max(times, default=0) or None
+        return newest[rank]
+
+    return seen
 
 
 def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[CollectiveMatch]:
@@ -106,9 +141,13 @@ def waited_on_without_dump(view: GroupView, frontier: CollectiveMatch, reliable:
     )
 
 
-def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Finding]:
-    """Every member issued the op and none completed it. Without completion states that
-    may just be the moment of the dump: a note, not a fault."""
+def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool,
+          seen_until: Optional[SeenUntil] = None) -> list[Finding]:
+    """Every member issued the op and none completed it. That is a hang only when the op
+    outlived its timeout (its age, read on each member's own clock up to the newest time
+    its dump shows, reaches `timeout_ms`): a job dumped while the op ran shows the same,
+    so younger ops are in flight and the dumps cannot tell (`in_flight`). Without
+    completion states that may just be the moment of the dump: a note, not a fault."""
     issued, completed = frontier.issued, frontier.completed_ranks
     if completed or frontier.finished_unseen or not issued:
         return []  # some member finished it: not the network's fault (see stuck_on_device)
@@ -116,9 +155,18 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Fi
     group = group_text(view.group.name, view.group.desc)
     if frontier.out_of_window:
         return [unknown_members(view, frontier)]
+    evidence: dict[str, Any] = {"issued_ranks": list(issued), "states": sorted({e[0].state for e in frontier.calls.values()})}
     if reliable:
+        age, timeout_ms = _age_ns(frontier, seen_until), entry.timeout_ms
+        if age is not None:
+            evidence["age_ms_at_least"] = round(age / MS_NS, 3)
+        if timeout_ms:
+            evidence["timeout_ms"] = timeout_ms
+        if age is None or not timeout_ms or age < timeout_ms * MS_NS:
+            return [_in_flight(view, frontier, evidence, age, timeout_ms)]
         severity = "error"
-        message = (f"every member of {group} issued {entry.op} #{frontier.seq} and none completed it: "
+        message = (f"every member of {group} issued {entry.op} #{frontier.seq} and none completed it in "
+                   f"{duration_text(age)} or more, past its {duration_text(timeout_ms * MS_NS)} timeout: "
                    "the network, a GPU or the communication library itself is stuck")
     else:
         severity = "info"
@@ -127,9 +175,77 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> list[Fi
     return [new_finding(
         "stuck", "frontier.stuck", view, severity=severity, op=entry.op, collective_seq_id=frontier.seq, p2p_seq_id=None,
         ranks=issued, suspect_ranks=issued if severity == "error" else (), message=message,
-        evidence={"issued_ranks": list(issued), "states": sorted({e[0].state for e in frontier.calls.values()})},
-        waiting_ranks=issued, age_ns=oldest_created(frontier),
+        evidence=evidence, waiting_ranks=issued, age_ns=oldest_created(frontier),
     )]
+
+
+def _age_ns(match: CollectiveMatch, seen_until: Optional[SeenUntil]) -> Optional[int]:
+    """How long the op had been in flight at least when the dumps were taken: per member,
+    the newest time its dump shows less when it created the op (one host's clock), the
+    longest of them. None when no member's dump shows a time."""
+    if seen_until is None:
+        return None
+    ages = []
+    for rank, entries in match.calls.items():
+        created, newest = min(e.time_created_ns for e in entries), seen_until(rank)
+        if created and newest:
+            ages.append(max(newest - created, 0))
+    return max(ages, default=None)
+
+
+def _in_flight(view: GroupView, frontier: CollectiveMatch, evidence: dict[str, Any], age: Optional[int],
+               timeout_ms: Optional[int]) -> Finding:
+    """Every member is in the op and none finished it, yet it is younger than its
+    timeout: as well a job dumped mid-op as a hang. Said so, blaming nobody."""
+    issued = frontier.issued
+    entry = frontier.calls[issued[0]][0]
+    return new_finding(
+        "in_flight", IN_FLIGHT, view, op=entry.op, collective_seq_id=frontier.seq, p2p_seq_id=None,
+        ranks=issued, suspect_ranks=(),
+        message=(f"{ranks_text(issued)} (every member of {group_text(view.group.name, view.group.desc)}) "
+                 f"{'is' if len(issued) == 1 else 'are'} in flight in {entry.op} #{frontier.seq}, which none has "
+                 f"completed; {_age_clause(age, timeout_ms)}: the dumps cannot tell a network or device hang "
+                 "from a job dumped mid-op"),
+        evidence=evidence, waiting_ranks=issued, age_ns=oldest_created(frontier),
+    )
+
+
+def _age_clause(age: Optional[int], timeout_ms: Optional[int]) -> str:
+    known = f"it had run {duration_text(age)} or more" if age is not None else "how long it had run is unknown"
+    if not timeout_ms:
+        return known + " and its timeout is unknown"
+    return known + f", short of its {duration_text(timeout_ms * MS_NS)} timeout"
+
+
+def _in_flight_job(in_flight: list[Finding], ranks_found: int) -> Finding:
+    """Several groups in flight at once: one line saying which ranks are in which op (a
+    job dumped mid-step shows every rank so)."""
+    places: dict[tuple, list[Finding]] = defaultdict(list)
+    for finding in in_flight:
+        places[(finding.op, finding.collective_seq_id, finding.pg_desc)].append(finding)
+    ranks = sorted({r for f in in_flight for r in f.ranks})
+    who = "every rank is" if len(ranks) == ranks_found else f"{ranks_text(ranks)} are"
+    where = "; ".join(f"{op} #{seq} of {groups_text([f.pg_name for f in found], desc)}"
+                      for (op, seq, desc), found in places.items())
+    ages = [f.facts["age_ms_at_least"] for f in in_flight if "age_ms_at_least" in f.facts]
+    timeouts = sorted({f.facts["timeout_ms"] for f in in_flight if "timeout_ms" in f.facts})
+    evidence: dict[str, Any] = {
+        "in_flight": [{"op": op, "collective_seq_id": seq, "pg_desc": desc, "pg_names": [f.pg_name for f in found],
+                       "ranks": sorted({r for f in found for r in f.ranks})} for (op, seq, desc), found in places.items()],
+    }
+    if ages:
+        evidence["age_ms_at_least"] = max(ages)
+    if timeouts:
+        evidence["timeout_ms"] = timeouts[0]
+    age = int(max(ages) * MS_NS) if ages else None
+    return new_finding(
+        "in_flight", IN_FLIGHT, None, op=None, collective_seq_id=None, p2p_seq_id=None,
+        ranks=tuple(ranks), suspect_ranks=(),
+        message=(f"{who} in flight in {where}, and none has completed the op it is in; "
+                 f"{_age_clause(age, timeouts[0] if timeouts else None)}: the dumps cannot tell a network "
+                 "or device hang from a job dumped mid-op"),
+        evidence=evidence, age_ns=min(f.age_ns for f in in_flight),
+    )
 
 
 def unknown_members(view: GroupView, frontier: CollectiveMatch) -> Finding:

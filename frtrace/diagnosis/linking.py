@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 from frtrace.diagnosis.finding import Finding, WentPast
 from frtrace.diagnosis.kinds import kind as kind_row
+from frtrace.diagnosis.waits import Waits
 
 # (finding, absent ranks to judge) -> {rank: WentPast} for those that went past its op
 WentPastJudge = Callable[[Finding, tuple[int, ...]], dict[int, WentPast]]
@@ -64,9 +65,12 @@ def _source_circle(members: list[Finding], parents: dict[Finding, set[Finding]],
     return sources or open_members
 
 
-def _holders(blocking: list[Finding], candidates: list[Finding], gone_past: dict[Finding, dict[int, WentPast]]) -> dict[Finding, Held]:
+def _holders(blocking: list[Finding], candidates: list[Finding], gone_past: dict[Finding, dict[int, WentPast]],
+             waits: Optional[Waits] = None) -> dict[Finding, Held]:
     """finding -> [(other finding, its absent ranks that wait in the other)]. A rank
-    that went past the op is not held anywhere: it skipped it."""
+    that went past the op is not held anywhere: it skipped it. A rank that waits in no
+    finding's op but on other ranks (its send or recv is posted, and so is the other
+    end's, which waits in turn) is held where the nearest of those waits."""
     # Indexed by waiting rank: comparing every finding with every other is quadratic, and a
     # hang across thousands of ranks leaves thousands of findings.
     waiting_in: dict[int, list[tuple[int, Finding]]] = defaultdict(list)
@@ -78,11 +82,27 @@ def _holders(blocking: list[Finding], candidates: list[Finding], gone_past: dict
         absent = set(finding.absent_ranks) - gone_past.get(finding, {}).keys()
         held: dict[int, tuple[Finding, set[int]]] = {}  # candidate position -> (candidate, ranks waiting in it)
         for rank in absent:
-            for position, candidate in waiting_in.get(rank, ()):
-                if candidate is not finding and not _same_place(candidate, finding):
-                    held.setdefault(position, (candidate, set()))[1].add(rank)
+            for position, candidate in _waits_in(rank, finding, waiting_in, waits):
+                held.setdefault(position, (candidate, set()))[1].add(rank)
         holders[finding] = [held[position] for position in sorted(held)]
     return holders
+
+
+def _waits_in(rank: int, finding: Finding, waiting_in: dict[int, list[tuple[int, Finding]]],
+              waits: Optional[Waits]) -> list[tuple[int, Finding]]:
+    """The other findings `rank` waits in: its own, else those of the nearest ranks it waits on."""
+    def others(ranks: list[int]) -> list[tuple[int, Finding]]:
+        return [(position, candidate) for r in ranks for position, candidate in waiting_in.get(r, ())
+                if candidate is not finding and not _same_place(candidate, finding)]
+
+    found = others([rank])
+    if found or waits is None or rank in waiting_in:
+        return found
+    for layer in waits.layers(rank):
+        found = others(layer)
+        if found:
+            return found
+    return []
 
 
 def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders: dict[Finding, Held],
@@ -108,14 +128,15 @@ def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders
     return gone
 
 
-def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge] = None) -> None:
+def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge] = None,
+                      waits: Optional[Waits] = None) -> None:
     """Mark which findings are roots and which follow from them (see module docstring)."""
     candidates = [f for f in findings if kind_row(f.kind).root_priority is not None]
     blocking = [f for f in candidates if kind_row(f.kind).blocks_peers and f.absent_ranks]
-    holders = _holders(blocking, candidates, {})
+    holders = _holders(blocking, candidates, {}, waits)
     gone_past = _ranks_gone_past(blocking, candidates, holders, went_past) if went_past else {}
     if gone_past:
-        holders = _holders(blocking, candidates, gone_past)
+        holders = _holders(blocking, candidates, gone_past, waits)
         for finding, gone in gone_past.items():
             finding.went_past = gone
     for finding, (root, link) in _causes(candidates, blocking, holders).items():

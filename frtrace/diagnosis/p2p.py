@@ -1,15 +1,25 @@
-"""Point-to-point: sends and receives left without their partner.
+"""Point-to-point: sends and receives left without their partner, and pairs posted on
+both ends that nothing else holds up.
 
 Takes `Facts`; returns `p2p_unmatched` findings, one per (group, src, dst) channel,
-naming the rank that posted its op and the one that never posted the partner.
+naming the rank that posted its op and the one that never posted the partner; and for
+each closed cycle of posted pairs (`Waits.closed_cycles`), a mismatch between the ends
+(in a ring, the rank that skipped a step: `not_issued`), or a note that they are in flight.
 """
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Optional
+
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
+from frtrace.diagnosis.waits import PostedPair
 from frtrace.match.matcher import GroupView, P2PMatch
-from frtrace.wording import call_site, group_text
+from frtrace.model import UNDESCRIBED, Entry
+from frtrace.table.seq_map import RowList
+from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
 
 def unmatched_p2p(facts: Facts) -> list[Finding]:
@@ -52,3 +62,248 @@ def _unmatched(view: GroupView, pair: P2PMatch) -> Finding:
         waiting_ranks=(holder,), age_ns=present.time_created_ns, absent_ranks=known, anchor=present,
         p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent), call_entries={"peer_call_site": present} if site else {},
     )
+
+
+# --------------------------------------------------------------------------- posted pairs
+
+RING_WINDOW = 8  # P2P sequence numbers before a disagreement on which the ring's members must agree
+MAX_SKIP = 4  # P2P ops a rank may have skipped (a ring step is one or two)
+MAX_VOTERS = 64  # members of the group and its siblings consulted
+
+
+def posted_pairs(facts: Facts) -> list[Finding]:
+    """The rule: ranks blocked in sends and recvs posted on both ends that wait on nobody
+    else (`Waits.closed_cycles`). Their ends disagreeing on the tensor is the fault: in a
+    ring (context-parallel attention), the end whose op is not the one its ring peers issued
+    at that P2P sequence number is the culprit, and when its next ops are its peers' later
+    ones, it skipped a ring step. Ends that agree may still hide a skipped step: a member
+    whose ops from there on are its ring peers' one step later (its queued ops show it)
+    skipped one. Else they are in flight: a job dumped mid-transfer looks the same."""
+    findings: list[Finding] = []
+    waits = facts.waits
+    for cycle in waits.closed_cycles():
+        pairs = {id(p.pair): p for rank in cycle for p in waits.posted.get(rank, ())}
+        ordered = sorted(pairs.values(), key=lambda p: (p.age_ns, p.pair.group_id, p.pair.src, p.pair.dst))
+        mismatched = next((p for p in ordered if _difference(p.pair) is not None), None)
+        view = facts.device.views[ordered[0].pair.group_id]
+        if mismatched is not None:
+            findings.append(_mismatched_pair(facts, facts.device.views[mismatched.pair.group_id], mismatched, cycle))
+            continue
+        skipped = _shifted_member(facts, view, ordered, cycle)
+        findings.append(skipped if skipped is not None else _pair_in_flight(view, ordered[0], cycle))
+    return findings
+
+
+def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
+    """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
+    waits in, are what its ring peers issue some ops later (and not what they issue there):
+    it skipped them. None when no single member is so shifted."""
+    ends: dict[int, tuple[Entry, tuple[int, Entry]]] = {}  # rank -> (its posted entry, the other end)
+    for posted in ordered:
+        pair = posted.pair
+        if pair.group_id != view.group.id or pair.send is None or pair.recv is None:
+            continue
+        ends.setdefault(pair.src, (pair.send, (pair.dst, pair.recv)))
+        ends.setdefault(pair.dst, (pair.recv, (pair.src, pair.send)))
+    if not ends:
+        return None
+    seqs = [entry.p2p_seq_id for entry, _ in ends.values()]
+    consensus = _RingConsensus.of(facts, view, range(max(1, min(seqs) - RING_WINDOW), max(seqs) + RING_WINDOW + MAX_SKIP + 1))
+    if consensus is None:
+        return None
+    shifted = [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
+               if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
+               and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+    if len(shifted) != 1:
+        return None
+    rank, entry, other, shift = shifted[0]
+    group = group_text(view.group.name, view.group.desc)
+    pair = next(p.pair for p in ordered if rank in (p.pair.src, p.pair.dst) and p.pair.group_id == view.group.id)
+    return new_finding(
+        "not_issued", "p2p.skipped_ring_step", view, op=entry.op, collective_seq_id=None, p2p_seq_id=entry.p2p_seq_id,
+        ranks=tuple(cycle), suspect_ranks=(rank,), absent_ranks=(rank,),
+        message=(f"rank {rank} skipped a ring step in {group}: its {shape_text(entry)} at p2p #{entry.p2p_seq_id} "
+                 f"and the ops it queued after it are what its ring peers issue {shift} P2P op"
+                 f"{'s' if shift > 1 else ''} later, so it is that far short of them; rank {other[0]} waits in "
+                 f"the {other[1].op} it pairs with"),
+        evidence={"skipped_p2p_ops": shift, "ring_peers_compared": consensus.voters, "cycle_ranks": list(cycle)},
+        waiting_ranks=tuple(r for r in cycle if r != rank), age_ns=min(p.age_ns for p in ordered), anchor=other[1],
+        p2p_ends=P2PEnds(pair.src, pair.dst, pair.src, pair.dst),
+    )
+
+
+def _p2p_signature(entries) -> Optional[tuple]:
+    """What the two ends of a transfer must agree on: element count and dtype of each op."""
+    signature = []
+    for entry in entries:
+        if not entry.shapes.readable:
+            return None
+        count = sum(_numel(shape) for shape in entry.shapes.input_sizes)
+        signature.append((count, tuple(entry.shapes.input_dtypes)))
+    return tuple(sorted(signature))
+
+
+def _numel(shape) -> int:
+    total = 1
+    for dim in shape:
+        total *= dim
+    return total
+
+
+def _difference(pair: P2PMatch) -> Optional[str]:
+    """How a posted pair's send and recv disagree (None: they move the same tensor)."""
+    send, recv = pair.send, pair.recv
+    if send is None or recv is None:
+        return None
+    a, b = _p2p_signature([send]), _p2p_signature([recv])
+    if a is None or b is None or a == b:
+        return None
+    return "dtype_mismatch" if a[0][0] == b[0][0] else "size_mismatch"
+
+
+def _mismatched_pair(facts: Facts, view: GroupView, posted: PostedPair, cycle: list[int]) -> Finding:
+    pair = posted.pair
+    send, recv = pair.send, pair.recv
+    assert send is not None and recv is not None
+    kind = _difference(pair)
+    assert kind is not None
+    window = range(max(1, min(send.p2p_seq_id, recv.p2p_seq_id) - RING_WINDOW),
+                   max(send.p2p_seq_id, recv.p2p_seq_id) + RING_WINDOW + MAX_SKIP + 1)
+    consensus = _RingConsensus.of(facts, view, window)
+    odd = consensus.odd_end(pair) if consensus is not None else None
+    group = group_text(view.group.name, view.group.desc)
+    ends = f"send {pair.src}->{pair.dst} (p2p #{send.p2p_seq_id}) and recv (p2p #{recv.p2p_seq_id}) in {group}"
+    evidence: dict[str, Any] = {"src": pair.src, "dst": pair.dst, "send": shape_text(send), "recv": shape_text(recv),
+                                "cycle_ranks": list(cycle)}
+    base: dict[str, Any] = dict(op=send.op, collective_seq_id=None, ranks=tuple(cycle), age_ns=posted.age_ns,
+                                p2p_ends=P2PEnds(pair.src, pair.dst, pair.src, pair.dst))
+    if odd is None:
+        message = (f"the {ends} were both posted and neither completed: they disagree, "
+                   f"rank {pair.src} sends {shape_text(send)} and rank {pair.dst} receives {shape_text(recv)}")
+        return new_finding(kind, "p2p.mismatched_pair", view, p2p_seq_id=send.p2p_seq_id,
+                           suspect_ranks=tuple(sorted({pair.src, pair.dst})), message=message,
+                           evidence=evidence | {"tie": True}, waiting_ranks=(pair.src, pair.dst), anchor=send, **base)
+    assert consensus is not None
+    rank, entry, other, skipped = odd
+    evidence["ring_peers_compared"] = consensus.voters
+    waiting = tuple(r for r in cycle if r != rank)
+    if skipped:
+        evidence["skipped_p2p_ops"] = skipped
+        message = (f"rank {rank} skipped a ring step in {group}: its {shape_text(entry)} at p2p #{entry.p2p_seq_id} "
+                   f"is what its ring peers issue at p2p #{entry.p2p_seq_id + skipped}, "
+                   f"so it is {skipped} P2P op{'s' if skipped > 1 else ''} short of them; rank {other[0]} "
+                   f"waits in the {other[1].op} it pairs with")
+        return new_finding("not_issued", "p2p.skipped_ring_step", view, p2p_seq_id=entry.p2p_seq_id,
+                           suspect_ranks=(rank,), message=message, evidence=evidence, waiting_ranks=waiting,
+                           absent_ranks=(rank,), anchor=other[1], **base)
+    message = (f"{kind.replace('_mismatch', '')} mismatch in the {ends}, both posted and neither completed: "
+               f"rank {rank} issued {shape_text(entry)}, where its ring peers issued {shape_text(other[1])}")
+    return new_finding(kind, "p2p.mismatched_pair", view, p2p_seq_id=entry.p2p_seq_id, suspect_ranks=(rank,),
+                       message=message, evidence=evidence, waiting_ranks=waiting, anchor=other[1], **base)
+
+
+def _pair_in_flight(view: GroupView, posted: PostedPair, cycle: list[int]) -> Finding:
+    """Ends that agree, both posted, neither finished, waiting on nobody else."""
+    pair = posted.pair
+    send = pair.send
+    assert send is not None
+    return new_finding(
+        "in_flight", "p2p.posted_pair", view, severity="info", op=send.op, collective_seq_id=None,
+        p2p_seq_id=send.p2p_seq_id, ranks=tuple(cycle), suspect_ranks=(),
+        message=(f"{ranks_text(cycle)} are in flight in sends and recvs posted on both ends (first send "
+                 f"{pair.src}->{pair.dst} p2p #{send.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}), "
+                 "none completed: a transfer that stopped, or one still running when the job was dumped"),
+        evidence={"src": pair.src, "dst": pair.dst, "cycle_ranks": list(cycle)},
+        waiting_ranks=tuple(cycle), age_ns=posted.age_ns, anchor=send,
+        p2p_ends=P2PEnds(pair.src, pair.dst, pair.src, pair.dst),
+    )
+
+
+@dataclass(slots=True)
+class _RingConsensus:
+    """What the members of a group (and of its sibling groups) issued at each P2P sequence
+    number in a window, for groups whose members run one program: a ring, where each
+    sends to one neighbour and receives from the other the same tensors at the same
+    numbers (context-parallel attention)."""
+
+    signatures: dict[int, dict[int, tuple]]  # rank -> {p2p seq: its ops' signature}
+
+    @property
+    def voters(self) -> int:
+        return len(self.signatures)
+
+    @classmethod
+    def of(cls, facts: Facts, view: GroupView, window: range) -> Optional["_RingConsensus"]:
+        """From everything dumped (ops queued behind a blocked one show its program too)."""
+        full, group = facts.analysis.matches, view.group
+        family = [g for g in facts.analysis.layout.groups if g.id != group.id and g.desc == group.desc
+                  and g.size == group.size and g.desc not in UNDESCRIBED]
+        signatures: dict[int, dict[int, tuple]] = {}
+        for member_group in [group, *family]:
+            for rank, stream in full.views[member_group.id].streams.items():
+                if len(signatures) < MAX_VOTERS and stream.p2p and rank not in signatures:
+                    signatures[rank] = _signatures_by_seq(stream.p2p, window)
+        return cls(signatures) if len(signatures) >= 3 else None
+
+    def majority(self, seq: int) -> Optional[tuple]:
+        votes = Counter(s[seq] for s in self.signatures.values() if seq in s)
+        if not votes:
+            return None
+        signature, count = votes.most_common(1)[0]
+        return signature if 2 * count > sum(votes.values()) and count >= 2 else None
+
+    def unanimous_before(self, seq: int) -> bool:
+        """The voters issued the same at the numbers just before `seq`: one program."""
+        compared = 0
+        for earlier in range(max(1, seq - RING_WINDOW), seq):
+            seen = {s[earlier] for s in self.signatures.values() if earlier in s}
+            if len(seen) > 1:
+                return False
+            compared += bool(seen)
+        return compared > 0
+
+    def odd_end(self, pair: P2PMatch) -> Optional[tuple[int, Entry, tuple[int, Entry], int]]:
+        """(rank, its entry, (the other end's rank, entry), P2P ops it skipped or 0) for
+        the end that issued what its ring peers did not; None when consensus cannot tell."""
+        send, recv = pair.send, pair.recv
+        assert send is not None and recv is not None
+        ends = ((pair.src, send), (pair.dst, recv))
+        agrees = []
+        for rank, entry in ends:
+            seq = entry.p2p_seq_id
+            expected = self.majority(seq)
+            if expected is None or not self.unanimous_before(seq):
+                return None
+            # What the rank issued under that number: a whole batch, as the others voted.
+            agrees.append(self.signatures.get(rank, {}).get(seq, _p2p_signature([entry])) == expected)
+        if agrees[0] == agrees[1]:
+            return None
+        (rank, entry), other = (ends[0], ends[1]) if agrees[1] else (ends[1], ends[0])
+        return rank, entry, other, self.skipped(rank, entry.p2p_seq_id)
+
+    def lines_up(self, rank: int, seq: int) -> bool:
+        """The rank's ops from `seq` on are its peers' at the same numbers."""
+        mine = self.signatures.get(rank, {})
+        return all(mine[k] == expected for k in range(seq, seq + RING_WINDOW)
+                   if k in mine and (expected := self.majority(k)) is not None)
+
+    def skipped(self, rank: int, seq: int) -> int:
+        """By how many P2P ops the rank's ops from `seq` on run ahead of its peers' (it
+        skipped that many), 0 when no shift lines them up."""
+        mine = self.signatures.get(rank, {})
+        for shift in range(1, MAX_SKIP + 1):
+            compared = [mine[k] == expected for k in range(seq, seq + RING_WINDOW)
+                        if k in mine and (expected := self.majority(k + shift)) is not None]
+            if compared and all(compared):
+                return shift
+        return 0
+
+
+def _signatures_by_seq(p2p: RowList, window: range) -> dict[int, tuple]:
+    """p2p seq -> the signature of the rank's ops with that number (a batch's together),
+    for the numbers in `window` (read off the columns, then only those rows)."""
+    by_seq: dict[int, list] = defaultdict(list)
+    for position, seq in enumerate(p2p.field("p2p_seq_id")):
+        if seq in window:
+            by_seq[seq].append(p2p[position])
+    return {seq: sig for seq, entries in by_seq.items() if (sig := _p2p_signature(entries)) is not None}

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
+from frtrace.match.matcher import DEFAULT_PG_ID
 from frtrace.model import PgStatus
 from frtrace.wording import ranks_text
-
-DEFAULT_PG_ID = 0
 
 
 def positions_from_pg_status(facts: Facts) -> list[Finding]:

@@ -211,7 +211,8 @@ def _world_size(ranks: Iterable[int], configs: dict, hint: Optional[int]) -> tup
     return world, "pg_config" if from_configs >= world else "files"
 
 
-def _is_default(name: str, desc: str) -> bool:
+def is_default_group(name: str, desc: str) -> bool:
+    """Whether a group is the job's default group (what init_process_group creates)."""
     return name == DEFAULT_GROUP_NAME or desc == DEFAULT_GROUP_DESC
 
 
@@ -226,7 +227,7 @@ def _draft_groups(facts: dict, world: int) -> list:
             # Same-named groups with different rank sets stay apart.
             for ranks in sorted(rank_sets):
                 drafts.append([name, desc, ranks, "pg_config"])
-        elif _is_default(name, desc):
+        elif is_default_group(name, desc):
             drafts.append([name, desc, tuple(range(world)), "world"])
         else:
             drafts.append([name, desc, tuple(sorted(fact.users)), "entries"])

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
-from frtrace.load.layout import Layout
+from frtrace.load.layout import Layout, is_default_group
 from frtrace.model import (
     UNREADABLE_OP,
     Entry,
@@ -35,6 +35,7 @@ from frtrace.model import (
     OpName,
     PgStatus,
     Shapes,
+    has_completed,
 )
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
@@ -49,6 +50,9 @@ from frtrace.table.seq_map import (
     SeqMap,
 )
 from frtrace.table.standing import mixes_numberings, only_active_job
+
+# The pg_id of the default group, the first group each rank creates.
+DEFAULT_PG_ID = 0
 
 _NAME_SHAPES = operator.attrgetter("name", "shapes")
 # Expected where the first rank holds no single entry: equal to no key, so never settled.
@@ -84,6 +88,11 @@ class RankStream:
     # where it stands even when its buffer no longer holds any entry of the group.
     enqueued: Optional[int] = None
     finished: Optional[int] = None
+    # The rank's own pg_id for the group (rank-local: see _own_pg_ids), None when unknown.
+    pg_id: Optional[int] = None
+    # The job's dumps keep only active entries: what the rank does not hold, it finished
+    # or never issued.
+    only_active: bool = False
 
     def absence(self, seq: int) -> str:
         """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
@@ -92,6 +101,10 @@ class RankStream:
             return "not_issued"
         if self.finished is not None and seq <= self.finished:
             return "finished"
+        if self.only_active and self.first_seq is None and not self.uncertain:
+            # It holds no collective of the group and its pg_status does not place it: had
+            # it finished the op, so would its peers, still in it; it never joined them.
+            return "not_issued"
         return "not_issued" if self.covers(seq) else "unknown"
 
     def covers(self, seq: int) -> bool:
@@ -285,8 +298,9 @@ class DealtDumps:
 
 
 def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict[str, DealtEntries]] = None,
-                  clipped: bool = False) -> dict[int, RankStream]:
-    """group id -> RankStream for one rank (from `deal(dump)` when given)."""
+                  only_active: bool = False) -> dict[int, RankStream]:
+    """group id -> RankStream for one rank (from `deal(dump)` when given); `only_active`:
+    the job's dumps keep only active entries."""
     if dealt is None:
         dealt = deal(dump)
     names_of: dict[int, list[str]] = defaultdict(list)  # gid -> the pg names the rank records it under
@@ -295,7 +309,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict[str, Deal
         if gid is not None:
             names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
-    clipped = clipped or dump.wrapped
+    clipped = only_active or dump.wrapped
     per_group: dict[int, RankStream] = {}
     for gid, names in names_of.items():
         if len(names) == 1:
@@ -306,13 +320,17 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict[str, Deal
             p2p = RowList.joined([dealt[n].p2p for n in names])
             batched = frozenset().union(*(dealt[n].batched for n in names))
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
-                                    clipped, uncertain, batched)
+                                    clipped, uncertain, batched, only_active=only_active)
     return per_group
 
 
 def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None,
-                only_active: Optional[bool] = None) -> tuple[GroupView, ...]:
-    """GroupView per group; `dealt` holds the dumps dealt already."""
+                only_active: Optional[bool] = None, own_ids: Optional[dict[int, dict[int, int]]] = None,
+                held: Optional[dict[int, set[int]]] = None, p2p_groups: frozenset[int] = frozenset()) -> tuple[GroupView, ...]:
+    """GroupView per group; `dealt` holds the dumps dealt already. For dumps trimmed from
+    fuller ones (the device view), `own_ids` (rank -> {group id: pg_id}), `held` (rank ->
+    the groups it held collectives of) and `p2p_groups` (the groups that run sends and
+    recvs) as the fuller dumps show them."""
     dealt = dealt or DealtDumps()
     # The job's dumps keep only active entries (a job-wide setting): then no rank's dump,
     # not even an empty one, shows what it never issued; only its pg_status may.
@@ -325,7 +343,12 @@ def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[Dealt
     dumped = {d.rank for d in dumps if d.has_entries}
     for dump in dumps:
         for gid, stream in _rank_streams(dump, layout, dealt.of(dump), only_active).items():
+            # Holding no collective of the group in a dump of only active entries says
+            # something (see RankStream.absence); having left out ops it queued does not.
+            stream.only_active = stream.only_active and not (held is not None and gid in held.get(dump.rank, ()))
             streams_by_group[gid][dump.rank] = stream
+    if own_ids is None:
+        own_ids = _own_pg_ids(streams_by_group, dumps_by_rank, layout)
     views: list[GroupView] = []
     for group in layout.groups:
         streams = streams_by_group.get(group.id, {})
@@ -334,32 +357,67 @@ def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[Dealt
                 # A member with a dump but no entries of this group: nothing fell off
                 # unless its buffer wrapped.
                 dump = dumps_by_rank[rank]
+                # Holding no collective of the group in a dump of only active entries says
+                # something (see RankStream.absence); having left out ops it queued does not.
+                held_it = held is not None and group.id in held.get(rank, ())
                 streams[rank] = RankStream(rank, SeqMap(dump.entries, []), RowList(dump.entries, []), None, None,
-                                           only_active or dump.wrapped, _gaps_are_unknown(dump))
+                                           only_active or dump.wrapped, _gaps_are_unknown(dump),
+                                           only_active=only_active and not held_it)
         no_dump = tuple(r for r in group.ranks if r not in dumped)
-        _read_pg_status(streams, group.ranks, dumps_by_rank)
+        _read_pg_status(streams, group, dumps_by_rank, own_ids, group.id in p2p_groups)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
     return tuple(views)
 
 
-def _read_pg_status(streams: dict[int, RankStream], members: tuple[int, ...], dumps: dict[int, RankDump]) -> None:
-    """Set each member's `enqueued` and `finished` from its pg_status. pg_status is keyed
-    by the rank's own pg_id, read off its entries of the group (or, with none, the id
-    its peers use). It holds the sequence number of the group's last work, which is a
-    P2P number when that work was a send or recv: so it is read only for groups with no
-    P2P op, or for ranks whose newest entry of the group is a collective."""
-    has_p2p = any(stream.p2p for stream in streams.values())
-    pg_ids = {rank: _first_pg_id(stream) for rank, stream in streams.items()}
-    ids = Counter(pg_id for pg_id in pg_ids.values() if pg_id is not None)
-    if not ids:
-        return
-    common = ids.most_common(1)[0][0]
+def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[int, RankDump], layout: Layout) -> dict[int, dict[int, int]]:
+    """rank -> {group id: the rank's own pg_id for it}. A pg_id is rank-local (groups may
+    be created in another order on each rank), so it is read off the rank's own entries of
+    the group; for a group it holds no entry of, only by elimination: when a single one of
+    its pg_status keys is not the id of a group it holds entries of, and a single one of
+    its groups holds none, that key is that group's. The default group is the first group
+    every rank creates (init_process_group), so its id is 0 unless an entry says 0 is
+    another group's. Else the group has no id on the rank, and its pg_status row for the
+    group cannot be found (it says nothing)."""
+    own: dict[int, dict[int, int]] = defaultdict(dict)
+    for gid, streams in streams_by_group.items():
+        for rank, stream in streams.items():
+            pg_id = _first_pg_id(stream)
+            if pg_id is not None:
+                own[rank][gid] = pg_id
+    groups_of: dict[int, list[int]] = defaultdict(list)
+    for group in layout.groups:
+        for rank in group.ranks:
+            groups_of[rank].append(group.id)
+    defaults = {g.id for g in layout.groups if is_default_group(g.name, g.desc)}
+    for rank, dump in dumps.items():
+        ids = own[rank]
+        default = [gid for gid in groups_of.get(rank, ()) if gid in defaults and gid not in ids]
+        if len(default) == 1 and DEFAULT_PG_ID in dump.pg_status and DEFAULT_PG_ID not in ids.values():
+            ids[default[0]] = DEFAULT_PG_ID
+        unknown_keys = set(dump.pg_status) - set(ids.values())
+        # A default group without the default id in pg_status has no row there at all.
+        unknown_groups = [gid for gid in groups_of.get(rank, ()) if gid not in ids and gid not in default]
+        if len(unknown_keys) == 1 and len(unknown_groups) == 1:
+            ids[unknown_groups[0]] = unknown_keys.pop()
+    return own
+
+
+def _read_pg_status(streams: dict[int, RankStream], group: Group, dumps: dict[int, RankDump],
+                    own_ids: dict[int, dict[int, int]], runs_p2p: bool = False) -> None:
+    """Set each member's `enqueued` and `finished` from its pg_status, keyed by the rank's
+    own pg_id (`_own_pg_ids`; never the id its peers use: on it, that may be another
+    group). It holds the sequence number of the group's last work, which is a P2P number
+    when that work was a send or recv: so it is read only for groups with no P2P op, or
+    for ranks whose newest entry of the group is a collective."""
+    has_p2p = runs_p2p or any(stream.p2p for stream in streams.values())
     statuses: dict[int, PgStatus] = {}
-    for rank in members:
+    for rank in group.ranks:
         member, dump = streams.get(rank), dumps.get(rank)
-        if member is not None and dump is not None and dump.pg_status:
-            pg_id = pg_ids[rank]
-            status = dump.pg_status.get(pg_id if pg_id is not None else common)
+        pg_id = own_ids.get(rank, {}).get(group.id)
+        if member is not None:
+            member.pg_id = pg_id
+        if member is not None and dump is not None and dump.pg_status and pg_id is not None:
+            status = dump.pg_status.get(pg_id)
             if status is not None:
                 statuses[rank] = status
     # A member whose pg_status mixes numberings shows the group runs P2P work too, even when
@@ -833,7 +891,21 @@ def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> Ma
     are taken from `result` as they are."""
     if not changed:
         return result
-    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=only_active_job(dumps))
+    # The ranks' pg_ids as their full dumps show them: the ops left out may be all a rank holds of a group.
+    own_ids: dict[int, dict[int, int]] = defaultdict(dict)
+    held: dict[int, set[int]] = defaultdict(set)
+    p2p_groups = set()
+    for view in result.views:
+        for rank, stream in view.streams.items():
+            if stream.p2p:
+                p2p_groups.add(view.group.id)  # its ranks' pg_status may count P2P work
+            if rank in changed:
+                if stream.pg_id is not None:
+                    own_ids[rank][view.group.id] = stream.pg_id
+                if stream.first_seq is not None:
+                    held[rank].add(view.group.id)
+    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=only_active_job(dumps),
+                        own_ids=own_ids, held=held, p2p_groups=frozenset(p2p_groups))
     touched = {view.group.id for view in fresh if any(rank in changed for rank in view.streams)}
     touched |= {view.group.id for view in result.views if any(rank in changed for rank in view.streams)}
     if not touched:

@@ -82,6 +82,22 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
   though its kernels ran, so its peers complete them; its host enqueues a few more ops (the
   j-th culprit 4 + 3j), then blocks, and its peers wait in the next op that needs it. stuck;
   suspects are the culprits.
+* `in_flight` (not a fault): the job is dumped while every group of the culprit's family
+  (`Fault.group`: all the dp groups, say) is in the step's first plain collective of the
+  group, every member in it, none done. Like `stuck`, judged by age (below).
+* `skip_ring_step` (group "cp", with `ring=True`): the culprit leaves out one ring step of the
+  step's first forward attention layer (`Fault.ring_step`, -1 the last), its send and its recv,
+  and goes on. NCCL pairs a channel's ops in order, so its later ring ops pair with its
+  neighbours' earlier ones until two move different tensors; the ring hangs there, the culprit
+  one ring step short of its neighbours. not_issued; suspect the culprit.
+* `Fault.last_op`: `hang` and the mismatches hit the step's last plain collective of the group
+  (in the backward pass) instead of its first.
+
+`stuck` and `in_flight` are judged by age, as the dumps allow: the truth is a hang (stuck,
+suspects every member of the groups in it) only when some member's dump shows a time (an op
+created, or seen started or completed, on its own clock) at least `timeout_ms` after it
+created the op; else a job dumped mid-op looks the same, and the truth is inconclusive
+(`fault_kind` "in_flight", no suspect). `truth["age_ms_at_least"]` is that age.
 
 Faithful options (keyword arguments of `generate`; each defaults to the historical behaviour
 above, which is not what PyTorch records):
@@ -103,6 +119,23 @@ above, which is not what PyTorch records):
   work (plain or batch), the collective seq after a collective.
 * `only_active=True`: the dump drops every entry with a discovered-completed time (completed
   ones); per-op entries of batches never get one and stay. pg_status is kept.
+* `timeout_ms`: the process groups' timeout written in every entry (default NCCL's 10 min).
+
+Job shapes (keyword arguments of `generate`):
+
+* `ring=True`: context-parallel ring attention instead of a pipeline: the `pp` dimension is a
+  ring (groups described "cp"); per layer, forward then backward, cp - 1 ring steps in which
+  each rank sends to the next rank of the ring and receives from the previous one (plain: even
+  positions send first; batched: one batch_isend_irecv per ring step); the backward ring moves
+  tensors twice the forward's.
+* `vchunks=V`: an interleaved pipeline (virtual pipeline parallelism), V model chunks per
+  stage, the last stage handing chunk c to the first stage's chunk c + 1. Batched: Megatron's
+  interleaved 1F1B schedule (warmup, steady state, cooldown; every exchange one batch of up
+  to four ops, to the previous stage first); plain: one micro batch at a time.
+* `pg_order="rotated"`: each rank creates its groups (after the default one, always pg_id 0)
+  in an order of its own, tp, pp, dp rotated by the rank: its pg_id for a group is not its
+  peers'. `hashed_names=True`: groups other than the default are named by a hash of their
+  ranks, as torch does when asked to.
 
 Another writer: `cupti_monitor_job(job)` rewrites a job (generated with a buffer holding the
 whole history) as PyTorch's CUPTI comms monitor dumps it, and `write_cupti_job` writes it
@@ -117,6 +150,7 @@ the same seq (skip_op, extra_op): still the truth, but harder to read.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pickle
@@ -137,20 +171,22 @@ _SLOTS = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 FAULT_KINDS = (
     "hang", "stuck", "extra_op", "skip_op", "size_mismatch", "op_mismatch", "dtype_mismatch",
-    "missing_dump", "missing_dump_hang", "p2p_unmatched", "straggler", "gpu_error",
+    "missing_dump", "missing_dump_hang", "p2p_unmatched", "straggler", "gpu_error", "in_flight",
+    "skip_ring_step",
 )
-GROUP_KINDS = ("tp", "pp", "dp", "default")
+GROUP_KINDS = ("tp", "pp", "cp", "dp", "default")
 # Fault kind -> the DESIGN.md section 3 finding kind an analyzer should report.
 _DIAGNOSIS = {
     "hang": "not_issued", "skip_op": "not_issued", "stuck": "stuck", "extra_op": "extra_op",
     "size_mismatch": "size_mismatch", "op_mismatch": "op_mismatch",
     "dtype_mismatch": "dtype_mismatch", "missing_dump": "missing_dump",
     "missing_dump_hang": "missing_dump", "p2p_unmatched": "p2p_unmatched", "straggler": "straggler",
-    "gpu_error": "stuck",
+    "gpu_error": "stuck", "in_flight": "in_flight", "skip_ring_step": "not_issued",
 }
 P2P_MODES = ("plain", "batched", "mixed")
 COALESCED_EVENTS = ("batch", "marker")
 PG_STATUS_MODES = ("collectives", "work")
+PG_ORDERS = ("same", "rotated")
 
 BACKEND = "nccl"
 COMM_LIB_VERSION = "2.27.5"
@@ -178,6 +214,8 @@ class Fault:
     step: int = 1
     straggler_ms: float = 50.0
     ranks: tuple = ()  # several culprits (gpu_error only); empty: just `rank`
+    ring_step: int = -1  # skip_ring_step: which of the first layer's forward ring steps (-1: the last)
+    last_op: bool = False  # hang, mismatches: at the step's last plain collective of the group (backward)
 
     def culprits(self) -> tuple:
         return tuple(sorted(set(self.ranks))) if self.ranks else (self.rank,)
@@ -280,6 +318,14 @@ _USER_STACKS = {
     "recv_fwd": ("recv", [("recv_forward", _JOB + "match/analysis.py", 29), ("forward_step", _JOB + "train.py", 205)]),
     "send_bwd": ("send", [("send_backward", _JOB + "match/analysis.py", 63), ("backward_step", _JOB + "train.py", 247)]),
     "recv_bwd": ("recv", [("recv_backward", _JOB + "match/analysis.py", 52), ("backward_step", _JOB + "train.py", 236)]),
+    "ring_send_fwd": ("send", [("ring_exchange", _JOB + "context_parallel.py", 73),
+                               ("attention_forward", _JOB + "context_parallel.py", 118)]),
+    "ring_recv_fwd": ("recv", [("ring_exchange", _JOB + "context_parallel.py", 76),
+                               ("attention_forward", _JOB + "context_parallel.py", 118)]),
+    "ring_send_bwd": ("send", [("ring_exchange", _JOB + "context_parallel.py", 73),
+                               ("attention_backward", _JOB + "context_parallel.py", 161)]),
+    "ring_recv_bwd": ("recv", [("ring_exchange", _JOB + "context_parallel.py", 76),
+                               ("attention_backward", _JOB + "context_parallel.py", 161)]),
     "pp_norm": ("all_reduce", [("clip_grad_norm", _JOB + "optimizer.py", 97), ("step", _JOB + "optimizer.py", 160)]),
     "dp_grads_rs": ("reduce_scatter_tensor", [("reduce_scatter_grads", _JOB + "optimizer.py", 133),
                                               ("step", _JOB + "optimizer.py", 155)]),
@@ -335,7 +381,7 @@ class _World:
     """Layout, groups and the (shared) operation objects every rank's program is made of."""
 
     def __init__(self, world_size: int, tp: int, pp: int, with_frames: bool, *, p2p: str = "plain",
-                 bubble_ms: float = 0.0):
+                 bubble_ms: float = 0.0, hashed_names: bool = False, ring: bool = False, vchunks: int = 1):
         if tp < 1 or pp < 1 or world_size < 1 or world_size % (tp * pp):
             raise ValueError(f"world_size {world_size} is not a multiple of tp*pp = {tp}*{pp}")
         self.world, self.tp, self.pp = world_size, tp, pp
@@ -346,6 +392,13 @@ class _World:
         if bubble_ms < 0:
             raise ValueError("bubble_ms must not be negative")
         self.p2p_mode, self.bubble_ms = p2p, bubble_ms
+        self.hashed_names = hashed_names
+        if ring and vchunks > 1:
+            raise ValueError("a context-parallel ring (ring=True) has no virtual pipeline chunks")
+        if vchunks < 1:
+            raise ValueError("vchunks must be at least 1")
+        # ring: the second dimension is a context-parallel ring, not pipeline stages.
+        self.ring, self.vchunks = ring, vchunks
         self.groups: list = []
         self.tp_of = [0] * world_size  # rank -> group idx
         self.pp_of = [0] * world_size
@@ -364,6 +417,8 @@ class _World:
     def _add_group(self, desc: str, ranks: list) -> _Group:
         idx = len(self.groups)
         name = str(idx)
+        if self.hashed_names and idx:  # torch names a group by a hash of its ranks when asked to
+            name = hashlib.sha1("_".join(map(str, ranks)).encode()).hexdigest()
         group = _Group(idx, name, desc, tuple(ranks), "[" + ", ".join(map(str, ranks)) + "]", (name, desc))
         self.groups.append(group)
         return group
@@ -378,7 +433,7 @@ class _World:
                     self.tp_of[r] = g.idx
         for d in range(dp):
             for t in range(tp):
-                g = self._add_group("pp", [d * pp * tp + p * tp + t for p in range(pp)])
+                g = self._add_group("cp" if self.ring else "pp", [d * pp * tp + p * tp + t for p in range(pp)])
                 for r in g.ranks:
                     self.pp_of[r] = g.idx
         for p in range(pp):
@@ -387,15 +442,20 @@ class _World:
                 for r in g.ranks:
                     self.dp_of[r] = g.idx
 
-    def groups_of(self, rank: int) -> list:
-        """The rank's groups in the order it created them: its pg_id is the position."""
-        return [self.groups[0], self.groups[self.tp_of[rank]], self.groups[self.pp_of[rank]],
-                self.groups[self.dp_of[rank]]]
+    def groups_of(self, rank: int, rotated: bool = False) -> list:
+        """The rank's groups in the order it created them: its pg_id is the position. The
+        default group comes first; `rotated`: each rank created the others in an order of its
+        own (tp, pp, dp rotated by the rank), so its pg_id for a group differs from its peers'."""
+        mine = [self.groups[self.tp_of[rank]], self.groups[self.pp_of[rank]], self.groups[self.dp_of[rank]]]
+        if rotated:
+            turn = rank % len(mine)
+            mine = mine[turn:] + mine[:turn]
+        return [self.groups[0], *mine]
 
     def group_of(self, rank: int, kind: str) -> _Group:
         if kind == "default":
             return self.groups[0]
-        table = {"tp": self.tp_of, "pp": self.pp_of, "dp": self.dp_of}.get(kind)
+        table = {"tp": self.tp_of, "pp": self.pp_of, "cp": self.pp_of, "dp": self.dp_of}.get(kind)
         if table is None:
             raise ValueError(f"unknown group kind {kind!r}; expected one of {GROUP_KINDS}")
         return self.groups[table[rank]]
@@ -507,6 +567,10 @@ class _World:
         """One training step of `rank`; even and odd steps differ (MoE layer, DP batch type).
         `batched`: every pipeline op is a batch_isend_irecv, and a stage's forward send and
         backward recv share one (Megatron's send_forward_recv_backward)."""
+        if self.ring:
+            return self._ring_step_ops(rank, batched)
+        if self.vchunks > 1:
+            return self._interleaved_step_ops(rank, parity, batched)
         _, stage, _ = self.coords(rank)
         tp_g, pp_g, dp_g = (self.groups[t[rank]] for t in (self.tp_of, self.pp_of, self.dp_of))
         act, bf16 = [4096, 1024], "BFloat16"
@@ -554,6 +618,170 @@ class _World:
         ops.append(self.coll(self.groups[0], "all_reduce", "loss", [1], "Float", 0.3, 0.1))
         return ops
 
+    def _optimizer_ops(self, rank: int, parity: int) -> list:
+        """The end of a step: data-parallel gradients and parameters, the loss."""
+        dp_g = self.groups[self.dp_of[rank]]
+        ops = []
+        if self.dp > 1:
+            if parity == 0:
+                ops.append(self.batch(dp_g, "reduce_scatter_tensor_coalesced", "dp_grads_rs",
+                                      [[6291456], [6291456], [2097152]], "Float", 0.6, 4.0))
+            else:
+                ops.append(self.batch(dp_g, "all_reduce", "dp_grads_ar", [[6291456], [6291456], [2097152]],
+                                      "Float", 0.6, 5.0))
+            ops.append(self.coll(dp_g, "_all_gather_base", "dp_params", [4194304], "BFloat16", 1.0, 2.0))
+        ops.append(self.coll(self.groups[0], "all_reduce", "loss", [1], "Float", 0.3, 0.1))
+        return ops
+
+    def _ring_step_ops(self, rank: int, batched: bool) -> list:
+        """A step of context-parallel ring attention (the `pp` dimension is the ring): per
+        layer, forward, cp - 1 ring steps passing key/value blocks on (each rank sends to the
+        next rank of the ring and receives from the previous one), then backward the same
+        with their gradients, which doubles the tensor. Plain: even ring positions send
+        first, odd ones receive first; `batched`: one batch_isend_irecv per ring step."""
+        tp_g, cp_g = self.groups[self.tp_of[rank]], self.groups[self.pp_of[rank]]
+        bf16, layers = "BFloat16", 2
+        ops: list = []
+        for _ in range(layers):
+            if self.tp > 1:
+                ops.append(self.coll(tp_g, "all_reduce", "fwd_attn", [4096, 1024], bf16, 1.5, 0.3))
+            ops += self._ring_exchange(cp_g, rank, "fwd", [2, 4096, 8, 128], batched)
+        for _ in range(layers):
+            ops += self._ring_exchange(cp_g, rank, "bwd", [2, 2, 4096, 8, 128], batched)
+            if self.tp > 1:
+                ops.append(self.coll(tp_g, "all_reduce", "bwd_attn", [4096, 1024], bf16, 3.0, 0.3))
+        return ops + self._optimizer_ops(rank, 0)
+
+    def _ring_exchange(self, cp_g: _Group, rank: int, phase: str, shape: list, batched: bool) -> list:
+        """The cp - 1 ring steps of one layer's attention, in `phase` (fwd or bwd)."""
+        size = len(cp_g.ranks)
+        if size < 2:
+            return []
+        me = cp_g.local(rank)
+        nxt, prv = cp_g.ranks[(me + 1) % size], cp_g.ranks[(me - 1) % size]
+        tag_send, tag_recv = f"ring_send_{phase}", f"ring_recv_{phase}"
+        ops: list = []
+        for _ in range(size - 1):
+            if batched:
+                subs = ((_SEND, nxt, tag_send, tuple(shape), "BFloat16"), (_RECV, prv, tag_recv, tuple(shape), "BFloat16"))
+                ops.append(self.p2p_batch(cp_g, rank, subs, 0.2, 0.4))
+                continue
+            send = self.p2p(_SEND, cp_g, rank, nxt, tag_send, shape, "BFloat16", 0.2, 0.4)
+            recv = self.p2p(_RECV, cp_g, rank, prv, tag_recv, shape, "BFloat16", 0.05, 0.4)
+            ops += [send, recv] if me % 2 == 0 else [recv, send]
+        return ops
+
+    def _interleaved_step_ops(self, rank: int, parity: int, batched: bool) -> list:
+        """A step of an interleaved pipeline (virtual pipeline parallelism): each stage holds
+        `vchunks` model chunks; chunk c of stage s is virtual stage c * pp + s. Each micro
+        batch goes forward through the virtual stages in order (the last stage hands chunk
+        c on to the first stage's chunk c + 1), then backward in reverse; each virtual stage
+        receives, runs its TP collectives and sends, one micro batch at a time. `batched`:
+        as Megatron's interleaved schedule does, a send and the recv that follows it go out
+        as one batch_isend_irecv (send_forward_recv_forward, send_backward_recv_backward)."""
+        _, stage, _ = self.coords(rank)
+        tp_g, pp_g = self.groups[self.tp_of[rank]], self.groups[self.pp_of[rank]]
+        act, bf16, last = [4096, 1024], "BFloat16", self.vchunks * self.pp - 1
+        def owner(virtual: int) -> int:
+            return pp_g.ranks[virtual % self.pp]
+        ops: list = []
+        for _ in range(max(2, self.pp // 2)):  # micro batches
+            for chunk in range(self.vchunks):
+                virtual = chunk * self.pp + stage
+                if virtual > 0:
+                    ops.append(self._pipeline(_RECV, pp_g, rank, owner(virtual - 1), "recv_fwd", act, bf16, 0.3, 0.4, False))
+                if self.tp > 1:
+                    ops.append(self.coll(tp_g, "all_reduce", "fwd_attn", act, bf16, 1.5, 0.3))
+                    ops.append(self.coll(tp_g, "_reduce_scatter_base", "fwd_sp_scatter", [1024, 1024], bf16, 1.2, 0.2))
+                if virtual < last:
+                    ops.append(self._pipeline(_SEND, pp_g, rank, owner(virtual + 1), "send_fwd", act, bf16, 0.5, 0.4, False))
+            for chunk in reversed(range(self.vchunks)):
+                virtual = chunk * self.pp + stage
+                if virtual < last:
+                    ops.append(self._pipeline(_RECV, pp_g, rank, owner(virtual + 1), "recv_bwd", act, bf16, 0.3, 0.4, False))
+                if self.tp > 1:
+                    ops.append(self.coll(tp_g, "_all_gather_base", "fwd_sp_gather", [1024, 1024], bf16, 1.0, 0.2))
+                    ops.append(self.coll(tp_g, "all_reduce", "bwd_attn", act, bf16, 3.0, 0.3))
+                if virtual > 0:
+                    ops.append(self._pipeline(_SEND, pp_g, rank, owner(virtual - 1), "send_bwd", act, bf16, 0.5, 0.4, False))
+        if batched:
+            ops = self._interleaved_1f1b(rank)
+        if self.pp > 1:
+            ops.append(self.coll(pp_g, "all_reduce", "pp_norm", [1], "Float", 0.4, 0.05))
+        return ops + self._optimizer_ops(rank, parity)
+
+    def _interleaved_1f1b(self, rank: int) -> list:
+        """Megatron's interleaved 1F1B schedule, as `batch_p2p_comm` runs it (every exchange
+        one batch_isend_irecv; sends and receives to the previous stage first, then to the
+        next, the first and last stages neighbours in a ring). With P stages, v chunks and M
+        = P micro batches, there are N = M v virtual micro batches; the k-th forward runs
+        chunk (k mod Pv) // P, the k-th backward chunk v - 1 - that. Stage s runs
+        min(N, 2 (P - s - 1) + (v - 1) P) forwards first (warmup), then one forward and one
+        backward at a time (steady state), then the remaining backwards (cooldown); each
+        exchange sends what it just computed and receives what it computes next."""
+        _, stage, _ = self.coords(rank)
+        tp_g, pp_g = self.groups[self.tp_of[rank]], self.groups[self.pp_of[rank]]
+        P, v = self.pp, self.vchunks
+        total = P * v  # one micro batch per stage
+        act, bf16 = (4096, 1024), "BFloat16"
+        prev, nxt = pp_g.ranks[(stage - 1) % P], pp_g.ranks[(stage + 1) % P]
+
+        def chunk(k: int, forward: bool) -> int:
+            c = (k % (P * v)) // P
+            return c if forward else v - 1 - c
+
+        def first_virtual(k: int, forward: bool) -> bool:  # the model's first layers: input from data
+            return stage == 0 and chunk(k, forward) == 0
+
+        def last_virtual(k: int, forward: bool) -> bool:  # the model's last layers: the loss
+            return stage == P - 1 and chunk(k, forward) == v - 1
+
+        def exchange(send_fwd: bool, send_bwd: bool, recv_fwd: bool, recv_bwd: bool) -> list:
+            subs = []
+            if send_bwd:
+                subs.append((_SEND, prev, "send_bwd", act, bf16))
+            if recv_fwd:
+                subs.append((_RECV, prev, "recv_fwd", act, bf16))
+            if send_fwd:
+                subs.append((_SEND, nxt, "send_fwd", act, bf16))
+            if recv_bwd:
+                subs.append((_RECV, nxt, "recv_bwd", act, bf16))
+            return [self.p2p_batch(pp_g, rank, tuple(subs), 0.5, 0.4)] if subs else []
+
+        def forward() -> list:
+            if self.tp < 2:
+                return []
+            return [self.coll(tp_g, "all_reduce", "fwd_attn", list(act), bf16, 1.5, 0.3),
+                    self.coll(tp_g, "_reduce_scatter_base", "fwd_sp_scatter", [1024, 1024], bf16, 1.2, 0.2)]
+
+        def backward() -> list:
+            if self.tp < 2:
+                return []
+            return [self.coll(tp_g, "_all_gather_base", "fwd_sp_gather", [1024, 1024], bf16, 1.0, 0.2),
+                    self.coll(tp_g, "all_reduce", "bwd_attn", list(act), bf16, 3.0, 0.3)]
+
+        warmup = total if v * P == total and P == 1 else min(total, 2 * (P - stage - 1) + (v - 1) * P)
+        steady = total - warmup
+        ops = exchange(False, False, not first_virtual(0, True), False)
+        for k in range(warmup):
+            ops += forward()
+            recv_fwd = k + 1 < total and not first_virtual(k + 1, True)
+            recv_bwd = k == warmup - 1 and steady > 0 and not last_virtual(0, False)
+            ops += exchange(not last_virtual(k, True), False, recv_fwd, recv_bwd)
+        if steady == 0:  # every forward ran in the warmup: the first backward's grad
+            ops += exchange(False, False, False, not last_virtual(0, False))
+        for k in range(steady):
+            forward_k = k + warmup
+            ops += forward() + backward()
+            recv_fwd = k + 1 < steady and not first_virtual(forward_k + 1, True)
+            recv_bwd = not last_virtual(k + 1, False)
+            ops += exchange(not last_virtual(forward_k, True), not first_virtual(k, False), recv_fwd, recv_bwd)
+        for k in range(steady, total):
+            ops += backward()
+            recv_bwd = k + 1 < total and not last_virtual(k + 1, False)
+            ops += exchange(False, not first_virtual(k, False), False, recv_bwd)
+        return ops
+
     def program(self, rank: int, steps: int) -> tuple:
         """(ops, step_starts): the rank's whole program; step s is ops[starts[s]:starts[s+1]]."""
         ops = self.prologue(rank)
@@ -578,7 +806,7 @@ class _Injected:
     group: Optional[_Group] = None
     op: Optional[str] = None
     seq: Optional[int] = None  # collective_seq_id in `group`
-    poisoned: Optional[tuple] = None  # (group idx, seq) that never completes
+    poisoned: frozenset = frozenset()  # (group idx, seq) of collectives that never complete
     delete_dump: bool = False
     straggler: int = -1
     p2p_peer: int = -1
@@ -631,14 +859,18 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) 
         raise ValueError(f"fault step {fault.step} is outside 0..{steps - 1}")
     if kind == "gpu_error":
         return _stall_gpus(world, progs, starts, fault)
+    if kind == "in_flight":
+        return _in_flight(world, progs, fault, steps)
     group = world.group_of(culprit, fault.group)
     ops = progs[culprit] = list(progs[culprit])  # the culprit's program becomes its own
     step = range(starts[culprit][fault.step], starts[culprit][fault.step + 1])
     if kind == "p2p_unmatched":
         return _omit_send(world, ops, step, group, fault)
+    if kind == "skip_ring_step":
+        return _skip_ring_step(world, ops, step, group, fault)
     if kind == "extra_op":
         return _add_extra(world, ops, step, group, fault)
-    return _edit_collective(world, ops, step, group, kind)
+    return _edit_collective(world, ops, step, group, kind, fault.last_op)
 
 
 def _stall_gpus(world: _World, progs: list, starts: dict, fault: Fault) -> _Injected:
@@ -657,6 +889,34 @@ def _stall_gpus(world: _World, progs: list, starts: dict, fault: Fault) -> _Inje
             if op.kind == _COLL:
                 info.seq = _coll_seq_before(progs[rank], first, op.group) + 1
     return info
+
+
+def _in_flight(world: _World, progs: list, fault: Fault, steps: int) -> _Injected:
+    """in_flight (no fault): the job is dumped while every group of the culprit's family
+    (all the dp groups, say) is in the step's first plain collective of the group: every
+    member has issued it, none has completed it yet."""
+    family = [g for g in world.groups if g.desc == world.group_of(fault.rank, fault.group).desc and len(g.ranks) > 1]
+    if not family:
+        raise ValueError(f"the {fault.group} groups have a single member: nothing is in flight there")
+    info = _Injected(group=world.group_of(fault.rank, fault.group))
+    poisoned = set()
+    for group in family:
+        member = group.ranks[0]
+        starts = world.program(member, steps)[1]
+        ops = progs[member]
+        i = _target(ops, range(starts[fault.step], starts[fault.step + 1]), group)
+        seq = _coll_seq_before(ops, i, group) + 1
+        poisoned.add((group.idx, seq))
+        if group is info.group:
+            info.op, info.seq = ops[i].name, seq
+    info.poisoned = frozenset(poisoned)
+    return info
+
+
+def _blocked_in(run: "_Run", rank: int, group: _Group, seq: int) -> bool:
+    """Whether the rank's simulation stopped in collective `seq` of `group`."""
+    ops, i = run.progs[rank], run.done[rank]
+    return i < len(ops) and ops[i].kind == _COLL and ops[i].group is group and _coll_seq_before(ops, i, group) + 1 == seq
 
 
 def _sends_of(op: _Op) -> list:
@@ -683,6 +943,25 @@ def _omit_send(world: _World, ops: list, step: range, group: _Group, fault: Faul
     return _Injected(group=group, op="send", p2p_peer=peer)
 
 
+def _skip_ring_step(world: _World, ops: list, step: range, group: _Group, fault: Fault) -> _Injected:
+    """skip_ring_step: the culprit leaves out one ring step of its step's first forward
+    attention layer (its send and its recv, or their batch) and goes on. NCCL pairs a
+    channel's ops in order, so its later ring ops pair with its neighbours' earlier ones
+    until two of them move different tensors (the backward ring's are twice as large):
+    there the ring hangs, the culprit one ring step short of its neighbours."""
+    if not world.ring or fault.group != "cp":
+        raise ValueError("skip_ring_step needs a context-parallel ring: generate(ring=True), group='cp'")
+    if len(group.ranks) < 2:
+        raise ValueError("skip_ring_step needs a ring of two ranks or more (pp > 1)")
+    ring = [i for i in step if ops[i].group is group and ops[i].tag.endswith("_fwd")]
+    per_step = 1 if ops[ring[0]].kind == _BATCH else 2
+    layer_steps = len(group.ranks) - 1
+    which = fault.ring_step % layer_steps
+    for i in reversed(ring[which * per_step:(which + 1) * per_step]):
+        del ops[i]
+    return _Injected(group=group, op="send")
+
+
 def _add_extra(world: _World, ops: list, step: range, group: _Group, fault: Fault) -> _Injected:
     if len(group.ranks) < 2:
         raise ValueError(f"the {fault.group} group of rank {fault.rank} has a single member")
@@ -696,8 +975,8 @@ def _add_extra(world: _World, ops: list, step: range, group: _Group, fault: Faul
     return _Injected(group=group, op="all_reduce", seq=_coll_seq_before(ops, i, group) + 1)
 
 
-def _edit_collective(world: _World, ops: list, step: range, group: _Group, kind: str) -> _Injected:
-    i = _target(ops, step, group, last=kind == "skip_op")
+def _edit_collective(world: _World, ops: list, step: range, group: _Group, kind: str, last_op: bool) -> _Injected:
+    i = _target(ops, step, group, last=kind == "skip_op" or last_op)
     op = ops[i]
     info = _Injected(group=group, op=op.name, seq=_coll_seq_before(ops, i, group) + 1,
                      tie=len(group.ranks) == 2 and kind.endswith("_mismatch"))
@@ -707,7 +986,7 @@ def _edit_collective(world: _World, ops: list, step: range, group: _Group, kind:
     elif kind == "skip_op":
         del ops[i]
     elif kind == "stuck":
-        info.poisoned = (group.idx, info.seq)
+        info.poisoned = frozenset({(group.idx, info.seq)})
     elif kind == "size_mismatch":
         ops[i] = _changed(world, op, grow=1)
     elif kind == "dtype_mismatch":
@@ -731,7 +1010,7 @@ class _Run:
     t_end: list  # rank -> array of completion times (valid below `done`)
 
 
-def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: int,
+def _simulate(world: _World, progs: list, poisoned: frozenset, straggler: int,
               straggler_ns: int, lookahead: int, rng: random.Random) -> _Run:
     n = world.world
     groups = world.groups
@@ -798,8 +1077,8 @@ def _simulate(world: _World, progs: list, poisoned: Optional[tuple], straggler: 
 
     while ready:
         key = ready.pop()
-        if key == poisoned:
-            continue  # "stuck": everyone is in it and it never finishes
+        if key in poisoned:
+            continue  # "stuck", "in_flight": everyone is in it and it never finishes (yet)
         if len(key) == 4 and progs[key[1]][done[key[1]]].kind == _BATCH == progs[key[2]][done[key[2]]].kind:
             _meet_in_batches(key, progs, done, t_issue, jitter, unmet, batch_end, advance)
             continue
@@ -916,8 +1195,10 @@ class _DumpBuilder:
     def __init__(self, world: _World, run: _Run, *, timing: bool, buffer_size: int, version: str,
                  rng: random.Random, coalesced_events: str = "batch", watchdog_ms: Optional[float] = None,
                  pg_status: str = "collectives", only_active: bool = False, stalled: Optional[dict] = None,
-                 seed: int = 0):
+                 seed: int = 0, timeout_ms: int = TIMEOUT_MS, pg_order: str = "same"):
         self.world, self.run = world, run
+        self.timeout_ms = timeout_ms
+        self.rotated = pg_order == "rotated"
         self.timing, self.buffer_size, self.version = timing, buffer_size, version
         self.coalesced_events, self.pg_status_mode, self.only_active = coalesced_events, pg_status, only_active
         self.stalled = stalled or {}
@@ -960,7 +1241,7 @@ class _DumpBuilder:
         # The op the rank is blocked in: the simulation's, or where its GPU stopped (gpu_error).
         front = min(run.done[rank], self.stalled.get(rank, len(ops)))
         t_issue = run.t_issue[rank]
-        my_groups = world.groups_of(rank)
+        my_groups = world.groups_of(rank, self.rotated)
         pg_of = {g.idx: pg for pg, g in enumerate(my_groups)}
         npg = len(my_groups)
         coll, p2p, op_id = [0] * npg, [0] * npg, [0] * npg
@@ -1013,7 +1294,7 @@ class _DumpBuilder:
                                 else (duration, state, started_ns, completed_ns, completed))
                     entries.append(self._entry(part, fresh, record_id, pg, op.group.pg_tuple, tid, coll[pg],
                                                p2p[pg], op_id[pg], t0 + j * 6_000, *progress,
-                                               is_p2p and not part.marker))
+                                               is_p2p and not part.marker, self.timeout_ms))
                 record_id += 1
 
         # Keyed by pg_id; only groups that did something; -1 for none; started needs timing.
@@ -1027,7 +1308,7 @@ class _DumpBuilder:
 
     @staticmethod
     def _entry(part: _Part, fresh: bool, record_id, pg, pg_tuple, tid, seq, p2p_seq, op_id, created,
-               duration, state, started_ns, completed_ns, retired, is_p2p) -> dict:
+               duration, state, started_ns, completed_ns, retired, is_p2p, timeout_ms=TIMEOUT_MS) -> dict:
         frames, ins, in_dtypes, outs, out_dtypes = (part.frames, part.input_sizes, part.input_dtypes,
                                                     part.output_sizes, part.output_dtypes)
         if fresh:  # containers of its own, as torch writes them (see `_unshared`)
@@ -1042,7 +1323,7 @@ class _DumpBuilder:
                      "time_created_ns": created, "input_sizes": ins, "input_dtypes": in_dtypes,
                      "output_sizes": outs, "output_dtypes": out_dtypes, "state": state,
                      "time_discovered_started_ns": started_ns, "time_discovered_completed_ns": completed_ns,
-                     "retired": retired, "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
+                     "retired": retired, "timeout_ms": timeout_ms, "is_p2p": is_p2p}
         else:
             entry = {"frames": frames, "record_id": record_id, "pg_id": pg, "process_group": pg_tuple,
                      "thread_name": THREAD_NAME, "thread_id": tid, "collective_seq_id": seq,
@@ -1051,7 +1332,7 @@ class _DumpBuilder:
                      "input_dtypes": in_dtypes, "output_sizes": outs, "output_dtypes": out_dtypes,
                      "state": state, "time_discovered_started_ns": started_ns,
                      "time_discovered_completed_ns": completed_ns, "retired": retired,
-                     "timeout_ms": TIMEOUT_MS, "is_p2p": is_p2p}
+                     "timeout_ms": timeout_ms, "is_p2p": is_p2p}
         if frames is None:
             del entry["frames"]  # stacks turned off: the key is absent, as in torch
         return entry
@@ -1107,6 +1388,11 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
         truth.update(suspect_ranks=list(group.ranks),
                      description=f"every member of {gtext} issued {info.op} #{info.seq} and none "
                                  f"completed it (network/GPU/NCCL)")
+    elif kind == "in_flight":
+        assert group is not None
+        truth.update(status="inconclusive", suspect_ranks=[], collective_seq_id=info.seq,
+                     description=f"a healthy job dumped while every {group.desc} group was in {info.op} "
+                                 f"#{info.seq}: every member issued it, none had completed it yet")
     elif kind == "extra_op":
         truth["description"] = (f"rank {rank} issued an extra {info.op} (collective_seq_id {info.seq}) "
                                 f"in {gtext} that its peers never issued")
@@ -1122,6 +1408,10 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
                      description=f"the GPU of rank(s) {_fold(culprits)} stopped completing work from step "
                                  f"{fault.step} on (from {where}): their ops stay pending, their hosts "
                                  f"enqueued a few more, and their peers wait in the next op that needs them")
+    elif kind == "skip_ring_step":
+        truth["description"] = (f"rank {rank} skipped ring step {fault.ring_step} of its first forward attention "
+                                f"layer (its send and its recv) in {gtext} and went on: it is one ring step short "
+                                "of its neighbours")
     elif kind == "p2p_unmatched":
         peer = info.p2p_peer
         # The peer is blocked in the recv that waits for the missing send: its p2p_seq_id is the
@@ -1159,7 +1449,8 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
              timing: bool = False, with_frames: bool = True, buffer_size: int = 2000, lookahead: int = 0,
              seed: int = 0, version: str = "2.10", p2p: str = "plain", coalesced_events: str = "batch",
              watchdog_ms: Optional[float] = None, bubble_ms: float = 0.0, pg_status: str = "collectives",
-             only_active: bool = False) -> SynthJob:
+             only_active: bool = False, timeout_ms: int = TIMEOUT_MS, pg_order: str = "same",
+             hashed_names: bool = False, ring: bool = False, vchunks: int = 1) -> SynthJob:
     """Simulate a TP x PP x DP training job (with an optional fault) and return its FR dumps.
 
     The keyword options after `version` make the dumps follow what PyTorch really records (see
@@ -1175,7 +1466,12 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
         raise ValueError(f"unknown pg_status {pg_status!r}; expected one of {PG_STATUS_MODES}")
     if watchdog_ms is not None and watchdog_ms <= 0:
         raise ValueError("watchdog_ms must be positive (or None)")
-    world = _World(world_size, tp, pp, with_frames, p2p=p2p, bubble_ms=bubble_ms)
+    if timeout_ms < 1:
+        raise ValueError("timeout_ms must be positive")
+    if pg_order not in PG_ORDERS:
+        raise ValueError(f"unknown pg_order {pg_order!r}; expected one of {PG_ORDERS}")
+    world = _World(world_size, tp, pp, with_frames, p2p=p2p, bubble_ms=bubble_ms, hashed_names=hashed_names,
+                   ring=ring, vchunks=vchunks)
     rng = random.Random(seed)
     culprits = fault.culprits() if fault is not None else ()
     progs, starts = [], {}
@@ -1190,13 +1486,52 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
         run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng)
     builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng,
                            coalesced_events=coalesced_events, watchdog_ms=watchdog_ms, pg_status=pg_status,
-                           only_active=only_active, stalled=info.stalled, seed=seed)
+                           only_active=only_active, stalled=info.stalled, seed=seed, timeout_ms=timeout_ms,
+                           pg_order=pg_order)
     present = [r for r in range(world_size) if not (info.delete_dump and fault is not None and r == fault.rank)]
     params = {"steps": steps, "timing": timing, "with_frames": with_frames, "buffer_size": buffer_size,
               "lookahead": lookahead, "seed": seed, "version": version, "p2p": p2p,
               "coalesced_events": coalesced_events, "watchdog_ms": watchdog_ms, "bubble_ms": bubble_ms,
-              "pg_status": pg_status, "only_active": only_active}
-    return SynthJob(RankDumps(builder, present), _truth(world, run, fault, info, params))
+              "pg_status": pg_status, "only_active": only_active, "timeout_ms": timeout_ms,
+              "pg_order": pg_order, "hashed_names": hashed_names, "ring": ring, "vchunks": vchunks}
+    truth = _truth(world, run, fault, info, params)
+    if info.poisoned:
+        _judge_by_age(truth, world, run, builder, info.poisoned, timeout_ms)
+    return SynthJob(RankDumps(builder, present), truth)
+
+
+def _judge_by_age(truth: dict, world: _World, run: _Run, builder: "_DumpBuilder", poisoned: frozenset,
+                  timeout_ms: int) -> None:
+    """Collectives every member is in and none completed (stuck, in_flight) are a hang only
+    when the dumps show they outlived their timeout: some member's dump holds a time (an op
+    created, or seen started or completed) at least `timeout_ms` after it created the op, on
+    its own clock. Else a job dumped mid-op looks the same: the truth is inconclusive. (A
+    poisoned collective that members only queued behind another op is in flight nowhere.)"""
+    hung, oldest = [], 0
+    for group_idx, seq in sorted(poisoned):
+        group = world.groups[group_idx]
+        if not all(_blocked_in(run, rank, group, seq) for rank in group.ranks):
+            continue
+        age = 0
+        for rank in group.ranks:
+            entries = builder(rank)["entries"]
+            created = [e["time_created_ns"] for e in entries
+                       if e["process_group"][0] == group.name and e["collective_seq_id"] == seq and not e["is_p2p"]]
+            newest = max(t or 0 for e in entries for t in (e["time_created_ns"], e["time_discovered_started_ns"],
+                                                            e["time_discovered_completed_ns"]))
+            if created:
+                age = max(age, newest - min(created))
+        oldest = max(oldest, age)
+        if age >= timeout_ms * _MS:
+            hung += group.ranks
+    truth["age_ms_at_least"] = round(oldest / _MS, 3)
+    if hung:
+        truth.update(status="faults", fault_kind="stuck", suspect_ranks=sorted(hung))
+    else:
+        truth.update(status="inconclusive", fault_kind="in_flight", suspect_ranks=[],
+                     description=truth["description"] + f"; the dumps show it ran {oldest / _MS:.3f} ms at least, "
+                                 f"short of its {timeout_ms} ms timeout, so they cannot tell a hang from a job "
+                                 "dumped mid-op")
 
 
 def _json_dump(dump: dict) -> dict:
@@ -1494,6 +1829,13 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--bubble-ms", type=float, default=0.0, help="receivers post recvs this much early")
     parser.add_argument("--pg-status", choices=PG_STATUS_MODES, default="collectives")
     parser.add_argument("--only-active", action="store_true", help="drop completed entries from the dumps")
+    parser.add_argument("--timeout-ms", type=int, default=TIMEOUT_MS, help="the process groups' timeout")
+    parser.add_argument("--ring", action="store_true", help="context-parallel ring attention instead of a pipeline")
+    parser.add_argument("--vchunks", type=int, default=1, help="model chunks per stage (interleaved pipeline)")
+    parser.add_argument("--pg-order", choices=PG_ORDERS, default="same", help="rotated: each rank its own pg_ids")
+    parser.add_argument("--hashed-names", action="store_true", help="name groups by a hash of their ranks")
+    parser.add_argument("--ring-step", type=int, default=-1, help="skip_ring_step: which ring step")
+    parser.add_argument("--last-op", action="store_true", help="hang/mismatch at the step's last collective")
     parser.add_argument("--json", action="store_true", help="write JSON dumps instead of pickles")
     parser.add_argument("--writer", choices=WRITERS, default="c10d",
                         help="cupti: as PyTorch's CUPTI comms monitor writes them (--buffer-size is its max_entries)")
@@ -1511,8 +1853,11 @@ def main(argv: Optional[list] = None) -> int:
     fault = None
     if args.fault:
         group = args.fault_group or ("pp" if args.fault == "p2p_unmatched" else "tp")
+        if args.fault == "skip_ring_step":
+            group = args.fault_group or "cp"
         fault = Fault(args.fault, rank=args.fault_rank, group=group, step=args.fault_step,
-                      straggler_ms=args.straggler_ms, ranks=tuple(args.fault_ranks or ()))
+                      straggler_ms=args.straggler_ms, ranks=tuple(args.fault_ranks or ()), ring_step=args.ring_step,
+                      last_op=args.last_op)
     started = time.perf_counter()
     try:
         cupti = args.writer == "cupti"  # the monitor numbers over the whole history, then keeps its newest
@@ -1520,7 +1865,9 @@ def main(argv: Optional[list] = None) -> int:
                        with_frames=not args.no_frames, buffer_size=10**9 if cupti else args.buffer_size,
                        lookahead=args.lookahead, seed=args.seed, version=args.version, p2p=args.p2p,
                        coalesced_events=args.coalesced_events, watchdog_ms=args.watchdog_ms,
-                       bubble_ms=args.bubble_ms, pg_status=args.pg_status, only_active=args.only_active)
+                       bubble_ms=args.bubble_ms, pg_status=args.pg_status, only_active=args.only_active,
+                       timeout_ms=args.timeout_ms, pg_order=args.pg_order, hashed_names=args.hashed_names,
+                       ring=args.ring, vchunks=args.vchunks)
         if cupti:
             job = cupti_monitor_job(job, clock=args.cupti_clock, max_entries=args.buffer_size, seed=args.seed)
     except ValueError as exc:

@@ -1,0 +1,161 @@
+"""Job shapes a third, independent generator showed frtrace getting wrong (issue 24): a rank
+that skips a step of a context-parallel ring, cascades through an interleaved pipeline, groups
+created in another order on each rank (rank-local pg_ids) with only-active dumps, and healthy
+jobs dumped while every rank is in the middle of a collective. Each faulty job is run through
+the CLI (status, suspects, exit code) beside a healthy twin that must stay healthy."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from helpers import analyse_dicts, job, write_job, write_synth_job
+
+from frtrace.cli.analyse import frtrace
+from frtrace.testing.synth import Fault, generate
+
+EXIT = {"healthy": 0, "faults": 1, "inconclusive": 3}
+# What PyTorch does (see test_synth_faithful_sweep.py).
+FAITHFUL = {"coalesced_events": "marker", "watchdog_ms": 100.0, "bubble_ms": 100.0, "pg_status": "work"}
+
+
+def verdict(tmp_path, synth_job) -> tuple[str, list[int], int, dict]:
+    """(status, suspects, exit code, report) of `frtrace DIR --format json` on the job's files."""
+    directory = write_synth_job(tmp_path / "dumps", synth_job)
+    result = CliRunner().invoke(frtrace, [str(directory), "--format", "json"])
+    report = json.loads(result.stdout)
+    return report["status"], report["suspect_ranks"], result.exit_code, report
+
+
+def assert_truth(tmp_path, synth_job) -> dict:
+    status, suspects, code, report = verdict(tmp_path, synth_job)
+    truth = synth_job.truth
+    assert (status, suspects, code) == (truth["status"], truth["suspect_ranks"], EXIT[truth["status"]]), report["summary"]
+    return report
+
+
+# --------------------------------------------------------------------------- context-parallel rings
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+@pytest.mark.parametrize("cp, ring_step", [(4, -1), (4, 0), (8, 2)])
+def test_a_rank_that_skips_a_ring_step_is_the_one_blamed(tmp_path, cp, ring_step, p2p):
+    # Its next ring ops pair with its neighbours' skipped ones until the tensors differ (the
+    # backward ring's are twice as large): there its neighbours, and theirs, wait. The ranks
+    # of the other ring stall in the data-parallel group behind it.
+    culprit = cp + 2  # second data-parallel replica, tp rank 0, third ring position
+    synth_job = generate(4 * cp, tp=2, pp=cp, steps=3, ring=True, p2p=p2p, timing=True, lookahead=6,
+                         fault=Fault("skip_ring_step", rank=culprit, group="cp", step=1, ring_step=ring_step))
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    report = assert_truth(tmp_path, synth_job)
+    roots = [f for f in report["findings"] if f["root_cause"] and f["suspect_ranks"]]
+    assert [(f["rule"], f["suspect_ranks"]) for f in roots] == [("p2p.skipped_ring_step", [culprit])]
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+def test_a_healthy_ring_stays_healthy(tmp_path, p2p):
+    assert_truth(tmp_path, generate(32, tp=2, pp=8, steps=3, ring=True, p2p=p2p, timing=True, lookahead=6))
+
+
+# --------------------------------------------------------------------------- interleaved pipelines
+
+
+@pytest.mark.parametrize("stage", [1, 5, 7])
+@pytest.mark.parametrize("backward", [False, True])
+def test_an_interleaved_pipeline_cascade_names_only_its_root(tmp_path, stage, backward):
+    # 8 stages of 2 virtual chunks each (Megatron's interleaved 1F1B, every exchange a batch),
+    # TP 2, DP 2: a TP rank stops issuing, and both pipelines of its replica stall behind it.
+    culprit = 2 * stage + 1
+    synth_job = generate(32, tp=2, pp=8, steps=2, vchunks=2, p2p="batched", timing=True, lookahead=4, **FAITHFUL,
+                         fault=Fault("hang", rank=culprit, group="tp", step=1, last_op=backward))
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    assert_truth(tmp_path, synth_job)
+
+
+@pytest.mark.parametrize("p2p", ["plain", "batched"])
+def test_a_healthy_interleaved_pipeline_stays_healthy(tmp_path, p2p):
+    assert_truth(tmp_path, generate(32, tp=2, pp=8, steps=2, vchunks=2, p2p=p2p, timing=True, **FAITHFUL))
+
+
+PIPELINE = {"0": ("default_pg", tuple(range(8))), "pp": ("pp", (0, 1, 2, 3)),
+            "tp0": ("tp", (0, 4)), "tp1": ("tp", (1, 5)), "tp2": ("tp", (2, 6)), "tp3": ("tp", (3, 7))}
+
+
+def _stalled_pipeline(stalled: bool) -> dict:
+    """Four stages (ranks 0-3) with TP partners 4-7. Stalled: rank 3 stops before its second
+    TP all_reduce (its partner 7 waits in it); rank 2 posted its send to rank 1 and its recv
+    from rank 3, which never sends; rank 1 posted the recv that pairs with rank 2's send but
+    cannot finish it while rank 2's ops hang together (its own send to rank 0 waits behind);
+    rank 0 waits for that send. Else the same pipeline dumped mid-transfer: ranks 1 and 2
+    have posted a send and its recv, nothing else is pending."""
+    started, queued = {"state": "started"}, {"state": "scheduled"}
+    steps = {rank: [f"all_reduce@tp{rank % 4}"] for rank in range(8)}
+    steps[1] += [("recv 1<-2@pp", started)]
+    steps[2] += [("send 2->1@pp", started)]
+    if stalled:
+        steps[0] += [("recv 0<-1@pp", started)]
+        steps[1] += [("send 1->0@pp", queued)]
+        steps[2] += [("recv 2<-3@pp", started)]
+        steps[7] += [("all_reduce@tp3", started)]
+    return job(steps, groups=PIPELINE)
+
+
+def test_a_p2p_end_that_never_posted_because_it_waits_elsewhere_is_a_consequence(tmp_path):
+    # Rank 1 never posted its send to rank 0 because it waits in a recv whose sender (rank 2)
+    # is held up by rank 3: the root is rank 3, not rank 1.
+    _, diagnosis = analyse_dicts(_stalled_pipeline(stalled=True))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,)), diagnosis.verdict
+    to_rank_0 = next(f for f in diagnosis.findings if f.kind == "p2p_unmatched" and f.p2p_ends.missing_on == 1)
+    assert not to_rank_0.is_root and to_rank_0.suspect_ranks == ()
+    result = CliRunner().invoke(frtrace, [str(write_job(tmp_path / "d", _stalled_pipeline(stalled=True))), "--format", "json"])
+    assert result.exit_code == 1 and json.loads(result.stdout)["suspect_ranks"] == [3]
+
+
+def test_a_pipeline_dumped_mid_transfer_stays_healthy(tmp_path):
+    _, diagnosis = analyse_dicts(_stalled_pipeline(stalled=False))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("healthy", ()), diagnosis.verdict
+    note = next(f for f in diagnosis.findings if f.rule == "p2p.posted_pair")
+    assert (note.kind, note.severity, note.ranks) == ("in_flight", "info", (1, 2))
+
+
+# --------------------------------------------------------------------------- rank-local pg ids
+
+
+@pytest.mark.parametrize("culprit, group", [(6, "dp"), (7, "dp"), (9, "tp")])
+@pytest.mark.parametrize("timing", [False, True])
+def test_pg_status_is_read_under_the_ranks_own_pg_ids(tmp_path, culprit, group, timing):
+    # Each rank created its groups in an order of its own (hashed names): a rank's pg_id for
+    # a group is not its peers'. Only active entries: the culprit, which stopped issuing,
+    # holds nothing; read under its peers' pg_id, its pg_status would be another group's.
+    synth_job = generate(16, tp=4, pp=1, steps=4, only_active=True, pg_order="rotated", hashed_names=True,
+                         timing=timing, watchdog_ms=100.0, pg_status="work",
+                         fault=Fault("hang", rank=culprit, group=group, step=2 if group == "tp" else 1))
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    assert_truth(tmp_path, synth_job)
+
+
+def test_groups_created_in_other_orders_stay_healthy(tmp_path):
+    assert_truth(tmp_path, generate(16, tp=4, pp=1, steps=4, only_active=True, pg_order="rotated",
+                                    hashed_names=True, timing=True, watchdog_ms=100.0, pg_status="work"))
+
+
+# --------------------------------------------------------------------------- in-flight snapshots
+
+
+@pytest.mark.parametrize("world, tp", [(32, 4), (256, 8)])
+def test_a_job_dumped_while_every_rank_is_mid_collective_is_no_fault(tmp_path, world, tp):
+    synth_job = generate(world, tp=tp, pp=1, steps=3, timing=True, lookahead=2, **FAITHFUL,
+                         fault=Fault("in_flight", rank=0, group="dp", step=2))
+    report = assert_truth(tmp_path, synth_job)
+    assert report["summary"].startswith("INCONCLUSIVE: every rank is in flight in _all_gather_base")
+    assert "cannot tell" in report["summary"]
+
+
+def test_the_same_op_past_its_timeout_is_a_hang(tmp_path):
+    # The hosts queued more ops long enough after it (the timeout is 1 ms here): the dumps
+    # show it outlived its timeout, so it is stuck, not in flight.
+    synth_job = generate(32, tp=4, pp=1, steps=3, timing=True, lookahead=4, timeout_ms=1,
+                         fault=Fault("in_flight", rank=0, group="tp", step=2))
+    assert synth_job.truth["status"] == "faults" and synth_job.truth["fault_kind"] == "stuck"
+    assert_truth(tmp_path, synth_job)
