@@ -17,14 +17,14 @@ from frtrace.diagnosis import Diagnosis
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import NO_DUMP, GroupCell, RankView, StandingRow, rank_view
 from frtrace.report.render import (
-    _loaded_line,
+    _loaded_parts,
     finding_details,
     rank_headers,
     rank_row_cells,
     rank_view_notes,
 )
 from frtrace.util import fold_ranks, plural
-from frtrace.wording import group_label, groups_text, seq_label
+from frtrace.wording import group_label, groups_text, printable, seq_label
 
 # Beyond this many classes of groups the grid shows the first ones and says so.
 GRID_COLUMNS = 24
@@ -53,7 +53,9 @@ thead th{background:#f3f3f3;position:sticky;top:0}
 
 
 def _e(text: object) -> str:
-    return escape(str(text), quote=True)
+    # printable first: a control or bidi character from a dump is shown as its escape,
+    # never left to reorder or hide what the page says.
+    return escape(printable(str(text)), quote=True)
 
 
 def render_html(analysis: Analysis, diagnosis: Diagnosis) -> str:
@@ -74,7 +76,8 @@ def render_html(analysis: Analysis, diagnosis: Diagnosis) -> str:
     parts += _findings(diagnosis)
     parts += _grid(view)
     parts += _rank_table(view)
-    parts.append(f"<footer>{_e(_loaded_line(analysis))}<br>frtrace {_e(__version__)}</footer>")
+    inputs = "\n".join(map(_e, _loaded_parts(analysis)))
+    parts.append(f"<footer>{inputs}<br>frtrace {_e(__version__)}</footer>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

@@ -273,11 +273,16 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
         lines.append("")
     lines += _rank_view_lines(rank_view(analysis, diagnosis.suspect_ranks), RANK_ROWS_IN_REPORT)
     lines.append("")
-    lines.append(_loaded_line(analysis))
+    lines.extend(map(printable, _loaded_parts(analysis)))
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _loaded_line(analysis: Analysis) -> str:
+    return "\n".join(_loaded_parts(analysis))
+
+
+def _loaded_parts(analysis: Analysis) -> list:
+    """What was read, a sentence per line (unescaped: dump versions and file names)."""
     load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
     dumps = layout.usable(load.dumps)
     backends = sorted({d.backend for d in dumps if d.backend}) or ["unknown backend"]
@@ -303,7 +308,7 @@ def _loaded_line(analysis: Analysis) -> str:
         parts.append(f"Skipped {plural(len(unusable), 'unusable file')}: " + "; ".join(str(e) for e in unusable[:5]))
     if load.skipped:
         parts.append(f"Ignored {plural(len(load.skipped), 'unrelated file')}.")
-    return "\n".join(parts)
+    return parts
 
 
 
@@ -317,10 +322,13 @@ _MARKDOWN_ESCAPES = str.maketrans({
 })
 
 
+_LINE_BREAKS = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+
+
 def markdown_text(text: object) -> str:
-    """`text` as literal markdown: no markup, HTML, image or line break of its own survives."""
-    cleaned = "".join(ch if ch.isprintable() or ch in "\n\r\t" else " " for ch in str(text))
-    return cleaned.translate(_MARKDOWN_ESCAPES)
+    """`text` as literal markdown: no markup, HTML, image or line break of its own survives;
+    other control and bidi characters are shown as escapes (`wording.printable`)."""
+    return printable(str(text).translate(_LINE_BREAKS)).translate(_MARKDOWN_ESCAPES)
 
 
 def _markdown_row(cells) -> str:
