@@ -345,9 +345,9 @@ def _call_rows(calls: list) -> Iterator[tuple]:
         if cached is None:
             if len(cache) >= _JSON_CACHE_LIMIT:
                 cache.clear()
-            shapes = tuple(dumps(v, separators=(",", ":")) for v in c[_CALL_SHAPES])
-            texts = tuple(map(printable, (c.profiling_name, c.op, c.state)))
-            cached = cache[key] = (shapes, None if texts == (c.profiling_name, c.op, c.state) else texts)
+            escaped = tuple(map(printable, (c.profiling_name, c.op, c.state)))
+            cached = cache[key] = (tuple(dumps(v, separators=(",", ":")) for v in c[_CALL_SHAPES]),
+                                   None if escaped == (c.profiling_name, c.op, c.state) else escaped)
         shapes, texts = cached
         if texts is None:
             yield c[:_CALL_SHAPES.start] + shapes + c[_CALL_SHAPES.stop:]

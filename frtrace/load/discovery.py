@@ -22,6 +22,7 @@ from frtrace.load.generations import (
     require_one_file_per_rank,
 )
 from frtrace.load.sniff import OWN_OUTPUTS, FileKind, classify_file, classify_head
+from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR as INFLATION_FLOOR
 from frtrace.load.sources import RefusedMember, Source, SourceError, expand_input, needs_expanding
 from frtrace.model import LoadIssue
 
@@ -83,14 +84,18 @@ def _walk_files(root: Path) -> Iterable[Path]:
 
 
 def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = None,
-                   max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None) -> list:
+                   max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None,
+                   notes: Optional[list] = None) -> list:
     files: list = []
+    expanded = [item for item in inputs if needs_expanding(item)]
+    # Compressed tarballs inflate as they are listed: together, within one floor.
+    floor = INFLATION_FLOOR // max(1, len(expanded))
     for item in inputs:
         if needs_expanding(item):  # a URL or an archive: its objects or members (load/sources.py)
             wanted = lambda name: parse_rank_from_name(name, prefix) is not None  # noqa: E731
             problems: list = []
             try:
-                files.extend(expand_input(item, max_bytes, wanted, problems))
+                files.extend(expand_input(item, max_bytes, wanted, problems, notes, floor))
             except SourceError as exc:
                 raise InputError(str(exc)) from None
             if refused is not None:
@@ -200,8 +205,9 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
     """
     skipped: list = []
     refused: list = []
+    listed: list = []  # notes from listing archives and prefixes (names listed twice)
     candidates = []
-    for path in _expand_inputs(inputs, skipped, refused, max_bytes, prefix):
+    for path in _expand_inputs(inputs, skipped, refused, max_bytes, prefix, listed):
         if isinstance(path, RefusedMember) and not path.candidate:
             refused.append(LoadIssue(str(path), path.reason))  # a link, a `..` name: never a rank's dump
             continue
@@ -215,7 +221,7 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
     family = _naming_family(prefix) if prefix is not None else _pick_family(candidates) if candidates else None
     if family is None:
         skipped.extend(LoadIssue(str(c.path), "not a Flight Recorder dump") for c in candidates)
-        return Discovery([], skipped, prefix or "", [], tuple(refused))
+        return Discovery([], skipped, prefix or "", listed, tuple(refused))
     chosen = []
     for cand in candidates:
         if prefix is None and _naming_family(cand.prefix) != family:
@@ -223,7 +229,7 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
         else:
             chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))  # type: ignore[arg-type]  # None until _times_known
     files, notes = _one_generation(_times_known(chosen), skipped, all_generations)
-    return Discovery(sorted(files), skipped, family.replace("#", "N"), notes, tuple(refused))
+    return Discovery(sorted(files), skipped, family.replace("#", "N"), listed + notes, tuple(refused))
 
 
 def _mtime(path) -> Optional[float]:

@@ -269,6 +269,7 @@ def _examples(owners: Sequence, rows: Sequence) -> Optional[tuple]:
 
 def _shapes(fields: dict, norm) -> Optional[list]:
     raw = [fields[name] for name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")]
+    norm.spend_on_shapes(raw[0], raw[2])  # a shape the entries share costs its length each time
     # No type check first: a value that is not a list of lists either fails to make a key
     # (TypeError: the slow path takes the dump) or makes the key the entry-by-entry path
     # would make of it too, and is validated the same way.
@@ -339,7 +340,9 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
             return None
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
-    static = _static_columns(fields, _rows(raw_entries, _ROW_FIELDS), norm)
+    rows = _rows(raw_entries, _ROW_FIELDS)
+    norm.spend_on_rows(rows)  # lists a pickle's entries share cost their length each time (see _Normaliser)
+    static = _static_columns(fields, rows, norm)
     if static is None:
         return None
     pg_names, pg_descs, names, shapes, states, stacks = static
