@@ -259,3 +259,64 @@ def test_a_member_listed_twice_is_read_once_the_last_one(tmp_path, name):
     (note,) = stderr_lines(result)
     assert note.startswith(f"frtrace: {archive}: 2 member names listed more than once") and "job/rank_0" in note
     assert "the last of each is read" in note
+
+
+# --------------------------------------------------------------------------- generations (item 3)
+
+import os  # noqa: E402
+import time  # noqa: E402
+
+
+def _hang_job(directory, world: int = 32, culprit: int = 7):
+    dumps = {r: healthy_dumps(world, seqs=(1, 2, 3))[r] for r in range(world)}
+    for rank, data in dumps.items():
+        if rank != culprit:
+            data["entries"].append(entry(4, state="started", retired=False))
+    write_job(directory, dumps)
+    hour_ago = time.time() - 3600
+    for path in directory.iterdir():
+        os.utime(path, (hour_ago, hour_ago))
+    return directory
+
+
+@pytest.mark.parametrize("seconds", [360, 240, -600], ids=["future", "4-min-ahead", "past"])
+def test_one_touched_file_does_not_choose_the_generation(tmp_path, seconds):
+    # The repro: `touch` one of 128 files 6 minutes into the future, and it alone was analysed
+    # (127 dropped), a FAULT becoming INCONCLUSIVE. Into the past, rank 0 alone is complete.
+    directory = _hang_job(tmp_path / "job")
+    when = (time.time() if seconds > 0 else time.time() - 3600) + seconds
+    os.utime(directory / "rank_0", (when, when))
+    result, report = json_report([directory])
+    assert report["status"] == "faults" and 7 in report["suspect_ranks"], result.output
+    assert len(report["inputs"]["ranks_found"]) >= 31
+    (note,) = report["inputs"]["notes"]
+    if seconds == 360:  # later than now: not a time at all, so rank 0 is read with the rest
+        assert report["inputs"]["ranks_found"] == list(range(32))
+        assert note.startswith("1 dump file with a time no file can have")
+    else:
+        assert report["inputs"]["ranks_found"] == list(range(1, 32))
+        assert "nearly every rank (31 of 32)" in note and "left out 1" in note
+    # The report itself says it, in every format.
+    for fmt in ("text", "markdown"):
+        shown = run_cli([directory, "--format", fmt, "--workers", "1"]).stdout
+        assert note[1:40] in shown.replace("\\", ""), shown[-800:]
+
+
+def _tar_with_times(path, members: list) -> None:
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, mtime in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 0
+            info.pax_headers = {"mtime": repr(mtime)}  # what a pax header may say: any number
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_tar_member_times_no_file_can_have_are_ignored(tmp_path):
+    dumps = _dump_bytes()
+    times = {0: float("inf"), 1: -1e300, 2: time.time() - 60, 3: time.time() - 90}
+    archive = tmp_path / "times.tar"
+    _tar_with_times(archive, [(f"rank_{rank}", data, times[rank]) for rank, data in dumps.items()])
+    result, report = json_report([archive])
+    assert report["inputs"]["ranks_found"] == [0, 1, 2, 3] and report["suspect_ranks"] == [3], result.output
+    assert report["inputs"]["notes"] == ["2 dump files with a time no file can have (not a number, before 1980 or "
+                                         "in the future): taken as written with the newest"]

@@ -15,6 +15,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from frtrace.diagnosis import Diagnosis, Finding, kind
+from frtrace.load.discovery import OTHER_GENERATION
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import (
     BLOCKED,
@@ -59,6 +60,8 @@ def _inputs(analysis: Analysis) -> dict:
         "skipped_files": [{"path": s.path, "reason": s.problem} for s in load.skipped],
         "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
         + [{"rank": rank, "warning": w} for rank, w in layout.warnings],
+        # only when there are: what the loader noted (dumps of another incident left out and why)
+        **({"notes": list(load.notes)} if load.notes else {}),
     }
 
 
@@ -306,8 +309,11 @@ def _loaded_parts(analysis: Analysis) -> list:
     unusable = _unusable_files(analysis)
     if unusable:
         parts.append(f"Skipped {plural(len(unusable), 'unusable file')}: " + "; ".join(str(e) for e in unusable[:5]))
-    if load.skipped:
-        parts.append(f"Ignored {plural(len(load.skipped), 'unrelated file')}.")
+    # What the loader noted: dumps of another incident left out and why, names listed twice.
+    parts += [note[:1].upper() + note[1:] + ("" if note.endswith(".") else ".") for note in load.notes]
+    unrelated = [s for s in load.skipped if not s.problem.startswith(OTHER_GENERATION)]
+    if unrelated:
+        parts.append(f"Ignored {plural(len(unrelated), 'unrelated file')}.")
     return parts
 
 
