@@ -147,3 +147,23 @@ def test_the_scanner_sees_what_it_must():
         if char not in "HEALTHY: al fine[2J]52;c;aGk=31mx\n":
             assert RAW.search(char), repr(char)
     assert not RAW.search(printable(EVIL))
+
+
+def test_archive_member_names_are_escaped_wherever_they_are_said(job_dir, tmp_path):
+    # Member names are kept whole until printed (issue 26 item 2): printed, they are escaped.
+    import zipfile
+
+    archive = tmp_path / "job.zip"
+    inner = "d" + EVIL.replace("\x00", "").replace("/", "")
+    with zipfile.ZipFile(archive, "w") as out:
+        for path in sorted(job_dir.iterdir()):
+            if path.is_file() and path.name.startswith("rank_"):
+                out.writestr(f"{inner}/{path.name}", path.read_bytes())
+        out.writestr(f"../{inner}/rank_7", b"x")  # refused, named
+        out.writestr(f"{inner}/notes{EVIL[:8]}.txt", b"x")  # ignored, named with -v
+    for args in ([], ["-v"], ["--format", "markdown"], ["-j", "--per-rank"]):
+        run = frtrace(archive, "--workers", "1", *args)
+        assert run.returncode in (0, 1, 3), run.stderr
+        assert_clean(f"zip {args} stdout", run.stdout)
+        assert_clean(f"zip {args} stderr", run.stderr)
+        assert b"leaves the archive" in run.stderr
