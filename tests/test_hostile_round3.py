@@ -320,3 +320,32 @@ def test_tar_member_times_no_file_can_have_are_ignored(tmp_path):
     assert report["inputs"]["ranks_found"] == [0, 1, 2, 3] and report["suspect_ranks"] == [3], result.output
     assert report["inputs"]["notes"] == ["2 dump files with a time no file can have (not a number, before 1980 or "
                                          "in the future): taken as written with the newest"]
+
+
+@pytest.mark.parametrize("how", ["twice", "directory and file", "link", "archive twice"])
+def test_one_file_reached_twice_is_read_once(tmp_path, how):
+    # The same file through two inputs (or a link beside it) aborted the run: "rank 0 has two
+    # dump files: d/rank_0 and d/rank_0", exit 2. It is one file: read once, one note.
+    directory = write_job(tmp_path / "job", nccl_hang_dumps(world=4, culprit=3))
+    inputs = {"twice": [directory, directory], "directory and file": [directory, directory / "rank_1"],
+              "link": [directory], "archive twice": [tmp_path / "job.tar"] * 2}[how]
+    if how == "link":
+        (directory / "rank_1.pkl").symlink_to(directory / "rank_1")
+    if how == "archive twice":
+        _tar(tmp_path / "job.tar", [(p.name, p.read_bytes()) for p in sorted(directory.iterdir())])
+    result, report = json_report(inputs)
+    assert result.exit_code == 1 and report["suspect_ranks"] == [3], result.output
+    assert report["inputs"]["ranks_found"] == [0, 1, 2, 3]
+    (note,) = stderr_lines(result)
+    assert "reached twice (through two inputs, or a link): each read once" in note
+
+
+def test_a_deep_name_is_shortened_only_where_it_is_shown(tmp_path):
+    name = "/".join(["x" * 200] * 6) + "/rank_2"
+    archive = tmp_path / "deep.tar"
+    dumps = _dump_bytes()
+    _tar(archive, [(f"rank_{r}", dumps[r]) for r in (0, 1, 3)] + [(name, b"\x80\x02 broken")])
+    result, report = json_report([archive])
+    assert report["inputs"]["unreadable_files"][0]["path"] == f"{archive}:{name}"  # whole, as data
+    (line,) = stderr_lines(result)
+    assert len(line) < 600 and line.split(": truncated")[0].endswith("xxx/rank_2") and "..." in line

@@ -27,7 +27,7 @@ from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR as INFLATION_FLOOR
 from frtrace.load.sniff import OWN_OUTPUTS, FileKind, classify_file, classify_head
 from frtrace.load.sources import RefusedMember, Source, SourceError, expand_input, needs_expanding
 from frtrace.model import LoadIssue
-from frtrace.util import plural
+from frtrace.util import plural, shortened
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 # Suffixes a dump file may carry after its rank number, stripped right to left.
@@ -115,7 +115,25 @@ def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = Non
             issues.append(LoadIssue(str(item), "not a regular file or directory"))
         else:
             raise InputError(f"{item}: no such file or directory")
-    return files
+    return _each_file_once(files, notes)
+
+
+def _each_file_once(files: list, notes: Optional[list]) -> list:
+    """`files` with each file once: one reached through two inputs (`frtrace d d/rank_3`,
+    an archive given twice) or through a link next to it is the same file, not two dumps
+    of its rank. The last spelling is kept; one note says how many were reached twice."""
+    kept: dict = {}
+    twice = []
+    for path in files:
+        key = str(path) if isinstance(path, Source) else os.path.realpath(path)
+        if key in kept:
+            twice.append(path)
+            del kept[key]
+        kept[key] = path
+    if twice and notes is not None:
+        shown = ", ".join(shortened(str(path), 200) for path in twice[:3]) + (" ..." if len(twice) > 3 else "")
+        notes.append(f"{plural(len(twice), 'file')} reached twice (through two inputs, or a link): each read once ({shown})")
+    return list(kept.values())
 
 
 # How torch's own default and documented dump names end, before the rank.

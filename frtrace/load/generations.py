@@ -30,15 +30,16 @@ GAP_SECONDS = 300.0
 # at most FEW_FILES of its files (one `touch`ed file, a stray rerun of a rank) never wins over it.
 NEARLY_EVERY_RANK = 0.9
 FEW_FILES = 0.5
-# Times before this (1980-01-01, the earliest a zip can say) are placeholders, not times.
+# Times up to this (1980-01-01, the earliest a zip can say, and what one says without a
+# time) are placeholders, not times.
 EARLIEST_TIME = 315_532_800.0
 
 
 def plausible_time(mtime: Optional[float], now: float) -> Optional[float]:
     """`mtime` when a file written by a job can have it; None for a number that is not a
-    time (infinite, NaN, before 1980) or one later than `now` by more than GAP_SECONDS
+    time (infinite, NaN, 1980 or before) or one later than `now` by more than GAP_SECONDS
     (clocks of hosts that share a file system differ by seconds, not minutes)."""
-    if mtime is None or not math.isfinite(mtime) or mtime < EARLIEST_TIME or mtime > now + GAP_SECONDS:
+    if mtime is None or not math.isfinite(mtime) or mtime <= EARLIEST_TIME or mtime > now + GAP_SECONDS:
         return None
     return mtime
 

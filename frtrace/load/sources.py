@@ -43,6 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional, Union
 
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line, inflation_allowed
+from frtrace.util import shortened
 
 HEAD_BYTES = 4096
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
@@ -408,7 +409,7 @@ def _list_url(url: str, notes: list) -> list:
 
 def _duplicates_note(where: str, what: str, names: list) -> str:
     """One line for the names listed more than once under `where` (an archive or prefix)."""
-    shown = ", ".join(_quoted_name(name) for name in sorted(set(names))[:3])
+    shown = ", ".join(shortened(name, 200) for name in sorted(set(names))[:3])
     more = " ..." if len(set(names)) > 3 else ""
     count = len(set(names))
     return (f"{where}: {count} {what}{'s' if count > 1 else ''} listed more than once ({shown}{more}): "
