@@ -123,8 +123,8 @@ class _Normaliser:
                               f"them would take more than {MAX_ITEMS_PER_PICKLE_BYTE} list items per byte of the pickle")
 
     def spend_on_rows(self, rows: list) -> None:
-        """Spend what comparing the static fields of `rows` (tuples of entry_columns._ROW_FIELDS)
-        costs: their lists' items (the fast path's first pass, over every entry)."""
+        """Spend what reading the static fields of `rows` (tuples of entry_columns._ROW_FIELDS)
+        costs: their lists' items."""
         if self.budget is None:
             return
         for position in _ROW_LIST_POSITIONS:

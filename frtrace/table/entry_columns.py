@@ -311,6 +311,11 @@ def _static_columns(fields: dict, rows: list, norm) -> Optional[list]:
     if examples is None:
         return None
     example_of, needed = examples
+    # Keys are made of the needed rows' lists: a list the entries share (pickle memo
+    # references) costs its length for each (see _Normaliser.spend). Comparing rows above
+    # costs no more than the pickle's bytes: a list is compared item by item only with
+    # another list object, which the pickle holds too.
+    norm.spend_on_rows(list(map(rows.__getitem__, needed)))
     chosen: dict = dict(zip(_ROW_FIELDS, zip(*map(rows.__getitem__, needed))))
     chosen["profiling_name"] = list(map(names.__getitem__, needed))
     groups = _groups(chosen, norm)
@@ -340,9 +345,7 @@ def columns_from_raw(raw_entries: list, norm) -> Optional[Columns]:
             return None
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
-    rows = _rows(raw_entries, _ROW_FIELDS)
-    norm.spend_on_rows(rows)  # lists a pickle's entries share cost their length each time (see _Normaliser)
-    static = _static_columns(fields, rows, norm)
+    static = _static_columns(fields, _rows(raw_entries, _ROW_FIELDS), norm)
     if static is None:
         return None
     pg_names, pg_descs, names, shapes, states, stacks = static
