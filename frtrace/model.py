@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
+from frtrace.util import shortened
+
 
 class Frame(NamedTuple):
     name: str
@@ -218,7 +220,7 @@ class LoadIssue:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.problem}"
+        return f"{shortened(self.path)}: {self.problem}"
 
 
 @dataclass(slots=True)

@@ -26,6 +26,15 @@ def fold_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def shortened(text: str, limit: int = 400) -> str:
+    """`text`, or when longer than `limit` characters its start and end around `...`: a
+    deep path shown this way keeps its file name (and the rank in it). For display only."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 3
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
+
+
 def plural(count: int, word: str, many: str = "") -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
 

@@ -141,6 +141,24 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+def json_printable(text: str) -> str:
+    """JSON text (as `json.dumps(..., ensure_ascii=False)` writes it) with every character
+    `printable` would escape written as a JSON `\\uXXXX` escape instead: it reads back
+    as the same data, and nothing raw reaches a terminal or a viewer. Newlines between
+    values are kept."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() or char == "\n" else _json_escape(char) for char in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as JSON spells characters beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def seq_label(collective_seq_id: Optional[int], p2p_seq_id: Optional[int]) -> str:
     """`#4` for a collective, `p2p #7` for a send or recv (from the two numbers)."""
     return f"p2p #{p2p_seq_id}" if collective_seq_id is None else f"#{collective_seq_id}"

@@ -6,6 +6,13 @@
 (b) dumps whose every entry field (and top-level key) may hold any JSON-like value, or be
     missing: `normalise_dump` and the whole pipeline (`analyze`, `diagnose`, every renderer,
     the raw view and the Database) never raise.
+(c) archives (zip, tar, tar.gz) of a small job with hostile members (names deep, absolute,
+    with `..` or escapes, listed twice; bombs, empty and broken payloads; impossible
+    times; zip entries sharing one compressed stream), then mutated: the pipeline answers
+    or says why not, in one line.
+(d) every output (text, markdown, JSON, HTML, the per-rank views, -j, SQLite, the
+    timeline, frtrace diff) of a job whose dump strings hold any characters: none comes
+    out raw when it is a control or bidi character.
 
 Bounded for CI (a few seconds, derandomized so a run is reproducible). `tools/fuzz_long.py`
 runs the same properties with many more examples. Crashes that are already reported
@@ -387,3 +394,153 @@ def check_hostile_shape(kind: str, size: int, option) -> str:
 @given(shape=hostile_shapes)
 def test_fuzz_hostile_shapes_next_to_a_healthy_job(shape):
     check_hostile_shape(*shape)
+
+
+# --------------------------------------------------------------------------- archives (issue 26)
+
+import io  # noqa: E402
+import tarfile  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+import zipfile  # noqa: E402
+
+from frtrace.load.loader import InputError  # noqa: E402
+
+_NOW = time.time()
+_plain_names = st.sampled_from([f"rank_{r}" for r in range(4)])
+member_names = st.one_of(
+    _plain_names, _plain_names, _plain_names,
+    st.builds(lambda depth, r: "/".join(["d" * 40] * depth) + f"/rank_{r}", st.integers(1, 8), st.integers(0, 3)),
+    st.sampled_from(["../rank_1", "/abs/rank_2", "C:/rank_3", "a\x1b[2J\u202e/rank_0", "dir/", "rank_0.1",
+                     "job//rank_2", "./rank_3", "notes.txt", "rank_9\x00"]),
+    st.text(max_size=24),
+)
+member_payloads = st.sampled_from(["honest", "honest_gz", "empty", "broken", "bomb_gz", "zeros"])
+member_times = st.sampled_from([0.0, _NOW - 60, _NOW - 3600, _NOW + 3600, -1e300, float("inf"), float("nan")])
+archive_members = st.lists(st.tuples(member_names, member_payloads, member_times, st.integers(0, 3)),
+                           min_size=1, max_size=8)
+
+
+def _payload(kind: str, rank: int) -> bytes:
+    honest = JOB_FILES["healthy"][rank % len(JOB_FILES["healthy"])]["pickle"]
+    return {"honest": honest, "honest_gz": gzip.compress(honest), "empty": b"", "broken": b"\x80\x02 broken",
+            "bomb_gz": gzip.compress(bytes(2 * 1024**2)), "zeros": bytes(4096)}[kind]
+
+
+def build_archive(kind: str, members: list, overlap: bool) -> bytes:
+    """A zip, tar or tar.gz of `members` ((name, payload kind, mtime, rank)); `overlap`
+    points every zip entry after the first at the first one's bytes."""
+    out = io.BytesIO()
+    if kind == "zip":
+        with warnings.catch_warnings(), zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+            warnings.simplefilter("ignore")  # names listed twice: that is the point
+            for name, payload, mtime, rank in members:
+                stamp = time.gmtime(min(max(mtime, 315_532_800), 4_000_000_000) if math.isfinite(mtime) else 0)
+                info = zipfile.ZipInfo(name or "unnamed", date_time=(max(1980, stamp[0]),) + tuple(stamp[1:6]))
+                info.compress_type = zipfile.ZIP_DEFLATED
+                try:
+                    archive.writestr(info, _payload(payload, rank))
+                except (ValueError, UnicodeEncodeError):  # a name zipfile itself refuses
+                    continue
+            if overlap:
+                first = archive.infolist()[0].header_offset if archive.infolist() else 0
+                for info in archive.infolist():
+                    info.header_offset = first
+        return out.getvalue()
+    with tarfile.open(fileobj=out, mode="w:gz" if kind == "tgz" else "w", format=tarfile.PAX_FORMAT) as archive:
+        for name, payload, mtime, rank in members:
+            data = _payload(payload, rank)
+            info = tarfile.TarInfo(name or "unnamed")
+            info.size, info.pax_headers = len(data), {"mtime": repr(mtime)}
+            try:
+                archive.addfile(info, io.BytesIO(data))
+            except (ValueError, UnicodeEncodeError):
+                continue
+    return out.getvalue()
+
+
+def check_archive(kind: str, members: list, overlap: bool, edits) -> str:
+    """A hostile archive, perhaps mutated: analysed (every report rendered), or refused with
+    InputError; never an exception of any other kind."""
+    path = SCRATCH / f"job.{'tar.gz' if kind == 'tgz' else kind}"
+    path.write_bytes(mutate(build_archive(kind, members, overlap), edits) if edits else
+                     build_archive(kind, members, overlap))
+    try:
+        analysis = analyze([path])
+    except InputError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return "InputError"
+    if not analysis.layout.ranks_found:
+        return "nothing usable"
+    diagnosis = diagnose(analysis)
+    render_report_outputs(analysis, diagnosis)
+    json.loads(render_json(analysis, diagnosis))
+    return diagnosis.status
+
+
+@settings(CI, max_examples=30)
+@given(kind=st.sampled_from(["zip", "tar", "tgz"]), members=archive_members, overlap=st.booleans(),
+       edits=st.one_of(st.just([]), st.just([]), mutations))
+def test_fuzz_hostile_archives_never_crash_the_pipeline(kind, members, overlap, edits):
+    check_archive(kind, members, overlap, edits)
+
+
+# --------------------------------------------------------------------------- every output escaped (issue 26)
+
+# Text with what a terminal, a browser or a ticket must never get raw: controls, bidi marks.
+hostile_text = st.text(alphabet=st.one_of(st.characters(max_codepoint=0x9F), st.sampled_from(
+    "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069|*`<>&[]\\")),
+    min_size=1, max_size=16)
+
+
+def check_outputs_escaped(texts: list) -> str:
+    """A 4-rank hang whose version, library, group descriptions, op names, dtypes and stack
+    frames carry `texts`: no output holds a raw control or bidi character."""
+    from helpers import nccl_hang_dumps
+    from test_hostile_outputs import assert_clean
+
+    from frtrace.export.sqlite import write_sqlite
+    from frtrace.export.timeline import write_timeline
+    from frtrace.report.diff_render import render_diff_json, render_diff_markdown, render_diff_text
+    from frtrace.report.html import render_html
+    from frtrace.report.progress_diff import diff_progress
+    from frtrace.report.raw_view import rank_block_lines, side_by_side_lines
+    from frtrace.report.render import RANK_VIEW_RENDERERS, render_markdown
+
+    text = (texts * 7)[:7]
+    dumps = nccl_hang_dumps(world=4, culprit=3)
+    for data in dumps.values():
+        data["version"], data["comm_lib_version"] = "2.10" + text[0], text[1]
+        for config in data["pg_config"].values():
+            config["desc"] += text[2]
+        for record in data["entries"]:
+            record["process_group"] = (record["process_group"][0], record["process_group"][1] + text[2])
+            if " " not in record["profiling_name"]:
+                record["profiling_name"] += text[3]
+            record["input_dtypes"] = record["output_dtypes"] = [text[4]]
+            record["frames"] = [{"name": text[5], "filename": text[6], "line": 1}]
+    analysis, diagnosis = analyse_dicts(dumps, render=False)
+    outputs = {"text": render_text(analysis, diagnosis), "markdown": render_markdown(analysis, diagnosis),
+               "json": render_json(analysis, diagnosis), "html": render_html(analysis, diagnosis),
+               "-j": "\n".join(side_by_side_lines(analysis.matches, None, (), True))}
+    outputs.update({f"--ranks {fmt}": render(analysis, diagnosis) for fmt, render in RANK_VIEW_RENDERERS.items()})
+    outputs["-j --per-rank"] = "\n".join(line for d in analysis.load.dumps for line in rank_block_lines(d.rank, d))
+    diff = diff_progress(analysis, analysis)
+    outputs.update({"diff text": render_diff_text(diff), "diff markdown": render_diff_markdown(diff),
+                    "diff json": render_diff_json(diff)})
+    for name in ("db.sqlite", "trace.json"):
+        (SCRATCH / name).unlink(missing_ok=True)
+    write_sqlite(str(SCRATCH / "db.sqlite"), analysis, diagnosis)
+    write_timeline(str(SCRATCH / "trace.json"), analysis, diagnosis)
+    outputs["timeline"] = (SCRATCH / "trace.json").read_text("utf-8", "surrogateescape")
+    from test_hostile_outputs import _sqlite_text
+    outputs["sqlite"] = _sqlite_text(SCRATCH / "db.sqlite")
+    for name, output in outputs.items():
+        assert_clean(name, output)
+    return diagnosis.status
+
+
+@settings(CI, max_examples=25)
+@given(texts=st.lists(hostile_text, min_size=1, max_size=7))
+def test_fuzz_every_output_escapes_dump_strings(texts):
+    check_outputs_escaped(texts)

@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from frtrace.load.generations import DumpFile, SameRankTwice, choose_generation, split_generations
+from frtrace.load.generations import (
+    DumpFile,
+    SameRankTwice,
+    choose_generation,
+    describe,
+    plausible_time,
+    split_generations,
+)
 
 T = 1_700_000_000.0
 
@@ -55,3 +62,32 @@ def test_the_same_rank_twice_at_the_same_time_is_an_error_naming_both():
 
 def test_no_files_no_choice():
     assert choose_generation([]) is None
+
+
+# Issue 26 item 3: one file's clock cannot fool the choice.
+
+
+def test_one_file_touched_into_the_future_does_not_win_over_nearly_every_rank():
+    job = files("d", range(1, 128), mtime=T)
+    touched = files("d", [0], mtime=T + 360)  # complete on its own: rank 0 is all it needs
+    choice = choose_generation(job + touched)
+    assert choice.chosen.ranks == tuple(range(1, 128)) and choice.left_out == tuple(touched)
+    assert "nearly every rank (127 of 128)" in describe(choice) and "left out 1 newer file" in describe(choice)
+
+
+def test_one_file_touched_into_the_past_does_not_win_either():
+    job, touched = files("d", range(1, 128), mtime=T), files("d", [0], mtime=T - 3600)
+    assert choose_generation(job + touched).chosen.ranks == tuple(range(1, 128))
+
+
+def test_a_rerun_of_a_smaller_job_still_wins_over_an_older_set_missing_many():
+    # A 2-rank rerun that overwrote rank_0 and rank_1 of an 8-rank job's directory: the older
+    # files hold 6 of 8 ranks, not nearly every one.
+    choice = choose_generation(files("d", range(2, 8), mtime=T) + files("d", [0, 1], mtime=T + 3600))
+    assert choice.chosen.ranks == (0, 1)
+
+
+@pytest.mark.parametrize("mtime", [float("inf"), float("-inf"), float("nan"), -1e300, 0.0, T + 7200])
+def test_a_time_no_file_can_have_is_no_time(mtime):
+    assert plausible_time(mtime, now=T) is None
+    assert plausible_time(T - 60, now=T) == T - 60 and plausible_time(T + 60, now=T) == T + 60

@@ -156,3 +156,17 @@ def test_a_reader_that_stops_leaves_no_worker_behind(tmp_path):
     else:
         pytest.fail("a worker process outlived frtrace")
     proc.stderr.close()
+
+
+@pytest.mark.parametrize("world", [128, 131_072])
+def test_the_columns_are_the_ranks_with_dumps_never_the_claimed_world(tmp_path, world):
+    # Issue 26 item 5: 2 dumps of a 128-rank job drew 128 columns (1,527-character lines); a
+    # claimed world of 131,072 printed nothing in 300 s.
+    directory = write_job(tmp_path / "dumps", {r: dump([entry(s) for s in (1, 2, 3)], ranks=range(world)) for r in (0, 5)})
+    for selection in ([], ["--selected-ranks", f"0-{world - 1}"], ["--selected-ranks", "0-4"]):
+        result = run(["-j", directory, "--workers", "1", *selection])
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        shown = [0] if selection and selection[1] == "0-4" else [0, 5]
+        assert lines[0].split() == ["group", "seq"] + [word for r in shown for word in ("rank", str(r))]
+        assert max(map(len, lines)) < 200

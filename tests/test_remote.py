@@ -90,3 +90,43 @@ def test_without_fsspec_the_error_names_the_extra(monkeypatch):
     assert result.exit_code == 2
     assert stderr_lines(result) == ["frtrace: error: reading URLs needs fsspec: install the s3 or gcs extra: pip install '.[s3]' "
                                    "or '.[gcs]' in a checkout of frtrace (frtrace[s3] / frtrace[gcs] once it is released on PyPI)"]
+
+
+def _put(env: dict, objects: dict) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    for key, body in objects.items():
+        client.put_object(Bucket=BUCKET, Key=key, Body=body)
+
+
+def test_keys_with_dot_dot_are_reported_not_dropped(s3):
+    # Issue 26 item 9: `job/../rank_7` disappeared without a word (it looked hidden).
+    env, local = s3
+    _put(env, {**{f"job456/{p.name}": p.read_bytes() for p in local.iterdir()},
+               "job456/../rank_7": (local / "rank_0").read_bytes(), "job456/./rank_8": b"x", "job456/.hidden": b"x"})
+    done = frtrace_process([f"s3://{BUCKET}/job456/", "--format", "json"], **env)
+    report = json.loads(done.stdout)
+    assert report["inputs"]["ranks_found"] == [0, 1, 2, 3] and report["suspect_ranks"] == [2]
+    lines = done.stderr.splitlines()
+    for key in ("job456/../rank_7", "job456/./rank_8"):
+        (line,) = [line for line in lines if f"s3://{BUCKET}/{key}:" in line]
+        assert "object key names '.' or '..': not read" in line
+    assert ".hidden" not in done.stderr
+    assert [e["path"] for e in report["inputs"]["unreadable_files"]] == [f"s3://{BUCKET}/job456/../rank_7",
+                                                                          f"s3://{BUCKET}/job456/./rank_8"]
+
+
+def test_a_key_reached_twice_through_double_slashes_is_read_once(s3):
+    # Issue 26 item 6: a prefix written with `//` next to the plain one aborted the run (exit 2).
+    env, local = s3
+    _put(env, {**{f"job789/{p.name}": p.read_bytes() for p in local.iterdir()},
+               "job789//rank_1": b"\x80\x02 broken, and listed first"})
+    done = frtrace_process([f"s3://{BUCKET}/job789/", "--format", "json"], **env)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["inputs"]["ranks_found"] == [0, 1, 2, 3] and report["suspect_ranks"] == [2]
+    (note,) = done.stderr.splitlines()
+    assert note == (f"frtrace: s3://{BUCKET}/job789/: 1 object key listed more than once (fr-dumps/job789/rank_1): "
+                    "the last of each is read")

@@ -47,6 +47,10 @@ PROPERTIES = {
     "generated_any": ({"job": tf._jobs(tf.any_values), "encoding": st.sampled_from(["pickle", "json"])},
                       tf.check_generated_job),
     "hostile_shapes": ({"shape": tf.hostile_shapes}, lambda shape: tf.check_hostile_shape(*shape)),
+    "archives": ({"kind": st.sampled_from(["zip", "tar", "tgz"]), "members": tf.archive_members,
+                  "overlap": st.booleans(), "edits": st.one_of(st.just([]), st.just([]), tf.mutations)},
+                 tf.check_archive),
+    "outputs_escaped": ({"texts": st.lists(tf.hostile_text, min_size=1, max_size=7)}, tf.check_outputs_escaped),
 }
 
 

@@ -99,7 +99,7 @@ def main(argv: Optional[list] = None) -> None:
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived. A BaseException, so that click does not turn it into
+    """SIGINT, SIGTERM or another stop signal (see stop_signals) arrived. A BaseException, so that click does not turn it into
     "Aborted!" and exit 1, and every `finally` on the way out (temporary files) runs."""
 
     def __init__(self, signum: int):
@@ -115,10 +115,30 @@ def _on_stop_signal(main_pid: int, signum: int, frame) -> None:
     raise Interrupted(signum)
 
 
+# Every signal whose default action ends the process and that another process (a shell,
+# a scheduler, a terminal hanging up) sends: each unwinds like SIGTERM, so temporary
+# output files are removed. SIGPIPE stays ignored (a closed reader is handled where the
+# write fails); the faults a process raises on itself (SIGSEGV, SIGBUS, ...) cannot be
+# handled in Python.
+_STOP_SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGUSR1", "SIGUSR2", "SIGALRM",
+                      "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGPWR", "SIGIO", "SIGSTKFLT")
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The signals `main` turns into a clean exit with 128 + their number, on this platform."""
+    found = {getattr(signal, name) for name in _STOP_SIGNAL_NAMES if hasattr(signal, name)}
+    if hasattr(signal, "SIGRTMIN") and hasattr(signal, "SIGRTMAX"):
+        found.update(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+    return tuple(sorted(found))
+
+
 def _handle_stop_signals() -> None:
     handler = functools.partial(_on_stop_signal, os.getpid())
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, handler)
+    for signum in stop_signals():
+        try:
+            signal.signal(signum, handler)
+        except (OSError, ValueError):  # reserved on this platform (a real-time signal libc keeps)
+            continue
 
 
 def _exit_now(code) -> None:

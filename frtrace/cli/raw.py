@@ -76,6 +76,8 @@ def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Prog
         _fail(f"--side-by-side shows at most {SIDE_BY_SIDE_MAX} ranks, not {len(files)} "
               "(choose them with --selected-ranks, or leave it out for one block per rank)")
     if opts.per_rank or len(files) > SIDE_BY_SIDE_MAX:
+        for issue in found.refused:  # archive members refused by name or kind (the table's load says them)
+            _note(f"skipped {issue}")
         return _print_rank_blocks(files, opts, started)
     progress = progress or Progress()
     loaded, layout, matches = match_files(files, found, world_size=opts.world_size, workers=opts.workers,

@@ -36,6 +36,7 @@ from frtrace.export.database import build_database
 from frtrace.load.discovery import parse_rank_from_name
 from frtrace.model import Entry, NCCLCall
 from frtrace.table.standing import blocked_at
+from frtrace.wording import printable
 
 SCHEMA_VERSION = "frtrace.sqlite/1"
 
@@ -333,17 +334,25 @@ def _call_rows(calls: list) -> Iterator[tuple]:
     # The hot loop (one pass per row of ~10M): the row is the NCCLCall itself with its
     # four shape/dtype tuples swapped for JSON text. Those tuples are interned by the
     # loader, so their JSON is cached by object identity (the rows keep every object
-    # alive until the export ends, so an id cannot be reused meanwhile).
+    # alive until the export ends, so an id cannot be reused meanwhile); so is whether
+    # the row's strings (profiling name, op, state: interned too) print as they are.
     cache: dict = {}
     dumps = json.dumps
     for c in calls:
-        key = (id(c.input_sizes), id(c.output_sizes), id(c.input_dtypes), id(c.output_dtypes))
-        shapes = cache.get(key)
-        if shapes is None:
+        key = (id(c.input_sizes), id(c.output_sizes), id(c.input_dtypes), id(c.output_dtypes), id(c.profiling_name),
+               id(c.op), id(c.state))
+        cached = cache.get(key)
+        if cached is None:
             if len(cache) >= _JSON_CACHE_LIMIT:
                 cache.clear()
-            shapes = cache[key] = tuple(dumps(v, separators=(",", ":")) for v in c[_CALL_SHAPES])
-        yield c[:_CALL_SHAPES.start] + shapes + c[_CALL_SHAPES.stop:]
+            escaped = tuple(map(printable, (c.profiling_name, c.op, c.state)))
+            cached = cache[key] = (tuple(dumps(v, separators=(",", ":")) for v in c[_CALL_SHAPES]),
+                                   None if escaped == (c.profiling_name, c.op, c.state) else escaped)
+        shapes, texts = cached
+        if texts is None:
+            yield c[:_CALL_SHAPES.start] + shapes + c[_CALL_SHAPES.stop:]
+        else:
+            yield c[:5] + texts[:2] + c[7:_CALL_SHAPES.start] + shapes + texts[2:] + c[_CALL_SHAPES.stop + 1:]
 
 
 def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
@@ -435,6 +444,12 @@ def _position_rows(positions: list, groups: list, calls: list) -> Iterator[tuple
 # --------------------------------------------------------------------------- writer
 
 
+def _printable_row(row: tuple) -> tuple:
+    """The row with every string as `wording.printable` shows it: a dump's control and
+    bidi characters reach no terminal that prints a query's result."""
+    return tuple(printable(value) if type(value) is str else value for value in row)
+
+
 def _storable(value):
     """A value SQLite can store as it is: text UTF-8 cannot hold (a lone surrogate from a
     JSON '\\udcff' escape, or a file name that is not UTF-8) gets that escape spelled out;
@@ -446,17 +461,22 @@ def _storable(value):
     return value
 
 
-def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callable[[], Iterable[tuple]]) -> None:
-    """Insert the rows `make_rows()` yields into the new, empty `table`. Values SQLite
+def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callable[[], Iterable[tuple]],
+            escaped: bool = False) -> None:
+    """Insert the rows `make_rows()` yields into the new, empty `table`, each string made
+    printable (`_printable_row`) unless `escaped` says the rows are already. Values SQLite
     cannot take as they are (see `_storable`) are rare, so they are looked for only when
     the fast pass meets one: the table is then emptied (without a journal there is no
     ROLLBACK) and refilled from fresh rows with every value made storable."""
     statement = f"INSERT INTO {table} VALUES ({','.join('?' * width)})"
+    def rows() -> Iterable[tuple]:
+        return make_rows() if escaped else map(_printable_row, make_rows())
+
     try:
-        conn.executemany(statement, make_rows())
+        conn.executemany(statement, rows())
     except (UnicodeEncodeError, OverflowError):
         conn.execute(f"DELETE FROM {table}")
-        conn.executemany(statement, (tuple(map(_storable, row)) for row in make_rows()))
+        conn.executemany(statement, (tuple(map(_storable, row)) for row in rows()))
 
 
 def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
@@ -477,11 +497,12 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
         _insert(conn, "meta", 2, lambda: _meta_rows(analysis, diagnosis, root))
         _insert(conn, "ranks", 15, lambda: _rank_rows(analysis, member_ranks, root))
         _insert(conn, "groups", 6, lambda: _group_rows(db.groups, as_json))
-        _insert(conn, "memberships", 3, lambda: ((m.group_id, m.global_rank, m.local_rank) for m in db.memberships))
+        _insert(conn, "memberships", 3, lambda: ((m.group_id, m.global_rank, m.local_rank) for m in db.memberships),
+                escaped=True)
         _insert(conn, "tracebacks", 3, lambda: _traceback_rows(db.tracebacks))
         _insert(conn, "frames", 5, lambda: _frame_rows(db.tracebacks))
         _insert(conn, "collectives", 18, lambda: _collective_rows(db.collectives, as_json))
-        _insert(conn, "ncclcalls", len(NCCLCall._fields), lambda: _call_rows(db.ncclcalls))
+        _insert(conn, "ncclcalls", len(NCCLCall._fields), lambda: _call_rows(db.ncclcalls), escaped=True)
         _insert(conn, "findings", 17, lambda: _finding_rows(diagnosis.findings, db.collectives))
         positions = _positions(analysis)
         _insert(conn, "rank_positions", 21, lambda: _position_rows(positions, db.groups, db.ncclcalls))

@@ -55,7 +55,7 @@ from frtrace.table.batches import batch_start
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import clocks_compare
 from frtrace.util import fold_ranks
-from frtrace.wording import call_site, group_label
+from frtrace.wording import call_site, group_label, json_printable
 
 SCHEMA_VERSION = "frtrace.timeline/2"
 # Without --timeline-all or --selected-ranks, ranks are drawn until their entries reach
@@ -353,7 +353,9 @@ class _Writer:
         return text
 
     def emit(self, event: dict) -> None:
-        self.out.write(("\n" if self.first else ",\n") + self.encode(event))
+        # Dump strings are written as they are, but a control or bidi character among
+        # them as its JSON escape (wording.json_printable): a viewer or terminal shows it.
+        self.out.write(("\n" if self.first else ",\n") + json_printable(self.encode(event)))
         self.first = False
 
 

@@ -10,6 +10,7 @@ decoded here beyond the first bytes that tell a dump from another file.
 import os
 import re
 import stat
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional, Sequence
@@ -20,11 +21,14 @@ from frtrace.load.generations import (
     SameRankTwice,
     choose_generation,
     describe,
+    plausible_time,
     require_one_file_per_rank,
 )
+from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR as INFLATION_FLOOR
 from frtrace.load.sniff import OWN_OUTPUTS, FileKind, classify_file, classify_head
 from frtrace.load.sources import RefusedMember, Source, SourceError, expand_input, needs_expanding
 from frtrace.model import LoadIssue
+from frtrace.util import plural, shortened
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 # Suffixes a dump file may carry after its rank number, stripped right to left.
@@ -32,6 +36,10 @@ DUMP_SUFFIXES = (".gz", ".pkl", ".pickle", ".json", ".bin", ".dump", ".trace")
 # Words that mark a naming family as Flight Recorder dumps rather than, say, core files.
 DUMP_NAME_HINTS = ("rank", "trace", "dump", "fr_", "nccl", "comm")
 _TRAILING_RANK = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
+
+
+# How the reason for leaving out a dump of another incident begins (see _one_generation).
+OTHER_GENERATION = "another generation of dumps"
 
 
 # --------------------------------------------------------------------------- discovery
@@ -80,14 +88,18 @@ def _walk_files(root: Path) -> Iterable[Path]:
 
 
 def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = None,
-                   max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None) -> list:
+                   max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None,
+                   notes: Optional[list] = None) -> list:
     files: list = []
+    expanded = [item for item in inputs if needs_expanding(item)]
+    # Compressed tarballs inflate as they are listed: together, within one floor.
+    floor = INFLATION_FLOOR // max(1, len(expanded))
     for item in inputs:
         if needs_expanding(item):  # a URL or an archive: its objects or members (load/sources.py)
             wanted = lambda name: parse_rank_from_name(name, prefix) is not None  # noqa: E731
             problems: list = []
             try:
-                files.extend(expand_input(item, max_bytes, wanted, problems))
+                files.extend(expand_input(item, max_bytes, wanted, problems, notes, floor))
             except SourceError as exc:
                 raise InputError(str(exc)) from None
             if refused is not None:
@@ -100,7 +112,25 @@ def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = Non
             issues.append(LoadIssue(str(item), "not a regular file or directory"))
         else:
             raise InputError(f"{item}: no such file or directory")
-    return files
+    return _each_file_once(files, notes)
+
+
+def _each_file_once(files: list, notes: Optional[list]) -> list:
+    """`files` with each file once: one reached through two inputs (`frtrace d d/rank_3`,
+    an archive given twice) or through a link next to it is the same file, not two dumps
+    of its rank. The last spelling is kept; one note says how many were reached twice."""
+    kept: dict = {}
+    twice = []
+    for path in files:
+        key = str(path) if isinstance(path, Source) else os.path.realpath(path)
+        if key in kept:
+            twice.append(path)
+            del kept[key]
+        kept[key] = path
+    if twice and notes is not None:
+        shown = ", ".join(shortened(str(path), 200) for path in twice[:3]) + (" ..." if len(twice) > 3 else "")
+        notes.append(f"{plural(len(twice), 'file')} reached twice (through two inputs, or a link): each read once ({shown})")
+    return list(kept.values())
 
 
 # How torch's own default and documented dump names end, before the rank.
@@ -197,8 +227,9 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
     """
     skipped: list = []
     refused: list = []
+    listed: list = []  # notes from listing archives and prefixes (names listed twice)
     candidates = []
-    for path in _expand_inputs(inputs, skipped, refused, max_bytes, prefix):
+    for path in _expand_inputs(inputs, skipped, refused, max_bytes, prefix, listed):
         if isinstance(path, RefusedMember) and not path.candidate:
             refused.append(LoadIssue(str(path), path.reason))  # a link, a `..` name: never a rank's dump
             continue
@@ -212,15 +243,19 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
     family = _naming_family(prefix) if prefix is not None else _pick_family(candidates) if candidates else None
     if family is None:
         skipped.extend(LoadIssue(str(c.path), "not a Flight Recorder dump") for c in candidates)
-        return Discovery([], skipped, prefix or "", [], tuple(refused))
+        return Discovery([], skipped, prefix or "", listed, tuple(refused))
     chosen = []
     for cand in candidates:
         if prefix is None and _naming_family(cand.prefix) != family:
             skipped.append(LoadIssue(str(cand.path), f"name does not follow the dump naming {family.replace('#', 'N')}<rank>"))
         else:
             chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))  # type: ignore[arg-type]  # None until _times_known
-    files, notes = _one_generation(_times_known(chosen), skipped, all_generations)
-    return Discovery(sorted(files), skipped, family.replace("#", "N"), notes, tuple(refused))
+    timed, impossible = _times_known(chosen, time.time())
+    files, notes = _one_generation(timed, skipped, all_generations)
+    if 0 < impossible < len(chosen) and not all_generations:  # all alike (a tar made with --mtime=@0): nothing to say
+        listed.append(f"{plural(impossible, 'dump file')} with a time no file can have (not a number, before 1980 or "
+                      "in the future): taken as written with the newest")
+    return Discovery(sorted(files), skipped, family.replace("#", "N"), listed + notes, tuple(refused))
 
 
 def _mtime(path) -> Optional[float]:
@@ -234,10 +269,14 @@ def _mtime(path) -> Optional[float]:
     return info.st_mtime if stat.S_ISREG(info.st_mode) else None
 
 
-def _times_known(files: list) -> list:
-    """Files whose time says nothing go with the newest: never a generation of their own."""
-    newest = max((f.mtime for f in files if f.mtime is not None), default=0.0)
-    return [f if f.mtime is not None else f._replace(mtime=newest) for f in files]
+def _times_known(files: list, now: float) -> tuple:
+    """`(files, how many had an impossible time)`: files whose time says nothing (none, or
+    one no file can have: see generations.plausible_time) go with the newest, never a
+    generation of their own."""
+    times = [plausible_time(f.mtime, now) for f in files]
+    impossible = sum(1 for f, t in zip(files, times) if t is None and f.mtime is not None)
+    newest = max((t for t in times if t is not None), default=0.0)
+    return [f._replace(mtime=newest if t is None else t) for f, t in zip(files, times)], impossible
 
 
 def _one_generation(files: list, skipped: list, all_generations: bool) -> tuple:
@@ -254,7 +293,7 @@ def _one_generation(files: list, skipped: list, all_generations: bool) -> tuple:
     newest = choice.chosen.newest
     for f in choice.left_out:
         minutes = abs(newest - f.mtime) / 60
-        skipped.append(LoadIssue(str(f.path), f"another generation of dumps (written {minutes:.0f} min "
+        skipped.append(LoadIssue(str(f.path), f"{OTHER_GENERATION} (written {minutes:.0f} min "
                                  f"{'before' if f.mtime <= newest else 'after'} the analysed ones): not mixed with them"))
     notes = [describe(choice)] if choice.others else []
     return [(f.rank, f.path) for f in choice.chosen.files], notes

@@ -7,11 +7,17 @@ would compare one incident's rank 0 with another's rank 1. `choose_generation` s
 the files into generations and picks the newest complete one (ranks 0..N-1 all there),
 else the newest; the caller says which, and lists the rest as left out.
 
-Pure: takes file facts (rank, path, name tag, mtime), never reads or prints.
+One file's clock cannot decide for the others: a generation holding nearly every rank
+found is never passed over for one of a few files (`touch` one dump into the future, or
+into the past), and a time no file can have (-1e300, inf, NaN, before 1980, later than
+now) is no time at all (`plausible_time`): such a file goes with the newest.
+
+Pure: takes file facts (rank, path, name tag, mtime) and the time now, never reads or prints.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional
 
@@ -20,6 +26,22 @@ from frtrace.util import fold_ranks, plural
 # Ranks of one incident dump within seconds of each other (all time out together, or are
 # told to dump by the first that did); an incident minutes later is another hang.
 GAP_SECONDS = 300.0
+# A generation holding this share of every rank found is the job: another generation with
+# at most FEW_FILES of its files (one `touch`ed file, a stray rerun of a rank) never wins over it.
+NEARLY_EVERY_RANK = 0.9
+FEW_FILES = 0.5
+# Times up to this (1980-01-01, the earliest a zip can say, and what one says without a
+# time) are placeholders, not times.
+EARLIEST_TIME = 315_532_800.0
+
+
+def plausible_time(mtime: Optional[float], now: float) -> Optional[float]:
+    """`mtime` when a file written by a job can have it; None for a number that is not a
+    time (infinite, NaN, 1980 or before) or one later than `now` by more than GAP_SECONDS
+    (clocks of hosts that share a file system differ by seconds, not minutes)."""
+    if mtime is None or not math.isfinite(mtime) or mtime <= EARLIEST_TIME or mtime > now + GAP_SECONDS:
+        return None
+    return mtime
 
 
 class DumpFile(NamedTuple):
@@ -49,6 +71,7 @@ class Generation(NamedTuple):
 class GenerationChoice(NamedTuple):
     chosen: Generation
     others: tuple[Generation, ...]  # newest first
+    why: str = "newest"  # which one it is: newest, newest complete, or the one with nearly every rank
 
     @property
     def left_out(self) -> tuple[DumpFile, ...]:
@@ -127,22 +150,29 @@ def choose_generation(files: Iterable[DumpFile], gap: float = GAP_SECONDS) -> Op
     if not generations:
         return None
     chosen = next((g for g in generations if g.complete), generations[0])
+    why = "newest" if chosen is generations[0] else "newest complete"
+    largest = max(generations, key=lambda g: (len(g.files), g.newest))
+    every_rank = {rank for g in generations for rank in g.ranks}
+    if (largest is not chosen and len(largest.files) >= NEARLY_EVERY_RANK * len(every_rank)
+            and len(chosen.files) <= FEW_FILES * len(largest.files)):
+        chosen, why = largest, f"one holding nearly every rank ({len(largest.files)} of {len(every_rank)})"
     others = tuple(g for g in generations if g is not chosen)
     for other in others:
         shared = set(chosen.ranks) & set(other.ranks)
         if shared and abs(chosen.newest - other.newest) <= gap:
             rank = min(shared)
             raise SameRankTwice(*(next(f for f in g.files if f.rank == rank) for g in (chosen, other)))
-    return GenerationChoice(chosen, others)
+    return GenerationChoice(chosen, others, why)
 
 
 def describe(choice: GenerationChoice) -> str:
-    """One line for the user: what was found, what is analysed, what is left out."""
+    """One line for the user: what was found, what is analysed, what is left out and why."""
     chosen = choice.chosen
     where = sorted({str(f.path.parent) for f in chosen.files})
     tag = f" named with {chosen.files[0].tag!r}" if chosen.files[0].tag else ""
-    newest_other = max(g.newest for g in choice.others)
-    when = "newest" if chosen.newest >= newest_other else "newest complete"
-    return (f"found {plural(len(choice.others) + 1, 'generation')} of dumps (several incidents); analysing the {when}: "
-            f"ranks {fold_ranks(chosen.ranks)} in {', '.join(where)}{tag}; left out "
-            f"{plural(len(choice.left_out), 'older or incomplete file')} (-v lists them)")
+    newer = sum(1 for f in choice.left_out if f.mtime > chosen.newest)
+    kinds = [plural(len(choice.left_out) - newer, "older or incomplete file")] if len(choice.left_out) > newer else []
+    kinds += [plural(newer, "newer file")] if newer else []
+    return (f"found {plural(len(choice.others) + 1, 'generation')} of dumps (several incidents); analysing the "
+            f"{choice.why}: ranks {fold_ranks(chosen.ranks)} in {', '.join(where)}{tag}; left out "
+            f"{' and '.join(kinds)} of another incident (-v lists them)")

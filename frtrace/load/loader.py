@@ -20,7 +20,7 @@ from array import array
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from itertools import islice
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from frtrace.load.discovery import (
     DEFAULT_MAX_FILE_BYTES,
@@ -39,7 +39,7 @@ from frtrace.load.normalise import (
     parse_profiling_name,
     set_entries,
 )
-from frtrace.load.safe_decode import DecodeError, MayNestTooDeeply, decode_dump_bytes
+from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, DecodeError, MayNestTooDeeply, decode_dump
 from frtrace.load.sources import Source, SourceError, as_input
 from frtrace.model import LoadIssue, LoadResult
 from frtrace.table.entry_columns import SharedValues
@@ -112,12 +112,12 @@ def _inputs_crowd_memory(paths: Sequence) -> bool:
     return total > CACHE_SHARE * memory
 
 
-def _read_source(path, max_bytes: int, drop_from_cache: bool = False):
+def _read_source(path, max_bytes: int, drop_from_cache: bool = False, floor: int = _GZIP_RATIO_FLOOR):
     """The bytes of a dump file (a local path, or a Source: an object in a store, an
-    archive member), or a LoadIssue saying why they cannot be read."""
+    archive member, inflated within `floor`), or a LoadIssue saying why they cannot be read."""
     try:
         if isinstance(path, Source):
-            return path.read(max_bytes)
+            return path.read(max_bytes, floor)
         return read_dump_file(path, max_bytes, drop_from_cache)
     except OSError as exc:
         return LoadIssue(str(path), f"cannot read ({exc.strerror or exc})")
@@ -133,26 +133,30 @@ def _decoding_is_capped() -> bool:
     return threading.active_count() <= 1
 
 
-def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False, *,
-             packed: bool = False, shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None,
-             data: Optional[bytes] = None):
+def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False,
+             floor: int = _GZIP_RATIO_FLOOR, *, packed: bool = False, shared: Optional[SharedValues] = None,
+             memo: Optional[BatchMemo] = None, data: Optional[bytes] = None):
     """Read and normalise one file: a RankDump, or a LoadIssue saying why not.
 
     `path` is a local path or a Source (load/sources.py); `data` its bytes when read already.
+    `floor` is this file's share of the run's inflation floor (see safe_decode.inflation_allowed).
     `packed` (in a worker process) leaves the entry table's values unshared: `_received`
     shares them in the main process; `shared` holds the values the entries of all ranks share, and
     `memo` what other files of the same batch taught (see BatchMemo)."""
     if data is None:
-        data = _read_source(path, max_bytes, drop_from_cache)
+        data = _read_source(path, max_bytes, drop_from_cache, floor)
         if isinstance(data, LoadIssue):
             return data
+    # What a gzip'd dump inflates against: the bytes it took in the input (a zip member's
+    # compressed bytes, not the inflated ones it was read as).
+    limits = _Limits(max_bytes, floor, (path.stored or None) if isinstance(path, Source) else None)
     path = str(path)
     if (data[:1] == b"\x80" or data[:2] == b"\x1f\x8b") and not _decoding_is_capped():
-        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        result = _loaded_in_own_process(data, rank, path, limits)
         return _received(result, shared or SharedValues()) if isinstance(result, RankDump) and not packed else result
-    result = _loaded(data, rank, path, max_bytes, packed=packed, shared=shared, memo=memo)
+    result = _loaded(data, rank, path, limits, packed=packed, shared=shared, memo=memo)
     if result is _NEEDS_OWN_PROCESS:
-        result = _loaded_in_own_process(data, rank, path, max_bytes)
+        result = _loaded_in_own_process(data, rank, path, limits)
         if isinstance(result, RankDump) and not packed:
             result = _received(result, shared or SharedValues())
     return result
@@ -161,7 +165,16 @@ def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from
 _NEEDS_OWN_PROCESS = LoadIssue("", "may crash the process that decodes it")
 
 
-def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool = False,
+class _Limits(NamedTuple):
+    """What one file may take: its bytes (`--max-file-size`, also inflated), its share of the
+    inflation floor, and the bytes of the input it came from (None: its own length)."""
+
+    max_bytes: int
+    floor: int
+    stored: Optional[int]
+
+
+def _loaded(data: bytes, rank: int, path: str, limits: _Limits, *, packed: bool = False,
             shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None, isolated: bool = False):
     """`load_one` once the bytes are read; _NEEDS_OWN_PROCESS when decoding them could
     crash this process (and `isolated` does not say it may)."""
@@ -169,9 +182,10 @@ def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool =
         # A decoded dump is a tree of some 100,000 fresh dicts and lists: the collector
         # would scan it several times over while it is built (10-30% of the load).
         with cyclic_gc_paused():
-            raw, encoding = decode_dump_bytes(data, max_bytes, isolated=isolated)
+            raw, encoding, pickle_bytes = decode_dump(data, limits.max_bytes, isolated=isolated, floor=limits.floor,
+                                                      stored=limits.stored)
             del data
-            dump, columns = normalised_without_entries(raw, rank, path, encoding, memo)
+            dump, columns = normalised_without_entries(raw, rank, path, encoding, memo, pickle_bytes=pickle_bytes)
             del raw
             # In a worker (`packed`), the table's values are shared with other ranks' later,
             # in the main process (see _received).
@@ -185,19 +199,19 @@ def _loaded(data: bytes, rank: int, path: str, max_bytes: int, *, packed: bool =
         return LoadIssue(path, f"dump too deep or too large ({type(exc).__name__})")
 
 
-def _loaded_in_own_process(data: bytes, rank: int, path: str, max_bytes: int):
+def _loaded_in_own_process(data: bytes, rank: int, path: str, limits: _Limits):
     """`_loaded` in a child process, packed for transfer: a pickle that crashes the C
     unpickler (see safe_decode.SAFE_TUPLE_OPCODES) then costs this one file. Forked where
     the platform can, so the child inherits `data` instead of receiving a copy."""
-    result, exitcode = _in_child(_load_isolated, data, rank, path, max_bytes)
+    result, exitcode = _in_child(_load_isolated, data, rank, path, limits)
     if result is None:
         return LoadIssue(path, f"pickle nested too deeply or otherwise hostile: decoding it crashed "
                                f"a separate process ({_exit_reason(exitcode)})")
     return result
 
 
-def _load_isolated(data: bytes, rank: int, path: str, max_bytes: int):
-    (result,) = _for_transfer([_loaded(data, rank, path, max_bytes, packed=True, memo=BatchMemo(), isolated=True)])
+def _load_isolated(data: bytes, rank: int, path: str, limits: _Limits):
+    (result,) = _for_transfer([_loaded(data, rank, path, limits, packed=True, memo=BatchMemo(), isolated=True)])
     return result
 
 
@@ -255,7 +269,7 @@ def _load_batch_for_transfer(jobs: list) -> list:
 
 
 def _batch_in_own_process(jobs: list) -> list:
-    read = [_read_source(job[1], job[2], job[3] if len(job) > 3 else False) for job in jobs]
+    read = [_read_source(*job[1:]) for job in jobs]
     results, exitcode = _in_child(_decode_batch, jobs, read)
     if results is None:  # cannot happen short of a bug or the OOM killer: name the files
         reason = f"decoding crashed a separate process ({_exit_reason(exitcode)})"
@@ -266,7 +280,7 @@ def _batch_in_own_process(jobs: list) -> list:
 def _decode_batch(jobs: list, read: list) -> list:
     memo = BatchMemo()
     return _for_transfer([data if isinstance(data, LoadIssue) else
-                          load_one(job[0], job[1], job[2], packed=True, memo=memo, data=data)
+                          load_one(*job, packed=True, memo=memo, data=data)
                           for job, data in zip(jobs, read)])
 
 
@@ -375,9 +389,12 @@ def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_M
 
 
 def _jobs(files: list, max_bytes: int) -> list:
-    """One load job per `(rank, path)`: a local path travels as text, a Source as itself."""
+    """One load job per `(rank, path)`: a local path travels as text, a Source as itself.
+    Each file gets an equal share of the run's inflation floor: however many small gzip
+    bombs a run holds, together they inflate past the gzip ratio by 64 MB at most."""
     drop = _inputs_crowd_memory([path for _, path in files])
-    return [(rank, path if isinstance(path, Source) else str(path), max_bytes, drop) for rank, path in files]
+    floor = _GZIP_RATIO_FLOOR // max(1, len(files))
+    return [(rank, path if isinstance(path, Source) else str(path), max_bytes, drop, floor) for rank, path in files]
 
 
 def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:

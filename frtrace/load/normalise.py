@@ -11,7 +11,7 @@ import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Optional
 
 from frtrace.load import cupti
@@ -34,6 +34,16 @@ from frtrace.table.standing import keeps_only_active
 # pickle memo references can name one entry four million times, and each becomes an
 # Entry of its own (3 GB, 73 s before this limit).
 DEFAULT_MAX_ENTRIES = 500_000
+# A pickle can name one object many times for two bytes each (memo references): 1.2 KB of
+# gzip held half a million copies of one entry (8.5 s, 619 MB, and a rank blamed). An entry
+# torch writes takes 60 bytes or more (some 20 keys, each value at least a byte), and each
+# entry is a dict of its own: a pickle holding more than one entry per
+# MIN_PICKLE_BYTES_PER_ENTRY bytes, or one entry object twice, is not a dump.
+MIN_PICKLE_BYTES_PER_ENTRY = 16
+# Lists the entries share (a frames or sizes list named by every entry) would cost their
+# length again for every entry that names them. Honest dumps hold under 0.1 list item per
+# pickle byte (synthetic NCCL: 0.08); past this many, reading the file is refused.
+MAX_ITEMS_PER_PICKLE_BYTE = 8
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 _RECORD_ORDER = operator.attrgetter("record_id", "index")
 _P2P_NAME = re.compile(r"^(?P<op>send|recv)\s+(?P<a>-?\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>-?\d+|\?)$")
@@ -50,6 +60,11 @@ _ENTRY_FIELDS = (
     "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "timeout_ms", "frames",
 )
 _new_entry = tuple.__new__  # builds an Entry from a ready tuple without a Python-level __new__
+# Where the lists an entry may share with others sit: in _ENTRY_FIELDS (process_group,
+# sizes, dtypes, frames; the sizes), and in the rows of entry_columns._ROW_FIELDS.
+_ENTRY_LIST_POSITIONS = (2, 8, 9, 10, 11, 19)
+_ENTRY_SIZES_POSITIONS = (8, 10)
+_ROW_LIST_POSITIONS = (0, 2, 3, 4, 5, 7)
 
 
 class _Unreadable(Exception):
@@ -79,7 +94,10 @@ class _Normaliser:
     validated field by field.
     """
 
-    def __init__(self, memo: Optional[BatchMemo] = None) -> None:
+    def __init__(self, memo: Optional[BatchMemo] = None, budget: Optional[int] = None) -> None:
+        # `budget`: how many list items (in entries' lists, each time an entry names one)
+        # reading this file may cost; None for no limit (JSON writes every item out)
+        self.budget = budget
         self.strings: dict = {}
         self.groups: dict = {}
         memo = BatchMemo() if memo is None else memo
@@ -95,6 +113,37 @@ class _Normaliser:
     def warn(self, message: str) -> None:
         self.warnings[message] += 1
         self.warned += 1
+
+    def spend(self, items: int) -> None:
+        """Count `items` list items against the budget; DecodeError once it is spent."""
+        if self.budget is None:
+            return
+        self.budget -= items
+        if self.budget < 0:
+            raise DecodeError("its entries name the same lists over and over (pickle memo references): reading "
+                              f"them would take more than {MAX_ITEMS_PER_PICKLE_BYTE} list items per byte of the pickle")
+
+    def spend_on_rows(self, rows: list) -> None:
+        """Spend what reading the static fields of `rows` (tuples of entry_columns._ROW_FIELDS)
+        costs: their lists' items."""
+        if self.budget is None:
+            return
+        for position in _ROW_LIST_POSITIONS:
+            self.spend(_items(map(operator.itemgetter(position), rows)))
+
+    def spend_on_shapes(self, *sizes_columns) -> None:
+        """Spend the dimensions of the shapes in `sizes_columns` (lists of input or output
+        sizes), before keys are made of them."""
+        if self.budget is not None:
+            for column in sizes_columns:
+                self.spend(_items(chain.from_iterable(filter(_is_list, column))))
+
+    def spend_on_entry(self, values: tuple) -> None:
+        """`spend_on_rows` for one entry's values (in _ENTRY_FIELDS order)."""
+        if self.budget is None:
+            return
+        self.spend(_items(values[position] for position in _ENTRY_LIST_POSITIONS))
+        self.spend(_items(chain.from_iterable(filter(_is_list, (values[p] for p in _ENTRY_SIZES_POSITIONS)))))
 
     def rank_list(self, value) -> Optional[tuple]:
         if not isinstance(value, str):
@@ -237,6 +286,19 @@ class _Normaliser:
             frames.append(self.frames.setdefault(frame, frame))
         stack = tuple(frames)
         return self.stacks.setdefault(stack, stack)
+
+
+def _is_list(value) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def _items(values) -> int:
+    """The summed length of the lists, tuples, dicts and strings among `values`."""
+    values = list(filter(None, values))
+    try:
+        return sum(map(len, values))
+    except TypeError:  # something without a length (a number where a list belongs)
+        return sum(len(value) for value in values if isinstance(value, (list, tuple, dict, str)))
 
 
 def _as_integer(value) -> Optional[int]:
@@ -387,6 +449,8 @@ def _pg_config(raw, norm: _Normaliser) -> tuple:
         if not isinstance(value, dict):
             norm.warn("a pg_config value is not a dict")
             continue
+        if _is_list(value.get("ranks")):  # a list (not the usual string) may be shared by every group
+            norm.spend(len(value["ranks"]))
         name = norm.text(value.get("name", key), "pg_config name")
         configs.append(PgConfig(name, norm.text(value.get("desc"), "pg_config desc"), norm.rank_list(value.get("ranks"))))
     return tuple(configs)
@@ -424,10 +488,11 @@ def _top_level_dict(raw) -> dict:
     return raw
 
 
-def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES) -> Optional[list]:
+def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_bytes: Optional[int] = None) -> Optional[list]:
     """The `entries` list, None when the dump has none; DecodeError when it holds no entry
     at all, since such a rank would otherwise look like one that issued nothing, or more
-    than `max_entries`."""
+    than `max_entries`, or (a pickle of `pickle_bytes`) more than its bytes can honestly
+    hold: more than one entry per MIN_PICKLE_BYTES_PER_ENTRY, or one entry object twice."""
     if raw_entries is None:
         return None
     if not isinstance(raw_entries, list):
@@ -435,6 +500,11 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES) -> Optiona
     if len(raw_entries) > max_entries:
         raise DecodeError(f"holds {len(raw_entries):,} entries, over the limit of {max_entries:,} per file "
                           f"(a ring buffer keeps 2,000 by default)")
+    if pickle_bytes is not None and len(raw_entries) * MIN_PICKLE_BYTES_PER_ENTRY > pickle_bytes:
+        raise DecodeError(f"holds {len(raw_entries):,} entries in {pickle_bytes:,} bytes of pickle, more than one per "
+                          f"{MIN_PICKLE_BYTES_PER_ENTRY} bytes (pickle memo references repeating entries?)")
+    if pickle_bytes is not None and len(set(map(id, raw_entries))) < len(raw_entries):
+        raise DecodeError("names one entry more than once (pickle memo references): torch writes each entry once")
     if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
         raise DecodeError("entries holds no entry dicts")
     return raw_entries
@@ -462,6 +532,7 @@ def _entries_one_by_one(raw_entries: list, norm: _Normaliser) -> tuple:
         values = tuple(map(raw.get, fields))
         if values[3] is None:  # dumps before the collective/p2p split wrote `seq_id`
             values = values[:3] + (raw.get("seq_id"),) + values[4:]
+        norm.spend_on_entry(values)
         entry = _fast_entry(index, values, norm)
         if entry is None:
             try:
@@ -509,15 +580,17 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
 
 
 def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
-                max_entries: int = DEFAULT_MAX_ENTRIES) -> tuple:
-    """`(RankDump without its entries, Columns of its entries)`."""
+                max_entries: int = DEFAULT_MAX_ENTRIES, pickle_bytes: Optional[int] = None) -> tuple:
+    """`(RankDump without its entries, Columns of its entries)`. `pickle_bytes`: the size of
+    the pickle `raw` was decoded from, which bounds what it may hold (see _raw_entries and
+    _Normaliser.spend); None for JSON."""
     raw = _top_level_dict(raw)
     writer, clock, clipped = cupti.C10D, cupti.WALL_CLOCK, None
     if cupti.is_monitor_dump(raw):
         raw, clock, clipped = cupti.as_c10d(raw)
         writer = cupti.WRITER
-    raw_entries = _raw_entries(raw.get("entries"), max_entries)
-    norm = _Normaliser(memo)
+    raw_entries = _raw_entries(raw.get("entries"), max_entries, pickle_bytes)
+    norm = _Normaliser(memo, None if pickle_bytes is None else MAX_ITEMS_PER_PICKLE_BYTE * pickle_bytes)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
     columns, dropped = _normalise_entries(raw_entries or [], norm)
     dump = RankDump(

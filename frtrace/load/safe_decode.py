@@ -19,7 +19,7 @@ import re
 import threading
 import zlib
 from types import ModuleType
-from typing import Iterator, Optional
+from typing import Iterator, NamedTuple, Optional
 
 resource: Optional[ModuleType]
 try:
@@ -41,8 +41,17 @@ _SPACE_FLOOR = 64 * 1024**2
 # synthetic NCCL dumps and the Gloo fixtures; deflate can reach 1,000x, so a 2 MB bomb
 # under --max-file-size (a limit on the inflated size) could take 4 GB to decode. Past
 # this ratio, and past the floor that keeps small files free of it, a file is refused.
+# The floor is one per run: the loader divides it among the files (see loader._jobs), so
+# two thousand small bombs cannot each take 64 MB.
 MAX_GZIP_RATIO = 100
 _GZIP_RATIO_FLOOR = 64 * 1024**2
+
+
+def inflation_allowed(stored: int, max_bytes: Optional[int], floor: int = _GZIP_RATIO_FLOOR) -> int:
+    """How many bytes data kept in `stored` bytes of the input may inflate to: the gzip
+    ratio times `stored`, or `floor` where that is more (small files), at most `max_bytes`."""
+    allowed = max(floor, MAX_GZIP_RATIO * stored)
+    return allowed if max_bytes is None else min(max_bytes, allowed)
 
 
 # Hashing a tuple recurses in C once per level of tuples nested in tuples, with no
@@ -139,8 +148,8 @@ class _WholeInput:
         return self.read(-1 if end < 0 else end + 1 - self._at)
 
 
-def _gunzip(data: bytes, max_bytes: int) -> bytes:
-    allowed = min(max_bytes, max(_GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(data)))
+def _gunzip(data: bytes, max_bytes: int, floor: int, stored: int) -> bytes:
+    allowed = inflation_allowed(stored, max_bytes, floor)
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
             out = stream.read(allowed + 1)
@@ -149,7 +158,7 @@ def _gunzip(data: bytes, max_bytes: int) -> bytes:
     if len(out) > max_bytes:
         raise DecodeError(f"decompresses to more than {max_bytes:,} bytes (raise --max-file-size)")
     if len(out) > allowed:
-        raise DecodeError(f"decompresses to more than {MAX_GZIP_RATIO} times its {len(data):,} bytes "
+        raise DecodeError(f"decompresses to more than {MAX_GZIP_RATIO} times its {stored:,} bytes "
                           f"(honest dumps inflate at most about 30 times): a gzip bomb?")
     return out
 
@@ -243,21 +252,38 @@ def _parse_json(data: bytes):
         raise DecodeError(f"invalid JSON ({_reason(exc)})") from None
 
 
-def decode_dump_bytes(data: bytes, max_bytes: int, *, isolated: bool = False) -> tuple:
+def decode_dump_bytes(data: bytes, max_bytes: int, *, isolated: bool = False, floor: int = _GZIP_RATIO_FLOOR,
+                      stored: Optional[int] = None) -> tuple:
     """Return `(data, encoding)` where encoding is pickle, json, pickle+gzip or json+gzip.
 
-    Raises MayNestTooDeeply for a pickle that could crash the process, unless `isolated`
-    says this process may crash for it."""
+    Gzip'd data inflates within `inflation_allowed(stored, max_bytes, floor)`, `stored`
+    being the bytes of the input the data came from (by default its own length; less for
+    an archive member that was inflated already). Raises MayNestTooDeeply for a pickle
+    that could crash the process, unless `isolated` says this process may crash for it."""
+    return decode_dump(data, max_bytes, isolated=isolated, floor=floor, stored=stored)[:2]
+
+
+class Decoded(NamedTuple):
+    raw: object  # the plain data
+    encoding: str  # pickle, json, pickle+gzip or json+gzip
+    # The pickle's own bytes (after gunzip), which bound how much a pickle can honestly
+    # hold (see normalise: entries per byte); None for JSON, whose every value is written out.
+    pickle_bytes: Optional[int]
+
+
+def decode_dump(data: bytes, max_bytes: int, *, isolated: bool = False, floor: int = _GZIP_RATIO_FLOOR,
+                stored: Optional[int] = None) -> Decoded:
+    """`decode_dump_bytes`, also saying how many bytes a pickle took."""
     compressed = data[:2] == GZIP_MAGIC
     if compressed:
-        data = _gunzip(data, max_bytes)
+        data = _gunzip(data, max_bytes, floor, len(data) if stored is None else stored)
     suffix = "+gzip" if compressed else ""
     if not data:
         raise DecodeError("empty file" if not compressed else "empty after gunzip")
     if data[0] == PICKLE_PROTO:
         if not isolated and may_nest_too_deeply(data):
             raise MayNestTooDeeply("may nest tuples too deeply to decode in this process")
-        return _unpickle(data), "pickle" + suffix
+        return Decoded(_unpickle(data), "pickle" + suffix, len(data))
     if _JSON_START.match(data):
-        return _parse_json(data), "json" + suffix
+        return Decoded(_parse_json(data), "json" + suffix, None)
     raise DecodeError("not a Flight Recorder dump (neither pickle, JSON nor gzip)")

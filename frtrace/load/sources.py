@@ -17,6 +17,15 @@ worker); a compressed tarball cannot be entered in the middle, so it is streamed
 in the process that finds it, and its dump members are held in memory (each at most
 `--max-file-size`, the whole stream at most the gzip ratio times the archive).
 
+Inflation is budgeted per input and per run, not per member: every Source knows the
+bytes of the input it occupies (`stored`), and may inflate to the gzip ratio times
+those, or to its share of one floor (`floor`, divided among the files of a run by the
+loader); zip members whose bytes overlap another's (one compressed stream listed two
+thousand times) are refused when the archive is listed. Names are kept whole (a rank
+is read from the end of a deep path); they are escaped only where they are printed.
+A name listed twice (a member appended to a tar, an object reached through `//`) is
+read once, the last one, as tar and unzip do, with one note per archive or prefix.
+
 fsspec and the store's package (s3fs, gcsfs) are imported only when a URL is given.
 """
 
@@ -33,8 +42,8 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Optional, Union
 
-from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line
-from frtrace.util import install_hint
+from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line, inflation_allowed
+from frtrace.util import install_hint, shortened
 
 HEAD_BYTES = 4096
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
@@ -76,10 +85,13 @@ def is_archive_name(name: str) -> bool:
 class Source:
     """A dump file that is not a local path (see the module doc)."""
 
-    __slots__ = ("where", "name", "parent", "mtime")
+    __slots__ = ("where", "name", "parent", "mtime", "stored")
 
-    def __init__(self, where: str, name: str, parent: str, mtime: Optional[float]):
+    def __init__(self, where: str, name: str, parent: str, mtime: Optional[float], stored: int = 0):
         self.where, self.name, self.parent, self.mtime = where, name, parent, mtime
+        # The bytes of the input this source occupies (0: as many as it reads): what its
+        # inflation is measured against (see safe_decode.inflation_allowed).
+        self.stored = stored
 
     def __str__(self) -> str:
         return self.where
@@ -110,8 +122,9 @@ class Source:
     def head(self) -> bytes:
         raise NotImplementedError
 
-    def read(self, max_bytes: int) -> bytes:
-        """The bytes, at most `max_bytes`; OSError or ValueError (one line) otherwise."""
+    def read(self, max_bytes: int, floor: int = _GZIP_RATIO_FLOOR) -> bytes:
+        """The bytes, at most `max_bytes` (inflated within the allowance of `stored` and
+        `floor`); OSError or ValueError (one line) otherwise."""
         raise NotImplementedError
 
 
@@ -121,15 +134,18 @@ class RemoteFile(Source):
 
     __slots__ = ("url", "size")
 
-    def __init__(self, url: str, size: Optional[int], mtime: Optional[float]):
-        super().__init__(url, posixpath.basename(url.rstrip("/")), posixpath.dirname(url.rstrip("/")), mtime)
+    def __init__(self, url: str, size: Optional[int], mtime: Optional[float], name: Optional[str] = None):
+        # `name`: the object's path below the bucket as listed, `//` folded (see _list_url)
+        name = name if name is not None else url
+        super().__init__(url, posixpath.basename(name.rstrip("/")), posixpath.dirname(name.rstrip("/")), mtime,
+                         size or 0)
         self.url, self.size = url, size
 
     def head(self) -> bytes:
         fs, path = _filesystem(self.url)
         return _remote_call(lambda: fs.cat_file(path, start=0, end=HEAD_BYTES), self.url)
 
-    def read(self, max_bytes: int) -> bytes:
+    def read(self, max_bytes: int, floor: int = _GZIP_RATIO_FLOOR) -> bytes:
         if self.size is not None and self.size > max_bytes:
             raise ValueError(f"file is {self.size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
         fs, path = _filesystem(self.url)
@@ -156,8 +172,18 @@ class RefusedMember(Source):
     def head(self) -> bytes:
         return b""
 
-    def read(self, max_bytes: int) -> bytes:
+    def read(self, max_bytes: int, floor: int = _GZIP_RATIO_FLOOR) -> bytes:
         raise ValueError(self.reason)
+
+
+class RefusedObject(RefusedMember):
+    """An object in a store that is never read (its key holds `..`): reading it says why."""
+
+    __slots__ = ()
+
+    def __init__(self, url: str, reason: str):
+        Source.__init__(self, url, posixpath.basename(url), posixpath.dirname(url), None)
+        self.reason, self.candidate = reason, False
 
 
 class TarMember(Source):
@@ -167,7 +193,7 @@ class TarMember(Source):
 
     def __init__(self, archive: str, name: str, offset: int, size: int, mtime: Optional[float]):
         super().__init__(_member_where(archive, name), posixpath.basename(name),
-                         _member_where(archive, posixpath.dirname(name)), mtime)
+                         _member_where(archive, posixpath.dirname(name)), mtime, size)
         self.archive, self.offset, self.size = archive, offset, size
 
     def head(self) -> bytes:
@@ -175,7 +201,7 @@ class TarMember(Source):
             handle.seek(self.offset)
             return handle.read(min(self.size, HEAD_BYTES))
 
-    def read(self, max_bytes: int) -> bytes:
+    def read(self, max_bytes: int, floor: int = _GZIP_RATIO_FLOOR) -> bytes:
         if self.size > max_bytes:
             raise ValueError(f"member is {self.size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
         with _open_archive(self.archive) as handle:
@@ -188,15 +214,17 @@ class TarMember(Source):
 
 class ZipMember(Source):
     """A member of a zip archive: its local header at `offset`, then `compressed` bytes
-    stored or deflated; inflated with the same ratio limit as a gzip'd dump."""
+    stored or deflated, all before `end` (the next member's header, or the central
+    directory); inflated with the same allowance as a gzip'd dump of `compressed` bytes."""
 
-    __slots__ = ("archive", "offset", "compressed", "size", "method")
+    __slots__ = ("archive", "offset", "compressed", "size", "method", "end")
 
     def __init__(self, archive: str, name: str, offset: int, compressed: int, size: int, method: int,
-                 mtime: Optional[float]):
+                 mtime: Optional[float], end: Optional[int] = None):
         super().__init__(_member_where(archive, name), posixpath.basename(name),
-                         _member_where(archive, posixpath.dirname(name)), mtime)
+                         _member_where(archive, posixpath.dirname(name)), mtime, compressed)
         self.archive, self.offset, self.compressed, self.size, self.method = archive, offset, compressed, size, method
+        self.end = end
 
     def head(self) -> bytes:
         try:
@@ -206,7 +234,7 @@ class ZipMember(Source):
         except (OSError, ValueError, zlib.error):
             return b""
 
-    def read(self, max_bytes: int) -> bytes:
+    def read(self, max_bytes: int, floor: int = _GZIP_RATIO_FLOOR) -> bytes:
         # The sizes in the directory are the archive's word only: the inflated stream is
         # bounded by the limits whatever they say.
         if self.compressed > max_bytes or self.size > max_bytes:
@@ -218,7 +246,7 @@ class ZipMember(Source):
             raise ValueError("truncated archive: the member ends early")
         if self.method == 0:
             return raw
-        allowed = min(max_bytes, max(_GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * len(raw)))
+        allowed = inflation_allowed(len(raw), max_bytes, floor)
         try:
             inflater = zlib.decompressobj(-15)
             data = inflater.decompress(raw, allowed + 1)
@@ -237,7 +265,11 @@ class ZipMember(Source):
         if len(header) < 30 or header[:4] != b"PK\x03\x04":
             raise ValueError("corrupt archive: no member header where the directory says")
         name_length, extra_length = struct.unpack("<HH", header[26:30])
-        handle.seek(self.offset + 30 + name_length + extra_length)
+        start = self.offset + 30 + name_length + extra_length
+        if self.end is not None and start + self.compressed > self.end:
+            # Its data would run into the next member's: the bytes of one stream read twice.
+            raise ValueError(_OVERLAP)
+        handle.seek(start)
         return handle.read(count)
 
 
@@ -247,14 +279,15 @@ class HeldMember(Source):
     __slots__ = ("data",)
 
     def __init__(self, archive: str, name: str, data: bytes, mtime: Optional[float]):
+        # `stored` is set once the whole tarball is streamed: the member's share of its bytes.
         super().__init__(_member_where(archive, name), posixpath.basename(name),
-                         _member_where(archive, posixpath.dirname(name)), mtime)
+                         _member_where(archive, posixpath.dirname(name)), mtime, len(data))
         self.data = data
 
     def head(self) -> bytes:
         return self.data[:HEAD_BYTES]
 
-    def read(self, max_bytes: int) -> bytes:
+    def read(self, max_bytes: int, floor: int = _GZIP_RATIO_FLOOR) -> bytes:
         if len(self.data) > max_bytes:
             raise ValueError(f"member is {len(self.data):,} bytes, over the {max_bytes:,}-byte limit (raise --max-file-size)")
         return self.data
@@ -325,8 +358,11 @@ def _remote_mtime(info: dict) -> Optional[float]:
     return None
 
 
-def _list_url(url: str) -> list:
-    """`[(url, size, mtime)]` of the objects under `url` (a prefix) or of that one object."""
+def _list_url(url: str, notes: list) -> list:
+    """The Sources under `url` (a prefix) or of that one object: a RemoteFile per object,
+    a RefusedObject per key that names `.` or `..` (a store may resolve those to objects
+    outside the prefix). Keys that differ only by repeated slashes (`job//rank_0`, a
+    prefix written with `//`) name one object: the last one listed is read, `notes` say so."""
     fs, path = _filesystem(url)
     protocol = _protocol(url)
 
@@ -346,17 +382,38 @@ def _list_url(url: str) -> list:
         raise SourceError(f"{url}: cannot list ({_one_line(f'{type(exc).__name__}: {exc}')})") from None
     if not found:
         raise SourceError(f"{url}: no such bucket, prefix or object")
-    objects = []
+    objects: dict = {}  # the key with `//` folded -> its Source: a later one replaces an earlier
+    refused = []
+    replaced = []
     for name in sorted(found):
         info = found[name]
         if info.get("type", "file") != "file":
             continue
         full = fs.unstrip_protocol(name) if hasattr(fs, "unstrip_protocol") else f"{protocol}://{name}"
-        if any(part.startswith(".") for part in PurePosixPath(name[len(path.rstrip('/')):]).parts):
+        parts = [part for part in name[len(path.rstrip("/")):].split("/") if part]
+        if any(part in (".", "..") for part in parts):
+            refused.append(RefusedObject(full, "object key names '.' or '..': not read (a store may resolve it "
+                                               "to another object, outside the prefix)"))
+            continue
+        if any(part.startswith(".") for part in parts):
             continue  # hidden files and directories are skipped, as in a local directory
         size = info.get("size")
-        objects.append((full, size if isinstance(size, int) else None, _remote_mtime(info)))
-    return objects
+        folded = re.sub(r"/+", "/", name)
+        if folded in objects:
+            replaced.append(folded)
+        objects[folded] = RemoteFile(full, size if isinstance(size, int) else None, _remote_mtime(info), folded)
+    if replaced:
+        notes.append(_duplicates_note(url, "object key", replaced))
+    return list(objects.values()) + refused
+
+
+def _duplicates_note(where: str, what: str, names: list) -> str:
+    """One line for the names listed more than once under `where` (an archive or prefix)."""
+    shown = ", ".join(shortened(name, 200) for name in sorted(set(names))[:3])
+    more = " ..." if len(set(names)) > 3 else ""
+    count = len(set(names))
+    return (f"{where}: {count} {what}{'s' if count > 1 else ''} listed more than once ({shown}{more}): "
+            f"the last of each is read")
 
 
 def _open_archive(archive: str):
@@ -385,11 +442,33 @@ def _member_problem(name: str) -> Optional[str]:
 
 
 def _quoted_name(name: str) -> str:
+    """A name shortened and escaped for a message (never for finding a rank)."""
     return _one_line(name, 120)
 
 
-def _tar_members(archive: str, handle, refused: list) -> list:
-    members = []
+class _LastOfEachName:
+    """Members by name as an archive lists them: a later member of a name replaces the
+    earlier one (tar and unzip leave the last one in place), and the names seen twice
+    are remembered for one note."""
+
+    def __init__(self) -> None:
+        self.members: dict = {}
+        self.replaced: list = []
+
+    def add(self, name: str, member) -> None:
+        if name in self.members:
+            self.replaced.append(name)
+            del self.members[name]  # the replacement takes the later place
+        self.members[name] = member
+
+    def result(self, archive: str, notes: list) -> list:
+        if self.replaced:
+            notes.append(_duplicates_note(archive, "member name", self.replaced))
+        return [member for member in self.members.values() if member is not None]
+
+
+def _tar_members(archive: str, handle, refused: list, notes: list) -> list:
+    members = _LastOfEachName()
     tar = tarfile.open(fileobj=handle, mode="r:")
     count = 0
     for info in tar:
@@ -398,16 +477,23 @@ def _tar_members(archive: str, handle, refused: list) -> list:
             refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
             break
         source = _checked_tar_member(archive, info)
-        if source is not None:
-            members.append(source if isinstance(source, Source) else
-                           TarMember(archive, info.name, info.offset_data, info.size, float(info.mtime)))
-    return members
+        members.add(info.name, source if not isinstance(source, bool) else
+                    TarMember(archive, info.name, info.offset_data, info.size, _tar_mtime(info)))
+    return members.result(archive, notes)
+
+
+def _tar_mtime(info: tarfile.TarInfo) -> Optional[float]:
+    # A pax header may say any number (-1e300, inf, nan): discovery judges whether it is a time.
+    try:
+        return float(info.mtime)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _checked_tar_member(archive: str, info: tarfile.TarInfo):
     """None for a directory (nothing to read), a RefusedMember, or True for a regular file."""
-    name = _quoted_name(info.name)
-    problem = _member_problem(info.name)
+    name = info.name
+    problem = _member_problem(name)
     if problem:
         return RefusedMember(archive, name, problem)
     if info.isdir():
@@ -421,11 +507,13 @@ def _checked_tar_member(archive: str, info: tarfile.TarInfo):
     return True
 
 
-def _stream_compressed_tar(archive: str, handle, size: Optional[int], max_bytes: int, wanted, refused: list) -> list:
-    """Stream a gzip'd tarball once: held members for names `wanted(name)` accepts."""
-    limit = max(_GZIP_RATIO_FLOOR, MAX_GZIP_RATIO * size) if size else None
+def _stream_compressed_tar(archive: str, handle, size: Optional[int], max_bytes: int, wanted, refused: list,
+                           notes: list, floor: int) -> list:
+    """Stream a gzip'd tarball once: held members for names `wanted(name)` accepts. The
+    whole stream inflates within the allowance of the archive's `size` and `floor`."""
+    limit = inflation_allowed(size, None, floor) if size else None
     stream = _BoundedStream(gzip.GzipFile(fileobj=handle), limit)
-    members = []
+    members = _LastOfEachName()
     try:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
             for count, info in enumerate(tar, 1):
@@ -433,27 +521,32 @@ def _stream_compressed_tar(archive: str, handle, size: Optional[int], max_bytes:
                     refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
                     break
                 checked = _checked_tar_member(archive, info)
+                name = info.name
                 if not isinstance(checked, bool):
-                    if checked is not None:
-                        members.append(checked)
+                    members.add(name, checked)
                     continue
-                name = _quoted_name(info.name)
-                if not wanted(posixpath.basename(info.name)):
+                if not wanted(posixpath.basename(name)):
+                    members.add(name, None)  # a later member of the name still replaces a wanted one
                     continue
                 if info.size > max_bytes:
-                    members.append(RefusedMember(archive, name, f"member is {info.size:,} bytes, over the "
-                                                 f"{max_bytes:,}-byte limit (raise --max-file-size)", candidate=True))
+                    members.add(name, RefusedMember(archive, name, f"member is {info.size:,} bytes, over the "
+                                                    f"{max_bytes:,}-byte limit (raise --max-file-size)", candidate=True))
                     continue
                 reader = tar.extractfile(info)
                 data = reader.read(info.size) if reader is not None else b""
-                members.append(HeldMember(archive, name, data, float(info.mtime)))
+                members.add(name, HeldMember(archive, name, data, _tar_mtime(info)))
     except _TooMuch:
         refused.append((archive, f"decompresses to more than {MAX_GZIP_RATIO} times its {size:,} bytes: a gzip "
                                  "bomb? (members after that point are not read)"))
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         refused.append((archive, f"corrupt or truncated archive ({_one_line(str(exc) or type(exc).__name__)}); "
                                  "members after that point are not read"))
-    return members
+    held = members.result(archive, notes)
+    for member in held:
+        if isinstance(member, HeldMember) and size and stream.done:
+            # Its share of the compressed bytes: what a gzip'd dump inside may inflate against.
+            member.stored = max(1, len(member.data) * size // stream.done)
+    return held
 
 
 class _TooMuch(Exception):
@@ -482,43 +575,79 @@ class _BoundedStream(io.RawIOBase):
         return len(data)
 
 
-def _zip_members(archive: str, handle, refused: list) -> list:
+_OVERLAP = ("its bytes overlap another member's (the same compressed data listed twice: a zip bomb?): refused")
+
+
+def _zip_spans(infos: list, directory_start: int) -> tuple:
+    """`(end, overlapping)`: for each member (by index), the offset its bytes must end
+    before (the next member's header, or the central directory), and the indexes of the
+    members whose bytes reach into another member's or the directory. A member takes at
+    least its local header (30 bytes and its name) and its compressed data."""
+    order = sorted(range(len(infos)), key=lambda i: infos[i].header_offset)
+    end: dict = {}
+    overlapping: set = set()
+    for position, index in enumerate(order):
+        info = infos[index]
+        following = infos[order[position + 1]].header_offset if position + 1 < len(order) else directory_start
+        end[index] = following
+        if info.header_offset + 30 + _encoded_length(info) + info.compress_size > following:
+            overlapping.add(index)
+            if position + 1 < len(order):
+                overlapping.add(order[position + 1])
+    return end, overlapping
+
+
+def _encoded_length(info) -> int:
+    try:
+        return len(info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"))
+    except (UnicodeEncodeError, AttributeError):
+        return len(info.filename.encode("utf-8", "surrogateescape"))
+
+
+def _zip_members(archive: str, handle, refused: list, notes: list) -> list:
     import zipfile
 
     try:
-        infos = zipfile.ZipFile(handle).infolist()
+        listing = zipfile.ZipFile(handle)
+        infos = listing.infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise SourceError(f"{archive}: not a readable zip archive ({_one_line(str(exc))})") from None
     if len(infos) > MAX_ARCHIVE_MEMBERS:
         refused.append((archive, f"holds more than {MAX_ARCHIVE_MEMBERS:,} members: the rest are not read"))
         infos = infos[:MAX_ARCHIVE_MEMBERS]
-    members: list = []  # ZipMember, or RefusedMember for what is never read
-    for info in infos:
-        name = _quoted_name(info.filename)
-        problem = _member_problem(info.filename)
+    end, overlapping = _zip_spans(infos, listing.start_dir)
+    members = _LastOfEachName()  # ZipMember, or RefusedMember for what is never read
+    for index, info in enumerate(infos):
+        name = info.filename
+        problem = _member_problem(name)
         if problem:
-            members.append(RefusedMember(archive, name, problem))
+            members.add(name, RefusedMember(archive, name, problem))
             continue
         if info.is_dir():
+            members.add(name, None)
             continue
         mode = info.external_attr >> 16
         if info.create_system == 3 and mode and (mode & 0o170000) not in (0, 0o100000):
             kind = "symbolic link" if (mode & 0o170000) == 0o120000 else "special file"
-            members.append(RefusedMember(archive, name, f"{kind} member: links are not followed"))
+            members.add(name, RefusedMember(archive, name, f"{kind} member: links are not followed"))
         elif info.flag_bits & 0x1:
-            members.append(RefusedMember(archive, name, "encrypted member: refused"))
+            members.add(name, RefusedMember(archive, name, "encrypted member: refused"))
         elif info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            members.append(RefusedMember(archive, name, f"member compressed with method {info.compress_type} "
-                                                       "(only stored and deflate are read)"))
+            members.add(name, RefusedMember(archive, name, f"member compressed with method {info.compress_type} "
+                                                           "(only stored and deflate are read)"))
+        elif index in overlapping:
+            # Not a candidate for its rank: what it holds cannot be told, and it must not
+            # stand beside (or against) an honest member of the same rank.
+            members.add(name, RefusedMember(archive, name, _OVERLAP))
         else:
             import calendar
             try:
-                mtime = float(calendar.timegm(info.date_time + (0, 0, 0)))
+                mtime: Optional[float] = float(calendar.timegm(info.date_time + (0, 0, 0)))
             except (ValueError, OverflowError):
                 mtime = None
-            members.append(ZipMember(archive, name, info.header_offset, info.compress_size, info.file_size,
-                                     info.compress_type, mtime))
-    return members
+            members.add(name, ZipMember(archive, name, info.header_offset, info.compress_size, info.file_size,
+                                        info.compress_type, mtime, end[index]))
+    return members.result(archive, notes)
 
 
 def _archive_kind(head: bytes) -> Optional[str]:
@@ -531,10 +660,13 @@ def _archive_kind(head: bytes) -> Optional[str]:
     return None
 
 
-def expand_archive(archive: str, max_bytes: int, wanted, refused: list) -> list:
+def expand_archive(archive: str, max_bytes: int, wanted, refused: list, notes: Optional[list] = None,
+                   floor: int = _GZIP_RATIO_FLOOR) -> list:
     """The members of an archive (a local path or a URL) as Sources. Refused members are
     Sources whose read says why; problems with the archive as a whole go to `refused` as
-    `(archive, problem)`; SourceError when it cannot be opened at all."""
+    `(archive, problem)`, names listed twice to `notes`; SourceError when it cannot be
+    opened at all. A compressed tarball inflates within `floor` or the gzip ratio."""
+    notes = [] if notes is None else notes
     try:
         handle = _open_archive(archive)
     except (OSError, SourceError) as exc:
@@ -548,24 +680,26 @@ def expand_archive(archive: str, max_bytes: int, wanted, refused: list) -> list:
         except OSError as exc:
             raise SourceError(f"{archive}: cannot read ({_one_line(str(exc))})") from None
         if kind == "zip":
-            return _zip_members(archive, handle, refused)
+            return _zip_members(archive, handle, refused, notes)
         if kind == "tar.gz":
-            return _stream_compressed_tar(archive, handle, size, max_bytes, wanted, refused)
+            return _stream_compressed_tar(archive, handle, size, max_bytes, wanted, refused, notes, floor)
         if kind == "tar":
             try:
-                return _tar_members(archive, handle, refused)
+                return _tar_members(archive, handle, refused, notes)
             except (tarfile.TarError, OSError, EOFError) as exc:
                 raise SourceError(f"{archive}: not a readable tar archive ({_one_line(str(exc))})") from None
     raise SourceError(f"{archive}: not a tar, tar.gz or zip archive")
 
 
-def expand_input(item, max_bytes: int, wanted, refused: list) -> list:
+def expand_input(item, max_bytes: int, wanted, refused: list, notes: Optional[list] = None,
+                 floor: int = _GZIP_RATIO_FLOOR) -> list:
     """The Sources of one input that is a URL or an archive (see `needs_expanding`)."""
+    notes = [] if notes is None else notes
     if is_url(item):
         if is_archive_name(item):
-            return expand_archive(item, max_bytes, wanted, refused)
-        return [RemoteFile(url, size, mtime) for url, size, mtime in _list_url(item)]
-    return expand_archive(str(item), max_bytes, wanted, refused)
+            return expand_archive(item, max_bytes, wanted, refused, notes, floor)
+        return _list_url(item, notes)
+    return expand_archive(str(item), max_bytes, wanted, refused, notes, floor)
 
 
 def needs_expanding(item) -> bool:

@@ -23,7 +23,7 @@ from frtrace.report.progress_diff import (
     waiting_text,
 )
 from frtrace.util import fold_ranks, plural
-from frtrace.wording import group_label, ranks_text
+from frtrace.wording import group_label, printable, ranks_text
 
 SCHEMA = "frtrace.diff/1"
 STATUS_WORD = {"healthy": "PROGRESSING", "faults": "STUCK", "inconclusive": "INCONCLUSIVE"}
@@ -163,25 +163,31 @@ def _inputs_line(diff: ProgressDiff, old_name: str, new_name: str) -> str:
     return f"{side('OLD', old_name, diff.old)}; {side('NEW', new_name, diff.new)}"
 
 
+def _printable_rows(diff: ProgressDiff) -> list:
+    return [[printable(cell) for cell in row] for row in table_rows(diff)]
+
+
 def render_diff_text(diff: ProgressDiff, old_name: str = "OLD", new_name: str = "NEW", style=None) -> str:
-    verdict = diff.verdict
+    # Group names, descriptions, ops and paths come from the dumps and the command line:
+    # each is shown escaped (wording.printable), as in every other report.
+    verdict = printable(diff.verdict)
     if style is not None:
         word, _, rest = verdict.partition(":")
         colour = {"healthy": "green", "faults": "red"}.get(diff.status, "yellow")
         verdict = style(word, fg=colour, bold=True) + ":" + rest
-    lines = [verdict, _inputs_line(diff, old_name, new_name), ""]
-    rows = table_rows(diff)
+    lines = [verdict, printable(_inputs_line(diff, old_name, new_name)), ""]
+    rows = _printable_rows(diff)
     lines.append(tabulate(rows, headers=HEADERS, tablefmt="simple", disable_numparse=True) if rows
                  else "(no process group in either dump set)")
     if diff.status == "faults":
-        lines += ["", f"next step: frtrace {new_name}   (who the stuck ranks wait for, and where it was called)"]
+        lines += ["", f"next step: frtrace {printable(new_name)}   (who the stuck ranks wait for, and where it was called)"]
     return "\n".join(lines) + "\n"
 
 
 def render_diff_markdown(diff: ProgressDiff, old_name: str = "OLD", new_name: str = "NEW") -> str:
-    rows = [[cell.replace("|", "\\|") for cell in row] for row in table_rows(diff)]
-    lines = [f"### frtrace diff: {STATUS_WORD[diff.status]}", "", f"**{diff.verdict}**", "",
-             _inputs_line(diff, f"`{old_name}`", f"`{new_name}`"), "",
+    rows = [[cell.replace("|", "\\|") for cell in row] for row in _printable_rows(diff)]
+    lines = [f"### frtrace diff: {STATUS_WORD[diff.status]}", "", f"**{printable(diff.verdict)}**", "",
+             printable(_inputs_line(diff, f"`{old_name}`", f"`{new_name}`")), "",
              tabulate(rows, headers=HEADERS, tablefmt="github", disable_numparse=True), ""]
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import NO_DUMP, GroupCell, RankView, StandingRow, rank_view
 from frtrace.report.render import (
-    _loaded_line,
+    _loaded_parts,
     consequence_lines,
     finding_details,
     rank_headers,
@@ -89,7 +89,7 @@ def render_html(analysis: Analysis, diagnosis: Diagnosis) -> str:
         suspects=fold_ranks(diagnosis.suspect_ranks) if diagnosis.suspect_ranks else "",
         roots=[_finding(f) for f in roots], consequences=[_finding(f) for f in consequences],
         consequence_heading=folded[0], consequence_classes=[line.strip().removeprefix("- ") for line in folded[1:]],
-        grid=_grid(view, roots), ranks=_rank_table(view), loaded=_loaded_line(analysis).split("\n"), version=__version__,
+        grid=_grid(view, roots), ranks=_rank_table(view), loaded=list(_loaded_parts(analysis)), version=__version__,
     )
 
 

@@ -3,8 +3,8 @@
 Two layouts, both generators of lines (no newline), so the CLI writes each as it is
 produced instead of building one string:
 
-* `side_by_side_lines(MatchResult, ranks, ...)`: one column per rank (`rank N`) and one
-  row per operation, aligned by group and sequence number (P2P rows by channel and
+* `side_by_side_lines(MatchResult, ranks, ...)`: one column per rank with a dump (`rank N`)
+  and one row per operation, aligned by group and sequence number (P2P rows by channel and
   order), so the same collective sits on one line whatever each rank's buffer position.
   For a few ranks only (`SIDE_BY_SIDE_MAX`): every cell is capped in width and lines.
 * `rank_block_lines(rank, RankDump or LoadIssue, ...)`: one rank's entries in its own
@@ -196,9 +196,11 @@ def _table_lines(headers: list, rows: list) -> Iterator[str]:
 
 def side_by_side_lines(result: MatchResult, ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
                        with_stacks: bool = False) -> Iterator[str]:
-    """Lines of the table of every operation (rows) by rank (columns)."""
-    layout = result.layout
-    columns = sorted(set(ranks) if ranks is not None else set(layout.ranks_found) | set(layout.ranks_missing))
+    """Lines of the table of every operation (rows) by rank (columns): a column per rank
+    with a dump (of `ranks`, when given). Never one per rank the dumps only claim: two
+    dumps of a 128-rank job are two columns, and a claimed world of a million costs nothing."""
+    found = set(result.layout.ranks_found)
+    columns = sorted(found if ranks is None else found.intersection(ranks))
     stacks = StackNumbers() if with_stacks else None
     rows = list(_rows(result, columns, _wanted_groups(result, pg_filters), stacks))
     if not rows:

@@ -17,6 +17,7 @@ from typing import Optional
 from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind
 from frtrace.diagnosis.confidence import suspect_confidences
+from frtrace.load.discovery import OTHER_GENERATION
 from frtrace.match.analysis import Analysis
 from frtrace.report.rank_view import (
     BLOCKED,
@@ -79,6 +80,8 @@ def _inputs(analysis: Analysis) -> dict:
         "skipped_files": [{"path": s.path, "reason": s.problem} for s in load.skipped],
         "warnings": [{"rank": d.rank, "warning": w} for d in dumps for w in d.warnings]
         + [{"rank": rank, "warning": w} for rank, w in layout.warnings],
+        # only when there are: what the loader noted (dumps of another incident left out and why)
+        **({"notes": list(load.notes)} if load.notes else {}),
     }
 
 
@@ -436,7 +439,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
         for line in classes:
             add(line)
         lines.append("")
-    loaded = wrap_lines(_loaded_line(analysis).split("\n"), width)
+    loaded = wrap_lines([printable(part) for part in _loaded_parts(analysis)], width)
     view = rank_view(analysis, diagnosis.suspect_ranks)
     if everything:
         lines += _rank_view_lines(view, None, width)
@@ -493,6 +496,11 @@ def consequence_lines(analysis: Analysis, consequences: list, roots: int, listed
 
 
 def _loaded_line(analysis: Analysis) -> str:
+    return "\n".join(_loaded_parts(analysis))
+
+
+def _loaded_parts(analysis: Analysis) -> list:
+    """What was read, a sentence per line (unescaped: dump versions and file names)."""
     load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
     dumps = layout.usable(load.dumps)
     backends = sorted({d.backend for d in dumps if d.backend}) or ["unknown backend"]
@@ -520,9 +528,12 @@ def _loaded_line(analysis: Analysis) -> str:
     unusable = _unusable_files(analysis)
     if unusable:
         parts.append(f"Skipped {plural(len(unusable), 'unusable file')}: " + "; ".join(str(e) for e in unusable[:5]))
-    if load.skipped:
-        parts.append(f"Ignored {plural(len(load.skipped), 'unrelated file')}.")
-    return "\n".join(parts)
+    # What the loader noted: dumps of another incident left out and why, names listed twice.
+    parts += [note[:1].upper() + note[1:] + ("" if note.endswith(".") else ".") for note in load.notes]
+    unrelated = [s for s in load.skipped if not s.problem.startswith(OTHER_GENERATION)]
+    if unrelated:
+        parts.append(f"Ignored {plural(len(unrelated), 'unrelated file')}.")
+    return parts
 
 
 
@@ -536,10 +547,13 @@ _MARKDOWN_ESCAPES = str.maketrans({
 })
 
 
+_LINE_BREAKS = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+
+
 def markdown_text(text: object) -> str:
-    """`text` as literal markdown: no markup, HTML, image or line break of its own survives."""
-    cleaned = "".join(ch if ch.isprintable() or ch in "\n\r\t" else " " for ch in str(text))
-    return cleaned.translate(_MARKDOWN_ESCAPES)
+    """`text` as literal markdown: no markup, HTML, image or line break of its own survives;
+    other control and bidi characters are shown as escapes (`wording.printable`)."""
+    return printable(str(text).translate(_LINE_BREAKS)).translate(_MARKDOWN_ESCAPES)
 
 
 def _markdown_row(cells) -> str:

@@ -85,6 +85,10 @@ class Normaliser(Protocol):
 
     def stack(self, value: Any) -> tuple[Frame, ...]: ...
 
+    def spend_on_rows(self, rows: list[tuple[Any, ...]]) -> None: ...
+
+    def spend_on_shapes(self, *sizes_columns: Sequence[Any]) -> None: ...
+
 
 def _field(raw_entries: list[RawEntry], key: str) -> list[Value]:
     return list(map(dict.get, raw_entries, repeat(key)))
@@ -291,6 +295,7 @@ def _examples(owners: Sequence[Any], rows: Sequence[tuple[Value, ...]]) -> Optio
 
 def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes]]:
     raw = [fields[name] for name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")]
+    norm.spend_on_shapes(raw[0], raw[2])  # a shape the entries share costs its length each time
     # No type check first: a value that is not a list of lists either fails to make a key
     # (TypeError: the slow path takes the dump) or makes the key the entry-by-entry path
     # would make of it too, and is validated the same way.
@@ -332,6 +337,11 @@ def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], no
     if examples is None:
         return None
     example_of, needed = examples
+    # Keys are made of the needed rows' lists: a list the entries share (pickle memo
+    # references) costs its length for each (see _Normaliser.spend). Comparing rows above
+    # costs no more than the pickle's bytes: a list is compared item by item only with
+    # another list object, which the pickle holds too.
+    norm.spend_on_rows(list(map(rows.__getitem__, needed)))
     chosen: dict[str, Column] = dict(zip(_ROW_FIELDS, zip(*map(rows.__getitem__, needed))))
     chosen["profiling_name"] = list(map(names.__getitem__, needed))
     groups = _groups(chosen, norm)
