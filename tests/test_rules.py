@@ -44,6 +44,13 @@ def _without_pg_status(dumps: dict, rank: int) -> dict:
     return dumps
 
 
+def _unreadable_op(dumps: dict) -> dict:
+    """Every rank's last op, with a profiling name that is not a string."""
+    for data in dumps.values():
+        data["entries"][-1]["profiling_name"] = 5
+    return dumps
+
+
 def _late_rank_2() -> dict:
     groups = {"0": ("default_pg", range(4)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3))}
     return job({r: ["all_reduce", f"all_gather@{1 + r // 2}"] * 5 for r in range(4)}, groups=groups, late_ms={2: 50})
@@ -73,6 +80,7 @@ CASES = {
                                        groups={"0": ("default_pg", (0, 1, 2)), "1": ("trio", (1, 2, 3))}),
     "empty_dump": lambda: job({0: [DONE] * 2, 1: [DONE] * 2, 2: [DONE] * 2, 3: []}),
     "tp_hang_stalls_dp": _tp_hang,
+    "not_compared": lambda: _unreadable_op(job({r: AR * 2 for r in range(4)})),
 }
 
 
@@ -102,6 +110,7 @@ def only(diagnosis, rule: str) -> Finding:
     ("late_arrivals", "stragglers.late_arrivals", "straggler", (2,), "warning", "healthy"),
     ("unaccounted_missing", "missing.unaccounted_missing_ranks", "missing_dump", (), "warning", "inconclusive"),
     ("empty_dump", "missing.empty_dumps", "no_entries", (), "info", "healthy"),
+    ("not_compared", "unchecked.unreadable_entries", "not_compared", (), "warning", "inconclusive"),
 ])
 def test_each_rule_names_its_kind_suspects_and_status(case, rule, kind_name, suspects, severity, status):
     _, diagnosis = run(case)

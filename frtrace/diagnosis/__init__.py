@@ -13,6 +13,7 @@ The rules, one module per question, run in this order:
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
+    unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
     missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
 
@@ -34,6 +35,7 @@ from frtrace.diagnosis.p2p import unmatched_p2p
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
 from frtrace.diagnosis.stragglers import late_arrivals
+from frtrace.diagnosis.unchecked import unreadable_entries
 from frtrace.diagnosis.verdict import conclude
 from frtrace.match.analysis import Analysis
 
@@ -51,6 +53,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))
+    findings += unreadable_entries(facts)
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
     findings += empty_dumps(facts)

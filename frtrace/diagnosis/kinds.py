@@ -57,6 +57,11 @@ _ROWS = (
     Kind("straggler", "warning", "profile rank(s) {suspects}: data loading, host contention or a slow GPU",
          False, None, None, decides_fault=False),
     Kind("no_entries", "info", None, False, None, None),
+    # The dumps cannot be taken at their word: never a root cause or a fault, but a
+    # warning leaves the job inconclusive rather than healthy.
+    Kind("not_compared", "warning",
+         "look at the odd fields of rank(s) {suspects} (-v lists them): what could not be read was not compared",
+         False, None, None),
 )
 
 KINDS: dict[str, Kind] = {row.name: row for row in _ROWS}
