@@ -29,6 +29,76 @@ def _only(diagnosis, rule: str):
     return finding
 
 
+# --------------------------------------------------------------------------- entries that contradict themselves
+
+
+def _alike(op: str, world: int = 4, backend: str = "nccl", **fields) -> dict:
+    """Every rank records `op` alike (with `fields`), between two all_reduces."""
+    return job({r: [AR, (op, dict(fields, state="completed")), AR] for r in range(world)}, backend=backend)
+
+
+@pytest.mark.parametrize("op, fields, said", [
+    ("all_reduce", {"input_sizes": [[4, 4]], "output_sizes": [[5, 4]]}, "an all_reduce's output is its input"),
+    ("all_reduce", {"output_dtypes": ["Half"]}, "input dtype Float but output dtype Half"),
+    ("_all_gather_base", {"input_sizes": [[4]], "output_sizes": [[4]]}, "not the group size 4 x the input's 4"),
+    ("all_gather", {"input_sizes": [[4]], "output_sizes": [[4]] * 3, "output_dtypes": ["Float"] * 3},
+     "3 output buffers for 1 input(s) in a group of 4"),
+    ("reduce_scatter", {"input_sizes": [[4]] * 2, "output_sizes": [[4]], "input_dtypes": ["Float"] * 2},
+     "2 input buffers for 1 output(s) in a group of 4"),
+], ids=["all_reduce-sizes", "all_reduce-dtypes", "all_gather-into-tensor", "all_gather-list", "reduce_scatter-list"])
+def test_an_entry_every_rank_recorded_alike_that_contradicts_its_op_is_a_warning(op, fields, said, tmp_path):
+    diagnosis, code = _verdict(_alike(op, **fields), tmp_path)
+    finding = _only(diagnosis, "entry_checks.inconsistent_entries")
+    assert (finding.kind, finding.severity, finding.suspect_ranks, finding.ranks) == ("inconsistent_entry", "warning",
+                                                                                    (), (0, 1, 2, 3))
+    assert (finding.collective_seq_id, finding.op) == (2, op) and said in finding.message
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("inconclusive", (), 3)
+
+
+@pytest.mark.parametrize("op, backend, fields", [
+    ("_all_gather_base", "nccl", {"input_sizes": [[4]], "output_sizes": [[16]]}),  # all_gather_into_tensor
+    ("all_gather", "nccl", {"input_sizes": [[4]], "output_sizes": [[4]] * 4, "output_dtypes": ["Float"] * 4}),
+    ("reduce_scatter_tensor_coalesced", "nccl", {"input_sizes": [[8], [16]], "output_sizes": [[2], [4]],
+                                                  "input_dtypes": ["Float"] * 2, "output_dtypes": ["Float"] * 2}),
+    ("all_gather", "gloo", {"input_sizes": [[2]], "output_sizes": [[1, 2]]}),  # gloo's all_gather_coalesced
+    ("all_gather", "gloo", {"input_sizes": [[4]], "output_sizes": [[4, 4]]}),  # gloo's all_gather_into_tensor
+    ("all_reduce", "gloo", {"input_sizes": [[16]], "output_sizes": [[4]]}),  # a reduce_scatter, as gloo records it
+], ids=["all_gather_into_tensor", "all_gather-list", "reduce_scatter-coalesced", "gloo-all_gather_coalesced",
+        "gloo-stacked", "gloo-reduce_scatter"])
+def test_entries_c10d_really_records_stay_healthy(op, backend, fields, tmp_path):
+    dumps = _alike(op, backend=backend, **fields)
+    if backend == "gloo":  # gloo's pg_config says nothing: membership comes from the entries
+        for data in dumps.values():
+            data["pg_config"] = {"": {"name": "", "desc": "", "ranks": "[]"}}
+    diagnosis, code = _verdict(dumps, tmp_path)
+    assert "entry_checks.inconsistent_entries" not in _rules(diagnosis)
+    assert (diagnosis.status, code) == ("healthy", 0)
+
+
+def test_an_even_split_is_broken_by_the_camp_whose_entry_contradicts_its_op(tmp_path):
+    dumps = job({0: [AR, (AR, {"sizes": ((4, 4),)})], 1: [AR, (AR, {"sizes": ((4, 4),), "output_sizes": [[5, 4]]})]})
+    diagnosis, code = _verdict(dumps, tmp_path)
+    finding = _only(diagnosis, "divergence.mismatch")
+    assert (finding.kind, finding.suspect_ranks, finding.evidence["tie"]) == ("size_mismatch", (1,), False)
+    assert "output is its input" in finding.evidence["tie_broken_by_contradiction"]
+    assert "[[4, 4]] -> [[5, 4]]" in finding.message  # the two entries do not read alike
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (1,), 1)
+
+
+def test_a_coalesced_batch_mismatch_shows_the_ops_that_differ(tmp_path):
+    def batch(second: tuple) -> list:
+        return [entry(1, "_broadcast_oop", record_id=0, sizes=((4, 4),)),
+                entry(1, "_broadcast_oop", record_id=1, sizes=second),
+                entry(1, "ALLGATHER_coalesced", record_id=2, sizes=())]
+    dumps = {r: dump(batch(((5, 5),) if r == 2 else ((4, 4),)), ranks=range(3)) for r in range(3)}
+    diagnosis, _ = _verdict(dumps, tmp_path)
+    finding = _only(diagnosis, "divergence.mismatch")
+    assert finding.suspect_ranks == (2,) and finding.evidence["batch_position"] == 1
+    assert "rank 2 issued _broadcast_oop [[5, 5]]" in finding.message
+    assert [c["entry"] for c in finding.evidence["classes"]] == ["_broadcast_oop [[4, 4]] Float",
+                                                                "_broadcast_oop [[5, 5]] Float"]
+
+
 # --------------------------------------------------------------------------- fields in other shapes
 
 

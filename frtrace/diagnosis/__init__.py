@@ -13,6 +13,7 @@ The rules, one module per question, run in this order:
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
+    entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
     unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
     missing.unaccounted_missing_ranks, missing.empty_dumps   notes on what the dumps lack
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Callable
 
 from frtrace.diagnosis.divergence import divergences
+from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, P2PEnds, WentPast
 from frtrace.diagnosis.frontier import frontiers, stuck_on_device
@@ -53,6 +55,7 @@ def diagnose(analysis: Analysis) -> Diagnosis:
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))
+    findings += inconsistent_entries(facts)
     findings += unreadable_entries(facts)
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)

@@ -59,6 +59,9 @@ _ROWS = (
     Kind("no_entries", "info", None, False, None, None),
     # The dumps cannot be taken at their word: never a root cause or a fault, but a
     # warning leaves the job inconclusive rather than healthy.
+    Kind("inconsistent_entry", "warning",
+         "find out what wrote the dumps of rank(s) {suspects}: torch's c10d never records such an entry",
+         False, None, None),
     Kind("not_compared", "warning",
          "look at the odd fields of rank(s) {suspects} (-v lists them): what could not be read was not compared",
          False, None, None),

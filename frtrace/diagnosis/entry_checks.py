@@ -1,0 +1,178 @@
+"""Entries that contradict their own op and group size.
+
+Takes `Facts`; returns `inconsistent_entry` warnings, one per group, naming the first
+collective whose entries cannot be what c10d records: an all_reduce whose output is not
+its input, an all_gather whose output is not group size times its input, a reduce_scatter
+whose input is not group size times its output, a list-form all_gather or reduce_scatter
+with a buffer count other than the group size, input and output dtypes that differ.
+Real c10d refuses such calls before it records them, so even when every rank recorded
+the entry alike it is evidence of a corrupt dump or one from another producer: the
+ranks agree, yet the dumps cannot be taken at their word (a warning, which makes a job
+with nothing else wrong inconclusive, never a fault).
+
+`contradiction` is the check itself (the divergence rule also asks it, to tell which
+camp of an even split recorded the impossible entry). Gloo's own ways are respected:
+its all_gather output is one stacked tensor whose first dimension is not always the
+group size (all_gather_coalesced), and it records a reduce_scatter as an all_reduce.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Optional
+
+from frtrace.diagnosis.facts import Facts, new_finding
+from frtrace.diagnosis.finding import Finding
+from frtrace.model import Entry, Group, OpName, Shapes
+from frtrace.wording import group_text, ranks_text
+
+REDUCE_OPS = frozenset({"all_reduce", "allreduce_coalesced"})
+GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
+SCATTER_OPS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor",
+                         "reduce_scatter_tensor_coalesced"})
+# Ops whose every tensor has one dtype (c10d checks it before recording).
+_ONE_DTYPE_OPS = REDUCE_OPS | GATHER_OPS | SCATTER_OPS
+
+
+def numel(shapes: tuple) -> int:
+    """Elements in a list of shapes."""
+    total = 0
+    for shape in shapes:
+        count = 1
+        for dim in shape:
+            count *= dim
+        total += count
+    return total
+
+
+def contradiction(name: OpName, shapes: Shapes, group_size: Optional[int]) -> Optional[str]:
+    """Why an entry of op `name` with `shapes`, in a group of `group_size` members (None:
+    not reliably known), cannot be what c10d records; None when it can."""
+    op = name.op
+    if op not in _ONE_DTYPE_OPS or not shapes.readable:
+        return None
+    in_dtypes, out_dtypes = set(shapes.input_dtypes), set(shapes.output_dtypes)
+    if in_dtypes and out_dtypes and in_dtypes != out_dtypes:
+        return f"input dtype {'/'.join(sorted(in_dtypes))} but output dtype {'/'.join(sorted(out_dtypes))}"
+    ins, outs = shapes.input_sizes, shapes.output_sizes
+    if not ins or not outs:  # a side not recorded: nothing to hold the other against
+        return None
+    gloo = name.backend == "gloo"
+    if op in REDUCE_OPS:
+        return _reduced(ins, outs, gloo)
+    if group_size is None:
+        return None
+    if op in GATHER_OPS:
+        return _gathered(ins, outs, group_size, gloo)
+    return _scattered(ins, outs, group_size)
+
+
+def _reduced(ins: tuple, outs: tuple, gloo: bool) -> Optional[str]:
+    """An all_reduce works in place: its output is its input."""
+    if ins == outs:
+        return None
+    # gloo records a reduce_scatter as an all_reduce (of the whole input, whatever its
+    # output), in groups whose size its dumps do not say.
+    if gloo and numel(outs) and numel(ins) % numel(outs) == 0:
+        return None
+    return f"input {_sizes(ins)} but output {_sizes(outs)} (an all_reduce's output is its input)"
+
+
+def _gathered(ins: tuple, outs: tuple, group_size: int, gloo: bool) -> Optional[str]:
+    if gloo:  # one stacked output of input-shaped slices, however many
+        if all(len(out) == len(ins[0]) + 1 and tuple(out[1:]) == tuple(ins[0]) for out in outs) and len(ins) == 1:
+            return None
+    elif len(outs) != len(ins) and len(outs) != group_size * len(ins):
+        return f"{len(outs)} output buffers for {len(ins)} input(s) in a group of {group_size}"
+    if numel(outs) != group_size * numel(ins):
+        return (f"output {_sizes(outs)} holds {numel(outs)} elements, not the group size {group_size} "
+                f"x the input's {numel(ins)}")
+    return None
+
+
+def _scattered(ins: tuple, outs: tuple, group_size: int) -> Optional[str]:
+    if len(ins) != len(outs) and len(ins) != group_size * len(outs):
+        return f"{len(ins)} input buffers for {len(outs)} output(s) in a group of {group_size}"
+    if numel(ins) != group_size * numel(outs):
+        return (f"input {_sizes(ins)} holds {numel(ins)} elements, not the group size {group_size} "
+                f"x the output's {numel(outs)}")
+    return None
+
+
+def _sizes(shapes: tuple) -> str:
+    return str([list(shape) for shape in shapes])
+
+
+def trusted_size(group: Group) -> Optional[int]:
+    """The group's size where the dumps' pg_config lists its members; None where it was
+    pieced together from the entries (gloo) or the files found, which may lack a member."""
+    return group.size if group.membership_source == "pg_config" else None
+
+
+class _Found:
+    """Contradicting entries of one group: seq -> (reason, entry, ranks)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: dict[int, tuple[str, Entry, list[int]]] = {}
+
+    def add(self, seq: int, reason: str, entry: Entry, rank: int) -> None:
+        held = self.at.setdefault(seq, (reason, entry, []))
+        held[2].append(rank)
+
+
+def inconsistent_entries(facts: Facts) -> list[Finding]:
+    """The rule: per group, the first collective some rank recorded in a shape its op and
+    the group's size rule out (see module docstring)."""
+    layout = facts.analysis.layout
+    sizes = {group.id: trusted_size(group) for group in layout.groups}
+    found: dict[int, _Found] = defaultdict(_Found)
+    checked: dict[tuple[int, int, Optional[int]], Optional[str]] = {}  # ids of name, shapes; size -> reason
+    for dump in facts.seen:
+        table = dump.entries
+        bad_codes: dict[int, tuple[int, str]] = {}  # code -> (group id, reason)
+        statics = table.statics
+        for code, static in enumerate(statics):  # a code no entry holds is never looked up
+            pg_name, _, name, shapes = static[:4]
+            if name.op not in _ONE_DTYPE_OPS:
+                continue
+            group_id = layout.group_of(pg_name, dump.rank)
+            if group_id is None:
+                continue
+            size = sizes[group_id]
+            key = (id(name), id(shapes), size)
+            if key not in checked:
+                checked[key] = contradiction(name, shapes, size)
+            reason = checked[key]
+            if reason is not None:
+                bad_codes[code] = (group_id, reason)
+        if not bad_codes:  # as a rule
+            continue
+        codes = table.codes
+        for row in range(len(table)):
+            if codes[row] in bad_codes:
+                group_id, reason = bad_codes[codes[row]]
+                entry = table[row]
+                found[group_id].add(entry.collective_seq_id, reason, entry, dump.rank)
+    return [_finding(facts, group_id, found[group_id]) for group_id in sorted(found)]
+
+
+def _finding(facts: Facts, group_id: int, found: _Found) -> Finding:
+    view = next(v for v in facts.device.views if v.group.id == group_id)
+    seq = min(found.at)
+    reason, entry, ranks = found.at[seq]
+    ranks = sorted(set(ranks))
+    more = len(found.at) - 1
+    message = (f"{entry.op} #{seq} in {group_text(view.group.name, view.group.desc)} contradicts its own op on "
+               f"{ranks_text(ranks)}: {reason}; c10d refuses such a call before recording it, so the dumps are "
+               f"corrupt or not torch's own" + (f" ({more} more such collective{'s' if more > 1 else ''} in the group)"
+                                                if more else ""))
+    evidence = {"reason": reason, "profiling_name": entry.name.profiling_name,
+                "input_sizes": [list(s) for s in entry.shapes.input_sizes],
+                "output_sizes": [list(s) for s in entry.shapes.output_sizes],
+                "input_dtypes": list(entry.shapes.input_dtypes), "output_dtypes": list(entry.shapes.output_dtypes),
+                "group_size": view.group.size, "collectives": sorted(found.at)}
+    return new_finding("inconsistent_entry", "entry_checks.inconsistent_entries", view, op=entry.op,
+                       collective_seq_id=seq, p2p_seq_id=None, ranks=tuple(ranks), suspect_ranks=(),
+                       message=message, evidence=evidence, age_ns=entry.time_created_ns)
