@@ -29,6 +29,59 @@ def _only(diagnosis, rule: str):
     return finding
 
 
+# --------------------------------------------------------------------------- P2P sizes
+
+
+def _pair(send: dict, recv: dict, recv_op: str = "recv 1<-0") -> dict:
+    return job({0: [AR, ("send 0->1", send)], 1: [AR, (recv_op, recv)]})
+
+
+@pytest.mark.parametrize("send, recv, recv_op, kind", [
+    ({"sizes": ((4,),)}, {"sizes": ((8,),)}, "recv 1<-0", "size_mismatch"),
+    ({"sizes": ((4,),)}, {"sizes": ((8,),), "state": "started"}, "recv 1<-?", "size_mismatch"),
+    ({"sizes": ((4,),)}, {"sizes": ((4,),), "dtype": "BFloat16"}, "recv 1<-0", "dtype_mismatch"),
+], ids=["sizes", "sizes-any-source", "dtypes"])
+def test_a_send_and_its_recv_that_move_different_data_name_both_ends(send, recv, recv_op, kind, tmp_path):
+    diagnosis, code = _verdict(_pair(send, recv, recv_op), tmp_path)
+    finding = _only(diagnosis, "p2p_sizes.mismatched_pairs")
+    assert (finding.kind, finding.suspect_ranks, finding.severity) == (kind, (0, 1), "error")
+    assert "rank 0 sends 4 element(s)" in finding.message
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (0, 1), 1)
+
+
+@pytest.mark.parametrize("recv_op, state", [("recv 1<-0", None), ("recv 1<-?", "completed")])
+def test_a_send_and_its_recv_that_agree_stay_healthy(recv_op, state, tmp_path):
+    recv = {"sizes": ((2, 2),)} | ({"state": state} if state else {})  # as many elements, another shape
+    diagnosis, code = _verdict(_pair({"sizes": ((4,),)}, recv, recv_op), tmp_path)
+    assert (diagnosis.status, diagnosis.findings, code) == ("healthy", [], 0)
+
+
+def _ring_steps(skip: bool) -> dict:
+    """Rank 0 sends rank 1 activations in a period of three (A, A, B); with `skip` it
+    leaves out the third: its next send (an A) pairs with rank 1's recv of the B."""
+    a, b = {"sizes": ((4, 8),)}, {"sizes": ((2, 4, 8),)}
+    sizes = [a, a, b] * 3
+    sends = sizes[:2] + sizes[3:] if skip else sizes
+    sent = [("send 0->1", dict(s, state="completed" if k < 2 or not skip else "started" if k == 2 else "scheduled"))
+            for k, s in enumerate(sends)]
+    taken = [("recv 1<-0", dict(s, state="completed" if k < 2 or not skip else "started" if k == 2 else "scheduled"))
+             for k, s in enumerate(sizes)]
+    return job({0: [AR] + sent, 1: [AR] + taken})
+
+
+def test_a_rank_that_skipped_one_send_is_blamed_not_its_partner(tmp_path):
+    diagnosis, code = _verdict(_ring_steps(skip=True), tmp_path)
+    finding = _only(diagnosis, "p2p_sizes.skipped_one")
+    assert (finding.kind, finding.suspect_ranks, finding.p2p_ends.missing_on) == ("p2p_unmatched", (0,), 0)
+    assert "it skipped one" in finding.message
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (0,), 1)
+
+
+def test_a_ring_of_uneven_steps_in_order_stays_healthy(tmp_path):
+    diagnosis, code = _verdict(_ring_steps(skip=False), tmp_path)
+    assert (diagnosis.status, code) == ("healthy", 0)
+
+
 # --------------------------------------------------------------------------- entries that contradict themselves
 
 

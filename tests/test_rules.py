@@ -80,6 +80,7 @@ CASES = {
                                        groups={"0": ("default_pg", (0, 1, 2)), "1": ("trio", (1, 2, 3))}),
     "empty_dump": lambda: job({0: [DONE] * 2, 1: [DONE] * 2, 2: [DONE] * 2, 3: []}),
     "tp_hang_stalls_dp": _tp_hang,
+    "p2p_sizes": lambda: job({0: AR + [("send 0->1", {"sizes": ((4,),)})], 1: AR + [("recv 1<-0", {"sizes": ((8,),)})]}),
     "inconsistent_entry": lambda: job({r: AR + [("all_reduce", {"output_sizes": [[17]]})] for r in range(4)}),
     "not_compared": lambda: _unreadable_op(job({r: AR * 2 for r in range(4)})),
 }
@@ -111,6 +112,7 @@ def only(diagnosis, rule: str) -> Finding:
     ("late_arrivals", "stragglers.late_arrivals", "straggler", (2,), "warning", "healthy"),
     ("unaccounted_missing", "missing.unaccounted_missing_ranks", "missing_dump", (), "warning", "inconclusive"),
     ("empty_dump", "missing.empty_dumps", "no_entries", (), "info", "healthy"),
+    ("p2p_sizes", "p2p_sizes.mismatched_pairs", "size_mismatch", (0, 1), "error", "faults"),
     # An entry no producer of torch's would write: the dumps cannot be taken at their word.
     ("inconsistent_entry", "entry_checks.inconsistent_entries", "inconsistent_entry", (), "warning", "inconclusive"),
     ("not_compared", "unchecked.unreadable_entries", "not_compared", (), "warning", "inconclusive"),

@@ -11,6 +11,7 @@ The rules, one module per question, run in this order:
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
+    p2p_sizes.mismatched_pairs    per P2P channel: a send and its recv that move different sizes or dtypes
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     linking.link_consequences     across groups: roots, and the findings that follow from them
     entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
@@ -34,6 +35,7 @@ from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks
 from frtrace.diagnosis.p2p import unmatched_p2p
+from frtrace.diagnosis.p2p_sizes import mismatched_pairs
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
 from frtrace.diagnosis.stragglers import late_arrivals
@@ -46,7 +48,8 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 Rule = Callable[[Facts], list[Finding]]
 # The rules whose findings are linked into root causes and consequences, in order.
-FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, positions_from_pg_status)
+FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p,
+                                   mismatched_pairs, positions_from_pg_status)
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:
