@@ -82,6 +82,79 @@ def test_a_ring_of_uneven_steps_in_order_stays_healthy(tmp_path):
     assert (diagnosis.status, code) == ("healthy", 0)
 
 
+# --------------------------------------------------------------------------- all_to_all as a whole
+
+
+def _a2a(sizes: dict, op: str = "all_to_all_single", state: str = "started") -> dict:
+    """rank -> its all_to_all's fields (input_sizes, output_sizes, splits ...): split sizes
+    come with dump format 2.11."""
+    dumps = job({r: [AR, (op, dict(fields, state=state))] for r, fields in sizes.items()})
+    if any("input_split_sizes" in fields for fields in sizes.values()):
+        for data in dumps.values():
+            data["version"] = "2.11"
+    return dumps
+
+
+def test_an_all_to_all_whose_totals_differ_is_a_fault_of_the_group(tmp_path):
+    diagnosis, code = _verdict(_a2a({0: {"input_sizes": [[8]], "output_sizes": [[8]]},
+                                     1: {"input_sizes": [[4]], "output_sizes": [[8]]}}), tmp_path)
+    finding = _only(diagnosis, "all_to_all.totals")
+    assert (finding.kind, finding.suspect_ranks, finding.evidence["tie"]) == ("size_mismatch", (0, 1), True)
+    assert finding.evidence["stuck_ranks"] == [0, 1]  # stuck in it: no separate `stuck` finding
+    assert "frontier.stuck" not in _rules(diagnosis)
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (0, 1), 1)
+
+
+def _splits(send: list) -> dict:
+    """rank -> all_to_all_single fields (dump format 2.11) for `send[i][j]` elements from i to j."""
+    members = range(len(send))
+    return {i: {"input_sizes": [[sum(send[i])]], "output_sizes": [[sum(send[k][i] for k in members)]],
+                "input_split_sizes": list(send[i]), "output_split_sizes": [send[k][i] for k in members]}
+            for i in members}
+
+
+def test_split_sizes_name_the_member_whose_splits_disagree_with_every_peer(tmp_path):
+    fields = _splits([[2, 2, 2], [2, 2, 2], [2, 2, 2]])
+    fields[2]["input_split_sizes"] = [1, 3, 2]  # what rank 2 sends: its total (6) is unchanged
+    dumps = _a2a(fields)
+    diagnosis, code = _verdict(dumps, tmp_path)
+    finding = _only(diagnosis, "all_to_all.split_pairs")
+    assert (finding.kind, finding.suspect_ranks) == ("size_mismatch", (2,))
+    assert {(p["src"], p["dst"]) for p in finding.evidence["pairs"]} == {(2, 0), (2, 1)}
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (2,), 1)
+    # Before format 2.11 no dump holds them: the fields are not even looked for.
+    for data in dumps.values():
+        data["version"] = "2.10"
+    assert "all_to_all.split_pairs" not in _rules(analyse_dicts(dumps)[1])
+
+
+def test_a_list_form_all_to_all_names_the_mismatched_pair(tmp_path):
+    sizes = {0: {"input_sizes": [[2], [3]], "output_sizes": [[2], [2]]},
+             1: {"input_sizes": [[2], [2]], "output_sizes": [[4], [2]]}}  # takes 4 from rank 0, which sends 3
+    diagnosis, code = _verdict(_a2a(sizes, "all_to_all"), tmp_path)
+    finding = _only(diagnosis, "all_to_all.split_pairs")
+    assert finding.evidence["pairs"] == [{"src": 0, "dst": 1, "sent": 3, "received": 4}]
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (0, 1), 1)
+
+
+@pytest.mark.parametrize("with_splits", [False, True])
+def test_an_uneven_moe_all_to_all_that_adds_up_stays_healthy(with_splits, tmp_path):
+    send = [[3, 1, 4, 1], [5, 9, 2, 6], [5, 3, 5, 8], [9, 7, 9, 3]]  # every member's totals differ
+    fields = _splits(send)
+    if not with_splits:
+        for f in fields.values():
+            del f["input_split_sizes"], f["output_split_sizes"]
+    diagnosis, code = _verdict(_a2a(fields, state="completed"), tmp_path)
+    assert (diagnosis.status, diagnosis.findings, code) == ("healthy", [], 0)
+
+
+def test_an_uneven_list_form_all_to_all_that_adds_up_stays_healthy(tmp_path):
+    sizes = {0: {"input_sizes": [[2], [3]], "output_sizes": [[2], [2]]},
+             1: {"input_sizes": [[2], [2]], "output_sizes": [[3], [2]]}}
+    diagnosis, code = _verdict(_a2a(sizes, "all_to_all", state="completed"), tmp_path)
+    assert (diagnosis.status, code) == ("healthy", 0)
+
+
 # --------------------------------------------------------------------------- entries that contradict themselves
 
 

@@ -44,6 +44,12 @@ def _without_pg_status(dumps: dict, rank: int) -> dict:
     return dumps
 
 
+def _version(version: str, dumps: dict) -> dict:
+    for data in dumps.values():
+        data["version"] = version
+    return dumps
+
+
 def _unreadable_op(dumps: dict) -> dict:
     """Every rank's last op, with a profiling name that is not a string."""
     for data in dumps.values():
@@ -81,6 +87,13 @@ CASES = {
     "empty_dump": lambda: job({0: [DONE] * 2, 1: [DONE] * 2, 2: [DONE] * 2, 3: []}),
     "tp_hang_stalls_dp": _tp_hang,
     "p2p_sizes": lambda: job({0: AR + [("send 0->1", {"sizes": ((4,),)})], 1: AR + [("recv 1<-0", {"sizes": ((8,),)})]}),
+    # Rank 0 sends 12 elements in all, rank 1 takes 8 from it and 8 from itself: 16 received.
+    "all_to_all_totals": lambda: job({0: AR + [("all_to_all_single", {"input_sizes": [[8]], "output_sizes": [[8]]})],
+                                      1: AR + [("all_to_all_single", {"input_sizes": [[4]], "output_sizes": [[8]]})]}),
+    "all_to_all_split_pairs": lambda: _version("2.11", job({
+        r: AR + [("all_to_all_single", {"input_sizes": [[4]], "output_sizes": [[4]],
+                                        "input_split_sizes": [1, 3] if r == 1 else [2, 2], "output_split_sizes": [2, 2]})]
+        for r in range(2)})),
     "inconsistent_entry": lambda: job({r: AR + [("all_reduce", {"output_sizes": [[17]]})] for r in range(4)}),
     "not_compared": lambda: _unreadable_op(job({r: AR * 2 for r in range(4)})),
 }
@@ -113,6 +126,8 @@ def only(diagnosis, rule: str) -> Finding:
     ("unaccounted_missing", "missing.unaccounted_missing_ranks", "missing_dump", (), "warning", "inconclusive"),
     ("empty_dump", "missing.empty_dumps", "no_entries", (), "info", "healthy"),
     ("p2p_sizes", "p2p_sizes.mismatched_pairs", "size_mismatch", (0, 1), "error", "faults"),
+    ("all_to_all_totals", "all_to_all.totals", "size_mismatch", (0, 1), "error", "faults"),
+    ("all_to_all_split_pairs", "all_to_all.split_pairs", "size_mismatch", (1,), "error", "faults"),
     # An entry no producer of torch's would write: the dumps cannot be taken at their word.
     ("inconsistent_entry", "entry_checks.inconsistent_entries", "inconsistent_entry", (), "warning", "inconclusive"),
     ("not_compared", "unchecked.unreadable_entries", "not_compared", (), "warning", "inconclusive"),

@@ -8,6 +8,7 @@ ranks, and a status (healthy | faults | inconclusive).
 The rules, one module per question, run in this order:
 
     divergence.divergences        per group: the first op members disagree on or never issued
+    all_to_all.exchange_mismatches   per group: an all_to_all whose members' sends and receives do not add up
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
 from frtrace.diagnosis.divergence import divergences
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
@@ -48,13 +50,13 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 Rule = Callable[[Facts], list[Finding]]
 # The rules whose findings are linked into root causes and consequences, in order.
-FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p,
+FINDING_RULES: tuple[Rule, ...] = (divergences, exchange_mismatches, stuck_on_device, frontiers, unmatched_p2p,
                                    mismatched_pairs, positions_from_pg_status)
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:
     facts = Facts.of(analysis)
-    findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
+    findings = absorb_stuck([finding for rule in FINDING_RULES for finding in rule(facts)])
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts))
