@@ -19,11 +19,12 @@ group size (all_gather_coalesced), and it records a reduce_scatter as an all_red
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
+from itertools import compress
+from typing import Any, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
-from frtrace.model import Entry, Group, OpName, Shapes
+from frtrace.model import Group, OpName, Shapes
 from frtrace.wording import group_text, ranks_text
 
 REDUCE_OPS = frozenset({"all_reduce", "allreduce_coalesced"})
@@ -110,16 +111,25 @@ def trusted_size(group: Group) -> Optional[int]:
 
 
 class _Found:
-    """Contradicting entries of one group: seq -> (reason, entry, ranks)."""
+    """Contradicting entries of one group: the sequence numbers they are at, and for the
+    lowest, its reason and an entry and the ranks that hold one (a corrupt dump may hold
+    thousands: an Entry is built for the one shown)."""
 
-    __slots__ = ("at",)
+    __slots__ = ("seqs", "first", "reason", "where", "ranks")
 
     def __init__(self) -> None:
-        self.at: dict[int, tuple[str, Entry, list[int]]] = {}
+        self.seqs: set[int] = set()
+        self.first: Optional[int] = None
+        self.reason = ""
+        self.where: tuple = ()  # (table, row) of an entry at `first`
+        self.ranks: set[int] = set()
 
-    def add(self, seq: int, reason: str, entry: Entry, rank: int) -> None:
-        held = self.at.setdefault(seq, (reason, entry, []))
-        held[2].append(rank)
+    def add(self, seq: int, reason: str, table: Any, row: int, rank: int) -> None:
+        self.seqs.add(seq)
+        if self.first is None or seq < self.first:
+            self.first, self.reason, self.where, self.ranks = seq, reason, (table, row), set()
+        if seq == self.first:
+            self.ranks.add(rank)
 
 
 def inconsistent_entries(facts: Facts) -> list[Finding]:
@@ -150,20 +160,18 @@ def inconsistent_entries(facts: Facts) -> list[Finding]:
         if not bad_codes:  # as a rule
             continue
         codes = table.codes
-        for row in range(len(table)):
-            if codes[row] in bad_codes:
-                group_id, reason = bad_codes[codes[row]]
-                entry = table[row]
-                found[group_id].add(entry.collective_seq_id, reason, entry, dump.rank)
+        rows = list(compress(range(len(codes)), map(bad_codes.__contains__, codes)))  # in C
+        for row, seq in zip(rows, table.field_at("collective_seq_id", rows)):
+            group_id, reason = bad_codes[codes[row]]
+            found[group_id].add(seq, reason, table, row, dump.rank)
     return [_finding(facts, group_id, found[group_id]) for group_id in sorted(found)]
 
 
 def _finding(facts: Facts, group_id: int, found: _Found) -> Finding:
     view = next(v for v in facts.device.views if v.group.id == group_id)
-    seq = min(found.at)
-    reason, entry, ranks = found.at[seq]
-    ranks = sorted(set(ranks))
-    more = len(found.at) - 1
+    table, row = found.where
+    entry, seq, reason, ranks = table[row], found.first, found.reason, sorted(found.ranks)
+    more = len(found.seqs) - 1
     message = (f"{entry.op} #{seq} in {group_text(view.group.name, view.group.desc)} contradicts its own op on "
                f"{ranks_text(ranks)}: {reason}; c10d refuses such a call before recording it, so the dumps are "
                f"corrupt or not torch's own" + (f" ({more} more such collective{'s' if more > 1 else ''} in the group)"
@@ -172,7 +180,7 @@ def _finding(facts: Facts, group_id: int, found: _Found) -> Finding:
                 "input_sizes": [list(s) for s in entry.shapes.input_sizes],
                 "output_sizes": [list(s) for s in entry.shapes.output_sizes],
                 "input_dtypes": list(entry.shapes.input_dtypes), "output_dtypes": list(entry.shapes.output_dtypes),
-                "group_size": view.group.size, "collectives": sorted(found.at)}
+                "group_size": view.group.size, "collectives": len(found.seqs)}
     return new_finding("inconsistent_entry", "entry_checks.inconsistent_entries", view, op=entry.op,
                        collective_seq_id=seq, p2p_seq_id=None, ranks=tuple(ranks), suspect_ranks=(),
                        message=message, evidence=evidence, age_ns=entry.time_created_ns)

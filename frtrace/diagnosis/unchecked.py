@@ -12,6 +12,7 @@ unread, a note.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import compress
 from typing import Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
@@ -22,6 +23,7 @@ from frtrace.util import fold_ranks
 from frtrace.wording import group_text, ranks_text
 
 _ALL_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+_EXAMINED = 64  # collectives per group read entry by entry
 
 
 def _unread_parts(entry: Entry) -> Optional[tuple[str, ...]]:
@@ -50,11 +52,11 @@ def unreadable_entries(facts: Facts) -> list[Finding]:
         if not odd:  # as a rule
             continue
         codes = table.codes
-        for row in range(len(table)):
-            if codes[row] in odd:
-                group_id = layout.group_of(statics[codes[row]][0], dump.rank)
-                if group_id is not None:
-                    places[group_id].add(table.value("collective_seq_id", row))
+        rows = list(compress(range(len(codes)), map(odd.__contains__, codes)))  # in C
+        for row, seq in zip(rows, table.field_at("collective_seq_id", rows)):
+            group_id = layout.group_of(statics[codes[row]][0], dump.rank)
+            if group_id is not None:
+                places[group_id].add(seq)
     findings = []
     for view in facts.device.views:
         seqs = places.get(view.group.id)
@@ -67,10 +69,12 @@ def unreadable_entries(facts: Facts) -> list[Finding]:
 
 
 def _group_finding(view: GroupView, matches: list[CollectiveMatch]) -> Optional[Finding]:
+    """The finding about a group's collectives `matches`, each with an unread entry; the
+    first _EXAMINED are read entry by entry (a dump of garbage may hold thousands)."""
     blind: list[CollectiveMatch] = []  # no two members' ops compared
     partly: dict[int, set[str]] = defaultdict(set)  # rank -> fields of it not compared
     unread_ranks: set[int] = set()
-    for match in matches:
+    for match in matches[:_EXAMINED]:
         readable_ops = 0
         for rank, entries in match.calls.items():
             parts = [_unread_parts(e) for e in entries if not e.name.is_coalesced_marker]
@@ -93,14 +97,16 @@ def _group_finding(view: GroupView, matches: list[CollectiveMatch]) -> Optional[
         first = blind[0]
         message = (f"#{first.seq} in {group} could not be checked: the op of {ranks_text(_blind_ranks(first))} "
                    f"could not be read, so no two members' ops were compared (not agreed)"
-                   + (f"; {len(blind) - 1} more such collective(s)" if len(blind) > 1 else ""))
+                   + (f"; {len(blind) - 1} more such collective(s) among the first {_EXAMINED} read"
+                      if len(blind) > 1 else ""))
         severity = "warning"
     else:
         unread = sorted({field for fs in partly.values() for field in fs})
         message = (f"{len(seqs)} collective(s) of {group} (#{fold_ranks(seqs)}) were compared by what could be read "
                    f"only: the {', '.join(unread)} of {ranks_text(ranks)} could not be read")
         severity = "info"
-    evidence = {"collectives": seqs, "unchecked_collectives": [m.seq for m in blind],
+    evidence = {"collectives": fold_ranks(seqs), "examined": min(len(matches), _EXAMINED),
+                "unchecked_collectives": [m.seq for m in blind],
                 "unread_fields": {str(rank): sorted(fields) for rank, fields in sorted(partly.items())}}
     anchor = (blind or matches)[0]
     return new_finding("not_compared", "unchecked.unreadable_entries", view, op=None,
