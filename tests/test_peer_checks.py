@@ -58,14 +58,17 @@ def test_a_send_and_its_recv_that_agree_stay_healthy(recv_op, state, tmp_path):
 
 def _ring_steps(skip: bool) -> dict:
     """Rank 0 sends rank 1 activations in a period of three (A, A, B); with `skip` it
-    leaves out the third: its next send (an A) pairs with rank 1's recv of the B."""
+    leaves out the second B: its next send (an A) pairs with rank 1's recv of that B."""
     a, b = {"sizes": ((4, 8),)}, {"sizes": ((2, 4, 8),)}
-    sizes = [a, a, b] * 3
-    sends = sizes[:2] + sizes[3:] if skip else sizes
-    sent = [("send 0->1", dict(s, state="completed" if k < 2 or not skip else "started" if k == 2 else "scheduled"))
-            for k, s in enumerate(sends)]
-    taken = [("recv 1<-0", dict(s, state="completed" if k < 2 or not skip else "started" if k == 2 else "scheduled"))
-             for k, s in enumerate(sizes)]
+    sizes = [a, a, b] * 4
+    skipped = 5
+    sends = sizes[:skipped] + sizes[skipped + 1:] if skip else sizes
+
+    def state(k: int) -> str:
+        return "completed" if k < skipped or not skip else "started" if k == skipped else "scheduled"
+
+    sent = [("send 0->1", dict(s, state=state(k))) for k, s in enumerate(sends)]
+    taken = [("recv 1<-0", dict(s, state=state(k))) for k, s in enumerate(sizes)]
     return job({0: [AR] + sent, 1: [AR] + taken})
 
 
@@ -75,6 +78,23 @@ def test_a_rank_that_skipped_one_send_is_blamed_not_its_partner(tmp_path):
     assert (finding.kind, finding.suspect_ranks, finding.p2p_ends.missing_on) == ("p2p_unmatched", (0,), 0)
     assert "it skipped one" in finding.message
     assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (0,), 1)
+
+
+def test_an_odd_send_among_alike_ones_is_no_skip_of_its_partner(tmp_path):
+    """Every step moves A, but rank 0 sends a C once: rank 1's recvs line up with rank 0's
+    sends shifted by one, yet C is no step of the program it could have skipped."""
+    a, c = {"sizes": ((4,),)}, {"sizes": ((9,),)}
+    sends = [a, a, c, a, a, a]
+
+    def state(k: int) -> str:
+        return "completed" if k < 2 else "started" if k == 2 else "scheduled"
+
+    dumps = job({0: [AR] + [("send 0->1", dict(s, state=state(k))) for k, s in enumerate(sends)],
+                 1: [AR] + [("recv 1<-0", dict(a, state=state(k))) for k in range(5)]})
+    diagnosis, code = _verdict(dumps, tmp_path)
+    finding = _only(diagnosis, "p2p_sizes.mismatched_pairs")
+    assert (finding.kind, finding.suspect_ranks) == ("size_mismatch", (0, 1))
+    assert (diagnosis.status, code) == ("faults", 1)
 
 
 def test_a_ring_of_uneven_steps_in_order_stays_healthy(tmp_path):

@@ -10,8 +10,10 @@ thousands), each distinct pair of shape records judged once.
 Pairs are made by order on the channel, so an end that skipped one op pairs its next op
 with the partner's op of the step it skipped: sizes then differ because of the skip. When
 the two ends' ops from that pair on (their queued ones too) line up once one end is
-shifted by one, that end skipped the op: the finding is then `p2p_unmatched`, naming it
-(the partner's op waits for an op it never posted), as `p2p.unmatched_p2p` would.
+shifted by one, and the partner's op there moves what the channel moved before (a step
+of the program, not an odd op the partner inserted), that end skipped the op: the
+finding is then `p2p_unmatched`, naming it (the partner's op waits for an op it never
+posted), as `p2p.unmatched_p2p` would.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _SHAPES = 3  # position of the shape record in a static row (see EntryTable.stat
 # _SHIFT_EVIDENCE of them must line up.
 _SHIFT_WINDOW = 16
 _SHIFT_EVIDENCE = 2
+_HISTORY = 64  # earlier ops of the channel that tell a step of the program from an odd op
 
 
 def _moved(shapes: Shapes, sending: bool) -> Optional[tuple[int, frozenset]]:
@@ -148,8 +151,9 @@ def _shapes_at(table: EntryTable, row: int) -> Shapes:
 
 def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
     """The end (src or dst) whose ops on the channel, from this pair on, line up with the
-    other end's one later: it skipped the op the other end is in. None when neither or
-    both do (a period-two pattern shifts either way)."""
+    other end's one later, and whose partner's op here is one the channel moved before
+    (so a step of the program, not an odd op the partner inserted): it skipped that op.
+    None when neither or both fit (a period-two pattern shifts either way)."""
     assert pair.send_table is not None and pair.recv_table is not None
     # Everything dumped (queued ops too), paired in order on the channel; the pair's ops
     # found there by record id (the device view's tables are other objects).
@@ -157,17 +161,22 @@ def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
     recv_id = pair.recv_table.value("record_id", pair.recv_row)
     sends: list[Shapes] = []
     recvs: list[Shapes] = []
+    history: list[Shapes] = []  # what the channel's sends moved before this pair
     for other in facts.analysis.matches.index.p2p_of.get(pair.group_id, []):
         if (other.src, other.dst) != (pair.src, pair.dst):
             continue
-        if other.send_table is not None and (sends or other.send_table.value("record_id", other.send_row) == send_id):
-            sends.append(_shapes_at(other.send_table, other.send_row))
+        if other.send_table is not None:
+            if sends or other.send_table.value("record_id", other.send_row) == send_id:
+                sends.append(_shapes_at(other.send_table, other.send_row))
+            else:
+                history.append(_shapes_at(other.send_table, other.send_row))
         if other.recv_table is not None and (recvs or other.recv_table.value("record_id", other.recv_row) == recv_id):
             recvs.append(_shapes_at(other.recv_table, other.recv_row))
     moved_sends = [_moved(shapes, True) for shapes in sends[:_SHIFT_WINDOW + 1]]
     moved_recvs = [_moved(shapes, False) for shapes in recvs[:_SHIFT_WINDOW + 1]]
-    sender_skipped = _lines_up(moved_sends, moved_recvs[1:])
-    receiver_skipped = _lines_up(moved_recvs, moved_sends[1:])
+    seen = {_moved(shapes, True) for shapes in history[-_HISTORY:]}
+    sender_skipped = _lines_up(moved_sends, moved_recvs[1:]) and moved_recvs[0] in seen
+    receiver_skipped = _lines_up(moved_recvs, moved_sends[1:]) and moved_sends[0] in seen
     if sender_skipped == receiver_skipped:
         return None
     return pair.src if sender_skipped else pair.dst
