@@ -48,6 +48,13 @@ class Shapes(NamedTuple):
     output_dtypes: tuple
     # False when a size or dtype list could not be read: the sizes are then not compared.
     readable: bool = True
+    # Elements sent to (received from) each member of the group, in group-local order,
+    # for an all_to_all (dump format 2.11): () when the dump does not say.
+    input_split_sizes: tuple = ()
+    output_split_sizes: tuple = ()
+    # The names of the fields above that could not be read (`readable` is False): what
+    # the others say is still compared.
+    unread: tuple = ()
 
 
 class Entry(NamedTuple):

@@ -46,6 +46,18 @@ def entry(seq: int, op: str = "all_reduce", *, record_id: int = None, pg=("0", "
     return record
 
 
+def list_form(record: dict, group_size: int) -> dict:
+    """An `entry()` record of an all_gather (reduce_scatter) made what c10d records for a
+    group of `group_size`: its one input (output) tensor, and a list of that many output
+    (input) tensors of its shape; other ops are left as they are."""
+    op = record["profiling_name"].partition(":")[2]
+    side = {"all_gather": "output", "reduce_scatter": "input"}.get(op)
+    if side is not None:
+        record[f"{side}_sizes"] = record[f"{side}_sizes"][:1] * group_size
+        record[f"{side}_dtypes"] = record[f"{side}_dtypes"][:1] * group_size
+    return record
+
+
 def dump(entries: list, *, ranks=None, version: str = "2.10") -> dict:
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(ranks)) if ranks is not None else "[]"}}
     return {"version": version, "pg_config": config, "pg_status": {}, "comm_lib_version": "2.27.5", "entries": entries}
@@ -120,7 +132,7 @@ def nccl_hang_dumps(world: int = 4, culprit: int = 3, skew_ns=None) -> dict:
             _timed(entry(3), 21 + arrive, 24, skew),
         ]
         if rank in (0, 1):
-            records.append(_timed(entry(1, "all_gather", pg=tp, pg_id=1, sizes=((8,),)), 26 + arrive, 27, skew))
+            records.append(_timed(list_form(entry(1, "all_gather", pg=tp, pg_id=1, sizes=((8,),)), 2), 26 + arrive, 27, skew))
             op = "send 0->1" if rank == 0 else "recv 1<-0"
             records.append(_timed(entry(3, op, p2p_seq=1), 30 + arrive, 31, skew))
         if rank != culprit:
@@ -308,8 +320,9 @@ def job(steps: dict, *, groups: dict = None, world: int = None, backend: str = "
 
     `steps` maps each rank with a dump to the ops it issued, oldest first: `"all_reduce"`,
     `"all_gather@tp0"` (op in group `tp0`), `"send 0->1"` (group-local ranks, as torch
-    names them), or `(that, {"sizes": ..., "dtype": ..., "state": ..., "seq": ...})` to
-    override a field. `groups` maps a group name to `(desc, ranks)`; by default one group
+    names them; `"recv 1<-?"` from any source), or `(that, {"sizes": ..., "dtype": ...,
+    "state": ..., "seq": ...})` to override a field; any other key of that dict is set on
+    the entry as it is (`"output_sizes"`, `"input_split_sizes"` ...). `groups` maps a group name to `(desc, ranks)`; by default one group
     "0" (default_pg) spans `world` ranks (default: one more than the largest rank in `steps`).
     Sequence numbers count per rank and group. States follow from the job unless given: a
     collective completes when every member issued it alike, a send or recv when its partner
@@ -338,8 +351,10 @@ def job(steps: dict, *, groups: dict = None, world: int = None, backend: str = "
                            sizes=fields.get("sizes", ((16,),)), dtype=fields.get("dtype", "Float"), backend=backend,
                            p2p_seq=p2p[group], time_ns=T0_NS + index * 10 * MS_NS + int(late_ms.get(rank, 0) * MS_NS),
                            op_id=op_id[group])
-            if is_p2p:  # keyed by channel (group, global src, global dst)
-                here, there = (sorted(groups[group][1])[int(r)] for r in re.findall(r"\d+", op))
+            list_form(record, len(groups[group][1]))
+            record.update((k, v) for k, v in fields.items() if k not in ("sizes", "dtype", "state", "seq"))
+            if is_p2p:  # keyed by channel (group, global src, global dst); -1 for `?`
+                here, there = (sorted(groups[group][1])[int(r)] if r != "?" else -1 for r in re.findall(r"\d+|\?", op))
                 key = ("p2p", group) + ((here, there) if op.startswith("send") else (there, here))
             else:
                 key = ("coll", group, seq[group])

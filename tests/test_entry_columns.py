@@ -268,3 +268,34 @@ def test_every_rank_list_is_kept_once(tmp_path, workers):
     assert len(world) == 16 and world[0] == tuple(range(16)) and all(ranks is world[0] for ranks in world)
     tp_lists = {config.ranks for d in loaded.dumps for config in d.pg_config if config.desc == "tp"}
     assert tp_lists == {(r, r + 1) for r in range(0, 16, 2)}
+
+
+@pytest.mark.parametrize("splits", ["on-all_to_all-only", "on-every-entry", "odd-values"])
+def test_all_to_all_split_sizes_take_the_fast_path_and_agree(splits):
+    """Dump format 2.11 gives an all_to_all's element counts per peer: part of its shapes."""
+    job = generate(8, 2, 2, steps=2)
+    raw, _ = decode_dump_bytes(encode_dump(job.dumps[0], "pickle"), 1 << 30)
+    entries = raw["entries"]
+    for k, e in enumerate(entries):
+        if splits != "on-all_to_all-only" or "all_to_all" in e["profiling_name"]:
+            e["input_split_sizes"], e["output_split_sizes"] = [k, 2, 3, 4], [4, 3, 2, k]
+        if splits == "odd-values" and k % 3 == 0:
+            e["input_split_sizes"], e["output_split_sizes"] = ["x"], None
+    assert_same(entries, must_be_fast=True)
+    fast, _, _, warnings = both_paths(entries)
+    shapes = {s for s in entry_table(fast).field("shapes") if s.input_split_sizes}
+    assert shapes and all(len(s.input_split_sizes) == 4 for s in shapes)
+    assert ("input_split_sizes is not a list of element counts" in warnings) == (splits == "odd-values")
+
+
+def test_a_bare_dtype_name_is_read_as_every_tensor_s_dtype():
+    job = generate(4, 2, 1, steps=1)
+    raw, _ = decode_dump_bytes(encode_dump(job.dumps[0], "pickle"), 1 << 30)
+    entries = raw["entries"]
+    for e in entries:
+        e["input_dtypes"] = e["input_dtypes"][0] if e["input_dtypes"] else ""
+    fast, slow, _, warnings = both_paths(entries)
+    assert fast is None and not warnings  # the entry-by-entry path reads it, without a warning
+    original, _ = decode_dump_bytes(encode_dump(job.dumps[0], "pickle"), 1 << 30)
+    for read, written in zip(entry_table(slow), original["entries"]):
+        assert list(read.shapes.input_dtypes) == written["input_dtypes"]

@@ -107,6 +107,19 @@ def _without_pg_status(dumps: dict, rank: int) -> dict:
     return dumps
 
 
+def _version(version: str, dumps: dict) -> dict:
+    for data in dumps.values():
+        data["version"] = version
+    return dumps
+
+
+def _unreadable_op(dumps: dict) -> dict:
+    """Every rank's last op, with a profiling name that is not a string."""
+    for data in dumps.values():
+        data["entries"][-1]["profiling_name"] = 5
+    return dumps
+
+
 def _late_rank_2() -> dict:
     groups = {"0": ("default_pg", range(4)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3))}
     return job({r: ["all_reduce", f"all_gather@{1 + r // 2}"] * 5 for r in range(4)}, groups=groups, late_ms={2: 50})
@@ -143,6 +156,16 @@ CASES = {
                                        groups={"0": ("default_pg", (0, 1, 2)), "1": ("trio", (1, 2, 3))}),
     "empty_dump": lambda: job({0: [DONE] * 2, 1: [DONE] * 2, 2: [DONE] * 2, 3: []}),
     "tp_hang_stalls_dp": _tp_hang,
+    "p2p_sizes": lambda: job({0: AR + [("send 0->1", {"sizes": ((4,),)})], 1: AR + [("recv 1<-0", {"sizes": ((8,),)})]}),
+    # Rank 0 sends 12 elements in all, rank 1 takes 8 from it and 8 from itself: 16 received.
+    "all_to_all_totals": lambda: job({0: AR + [("all_to_all_single", {"input_sizes": [[8]], "output_sizes": [[8]]})],
+                                      1: AR + [("all_to_all_single", {"input_sizes": [[4]], "output_sizes": [[8]]})]}),
+    "all_to_all_split_pairs": lambda: _version("2.11", job({
+        r: AR + [("all_to_all_single", {"input_sizes": [[4]], "output_sizes": [[4]],
+                                        "input_split_sizes": [1, 3] if r == 1 else [2, 2], "output_split_sizes": [2, 2]})]
+        for r in range(2)})),
+    "inconsistent_entry": lambda: job({r: AR + [("all_reduce", {"output_sizes": [[17]]})] for r in range(4)}),
+    "not_compared": lambda: _unreadable_op(job({r: AR * 2 for r in range(4)})),
 }
 
 
@@ -179,6 +202,12 @@ def only(diagnosis, rule: str) -> Finding:
     ("late_arrivals", "stragglers.late_arrivals", "straggler", (2,), "warning", "healthy"),
     ("unaccounted_missing", "missing.unaccounted_missing_ranks", "missing_dump", (), "warning", "inconclusive"),
     ("empty_dump", "missing.empty_dumps", "no_entries", (), "info", "healthy"),
+    ("p2p_sizes", "p2p_sizes.mismatched_pairs", "size_mismatch", (0, 1), "error", "faults"),
+    ("all_to_all_totals", "all_to_all.totals", "size_mismatch", (0, 1), "error", "faults"),
+    ("all_to_all_split_pairs", "all_to_all.split_pairs", "size_mismatch", (1,), "error", "faults"),
+    # An entry no producer of torch's would write: the dumps cannot be taken at their word.
+    ("inconsistent_entry", "entry_checks.inconsistent_entries", "inconsistent_entry", (), "warning", "inconclusive"),
+    ("not_compared", "unchecked.unreadable_entries", "not_compared", (), "warning", "inconclusive"),
 ])
 def test_each_rule_names_its_kind_suspects_and_status(case, rule, kind_name, suspects, severity, status):
     _, diagnosis = run(case)

@@ -8,13 +8,18 @@ ranks, and a status (healthy | faults | inconclusive).
 The rules, one module per question, run in this order:
 
     divergence.divergences        per group: the first op members disagree on or never issued
+    all_to_all.exchange_mismatches   per group: an all_to_all whose members' sends and receives do not add up
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
     peerless_p2p.blocked_in_peerless_p2p   ranks blocked in a P2P op with no peer named (CUPTI monitor)
     p2p.posted_pairs              P2P pairs posted on both ends that nothing else holds up
+    p2p_sizes.mismatched_pairs    per P2P channel: a send and its recv that move different sizes or dtypes
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
+    same_pair.one_finding_per_pair  one root finding per P2P pair that two rules explain
     linking.link_consequences     across groups: roots, and the findings that follow from them
+    entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
+    unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
     missing.unaccounted_missing_ranks, missing.unseen_top_ranks, missing.empty_dumps   what the dumps lack
 
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
 from frtrace.diagnosis.divergence import divergences
+from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, P2PEnds, WentPast
 from frtrace.diagnosis.frontier import frontiers, stuck_on_device
@@ -34,9 +41,12 @@ from frtrace.diagnosis.linking import WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
 from frtrace.diagnosis.p2p import posted_pairs, unmatched_p2p
 from frtrace.diagnosis.peerless_p2p import blocked_in_peerless_p2p
+from frtrace.diagnosis.p2p_sizes import mismatched_pairs
+from frtrace.diagnosis.same_pair import one_finding_per_pair
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
 from frtrace.diagnosis.stragglers import late_arrivals
+from frtrace.diagnosis.unchecked import unreadable_entries
 from frtrace.diagnosis.verdict import conclude
 from frtrace.match.analysis import Analysis
 from frtrace.table.rank_dump import clocks_compare
@@ -46,19 +56,21 @@ __all__ = ["Diagnosis", "Finding", "KINDS", "Kind", "P2PEnds", "UnknownKind", "W
 
 Rule = Callable[[Facts], list[Finding]]
 # The rules whose findings are linked into root causes and consequences, in order.
-FINDING_RULES: tuple[Rule, ...] = (divergences, stuck_on_device, frontiers, unmatched_p2p, posted_pairs, blocked_in_peerless_p2p,
-                                   positions_from_pg_status)
+FINDING_RULES: tuple[Rule, ...] = (divergences, exchange_mismatches, stuck_on_device, frontiers, unmatched_p2p,
+                                   mismatched_pairs, posted_pairs, blocked_in_peerless_p2p, positions_from_pg_status)
 
 
 def diagnose(analysis: Analysis) -> Diagnosis:
     facts = Facts.of(analysis)
-    findings = [finding for rule in FINDING_RULES for finding in rule(facts)]
+    findings = one_finding_per_pair(absorb_stuck([finding for rule in FINDING_RULES for finding in rule(facts)]))
     if not clocks_compare(facts.seen):
         for finding in findings:
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, _went_past_judge(facts), facts.waits)
+    findings += inconsistent_entries(facts)
+    findings += unreadable_entries(facts)
     findings += late_arrivals(facts)
     findings += unaccounted_missing_ranks(facts, findings)
     findings += unseen_top_ranks(facts, findings)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Container, Optional
 
+from frtrace.diagnosis.entry_checks import contradiction, trusted_size
 from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
@@ -126,38 +127,96 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
     dis = match.disagreement
     assert dis is not None
     tie_broken_by = 0
+    contradicted = None
+    shown = _Shown(match, dis)
     if dis.tie:
         sibling_matches = siblings.matches_at(match.seq)
         resolved = _break_tie(match, sibling_matches)
         if resolved is not None:
             dis, tie_broken_by = resolved, len(sibling_matches)
+        else:
+            contradicted = _break_tie_by_contradiction(view, dis, shown)
+            if contradicted is not None:
+                dis = contradicted[0]
     odd_by_kind: dict[str, list[int]] = defaultdict(list)
     for rank in dis.odd_ranks:
         aligned = None if dis.tie else _alignment(view, matches, index, rank)
         odd_by_kind[ALIGNED_KIND.get(aligned or "", dis.kind)].append(rank)
-    majority_entry = match.calls[dis.majority_ranks[0]][0] if dis.majority_ranks else None
+    majority_entry = shown.entry(dis.majority_ranks[0]) if dis.majority_ranks else None
     findings = []
     for kind, odd in sorted(odd_by_kind.items()):
         ranks = tuple(odd)
-        odd_entry = match.calls[ranks[0]][0]
+        odd_entry = shown.entry(ranks[0])
         evidence: dict[str, Any] = {
             "classes": [
-                {"ranks": list(r), "entry": shape_text(match.calls[r[0]][0]), "profiling_name": match.calls[r[0]][0].name.profiling_name}
+                {"ranks": list(r), "entry": shown.text(r[0]), "profiling_name": shown.entry(r[0]).name.profiling_name}
                 for r, _sig in dis.classes
             ],
             "tie": dis.tie,
         }
+        if shown.position:
+            evidence["batch_position"] = shown.position
         if tie_broken_by:
             evidence["tie_broken_by_sibling_groups"] = tie_broken_by
+        if contradicted is not None:
+            evidence["tie_broken_by_contradiction"] = contradicted[1]
         evidence.update(_call_sites(odd_entry, majority_entry))
         findings.append(new_finding(
             kind, _mismatch_rule(dis.tie, kind), view, op=(majority_entry or odd_entry).op,
             collective_seq_id=match.seq, p2p_seq_id=None, ranks=tuple(sorted(match.calls)), suspect_ranks=ranks,
-            message=_mismatch_message(view, match, dis, kind, ranks), evidence=evidence,
+            message=_mismatch_message(view, match, dis, kind, ranks, shown), evidence=evidence,
             waiting_ranks=dis.majority_ranks, age_ns=oldest_created(match),
             call_entries=_call_entries(odd_entry, majority_entry),
         ))
     return findings
+
+
+class _Shown:
+    """The op of each rank's batch a mismatch message shows: the first one the classes
+    differ in (a coalesced batch's first ops may well agree), written so that two
+    classes never read alike (with output sizes where input sizes and dtypes agree)."""
+
+    def __init__(self, match: CollectiveMatch, dis: Disagreement) -> None:
+        self.calls = match.calls
+        signatures = [sig for _, sig in dis.classes]
+        length = min(len(sig) for sig in signatures)
+        self.position = next((k for k in range(length) if len({sig[k] for sig in signatures}) > 1), length)
+        firsts = [self.entry(ranks[0]) for ranks, _ in dis.classes]
+        self.full = len({shape_text(e) for e in firsts}) < len(firsts)
+
+    def entry(self, rank: int) -> Any:
+        ops = [e for e in self.calls[rank] if not e.name.is_coalesced_marker] or list(self.calls[rank])
+        return ops[min(self.position, len(ops) - 1)]
+
+    def text(self, rank: int) -> str:
+        entry = self.entry(rank)
+        return _full_text(entry) if self.full else shape_text(entry)
+
+
+def _full_text(entry: Any) -> str:
+    """`all_reduce [[4, 4]] -> [[5, 4]] Float`: shape_text with the output sizes too."""
+    shapes = entry.shapes
+    dtypes = sorted(set(shapes.input_dtypes) | set(shapes.output_dtypes))
+    sizes = f"{[list(s) for s in shapes.input_sizes]} -> {[list(s) for s in shapes.output_sizes]}"
+    return f"{entry.op} {sizes} {'/'.join(dtypes)}".rstrip()
+
+
+def _break_tie_by_contradiction(view: GroupView, dis: Disagreement, shown: _Shown) -> Optional[tuple[Disagreement, str]]:
+    """(the disagreement with a majority, why) when every camp but one recorded an entry
+    its own op and the group's size rule out (see entry_checks): those camps are the odd
+    ones out, whatever their number. None when that does not single out one camp."""
+    size = trusted_size(view.group)
+    reasons = []
+    for ranks, _sig in dis.classes:
+        entry = shown.entry(ranks[0])
+        reasons.append(contradiction(entry.name, entry.shapes, size))
+    sound = [ranks for (ranks, _sig), reason in zip(dis.classes, reasons) if reason is None]
+    if len(sound) != 1:
+        return None
+    majority = sound[0]
+    odd = tuple(sorted(r for ranks, _ in dis.classes if ranks != majority for r in ranks))
+    why = next(f"{ranks_text(ranks)}: {reason}" for (ranks, _), reason in zip(dis.classes, reasons) if reason)
+    return Disagreement(dis.kind, majority, odd, dis.classes, False), why
 
 
 def _mismatch_rule(tie: bool, kind: str) -> str:
@@ -166,13 +225,14 @@ def _mismatch_rule(tie: bool, kind: str) -> str:
     return {"not_issued": "divergence.skipped_one_op", "extra_op": "divergence.added_one_op"}.get(kind, "divergence.mismatch")
 
 
-def _mismatch_message(view: GroupView, match: CollectiveMatch, dis: Disagreement, kind: str, ranks: tuple[int, ...]) -> str:
-    odd_entry = match.calls[ranks[0]][0]
-    majority_entry = match.calls[dis.majority_ranks[0]][0] if dis.majority_ranks else odd_entry
+def _mismatch_message(view: GroupView, match: CollectiveMatch, dis: Disagreement, kind: str, ranks: tuple[int, ...],
+                      shown: _Shown) -> str:
+    odd_entry = shown.entry(ranks[0])
+    majority_entry = shown.entry(dis.majority_ranks[0]) if dis.majority_ranks else odd_entry
     group = group_text(view.group.name, view.group.desc)
     if dis.tie:
         return (f"tie at {group} #{match.seq}: no majority — "
-                + " vs ".join(f"{ranks_text(r)} {shape_text(match.calls[r[0]][0])}" for r, _ in dis.classes))
+                + " vs ".join(f"{ranks_text(r)} {shown.text(r[0])}" for r, _ in dis.classes))
     if kind == "not_issued":
         return (f"{ranks_text(ranks)} skipped {majority_entry.op} #{match.seq} in {group}: "
                 f"its next op lines up with the majority's #{match.seq + 1}")
@@ -180,8 +240,8 @@ def _mismatch_message(view: GroupView, match: CollectiveMatch, dis: Disagreement
         return (f"{ranks_text(ranks)} issued an extra {odd_entry.op} at #{match.seq} in {group} "
                 f"that {ranks_text(dis.majority_ranks)} never issued")
     what = kind.replace("_mismatch", "")
-    return (f"{what} mismatch at {group} #{match.seq}: {ranks_text(ranks)} issued {shape_text(odd_entry)}, "
-            f"{ranks_text(dis.majority_ranks)} issued {shape_text(majority_entry)}")
+    return (f"{what} mismatch at {group} #{match.seq}: {ranks_text(ranks)} issued {shown.text(ranks[0])}, "
+            f"{ranks_text(dis.majority_ranks)} issued {shown.text(dis.majority_ranks[0])}")
 
 
 # --------------------------------------------------------------------------- presence

@@ -69,6 +69,14 @@ _ROWS = (
          "exit code and dmesg say why it never reached the op",
          True, 0, 0),
     Kind("evidence_conflict", "warning", None, False, None, None, decides_fault=False),
+    # The dumps cannot be taken at their word: never a root cause or a fault, but a
+    # warning leaves the job inconclusive rather than healthy.
+    Kind("inconsistent_entry", "warning",
+         "find out what wrote the dumps of rank(s) {suspects}: torch's c10d never records such an entry",
+         False, None, None),
+    Kind("not_compared", "warning",
+         "look at the odd fields of rank(s) {suspects} (-v lists them): what could not be read was not compared",
+         False, None, None),
 )
 
 KINDS: dict[str, Kind] = {row.name: row for row in _ROWS}

@@ -19,6 +19,7 @@ from frtrace.load.safe_decode import DecodeError
 from frtrace.model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
 from frtrace.table.batches import finished_settlements, settle_table_batches
 from frtrace.table.entry_columns import (
+    SPLIT_FIELDS,
     Columns,
     SharedValues,
     columns_from_entries,
@@ -217,32 +218,51 @@ class _Normaliser:
         self.warn(f"{field_name} is not a list of shapes")
         return None
 
-    def dtypes(self, value, field_name: str) -> Optional[tuple]:
+    def dtypes(self, value, field_name: str, tensors: int = 1) -> Optional[tuple]:
         if value is None:
             return ()
+        if isinstance(value, str):
+            # One dtype name for every tensor of the side ("float32", as some writers put
+            # it): unambiguous, so read as such; "" names none (an empty side).
+            return (self.text(value, field_name),) * max(tensors, 1) if value else ()
         if isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value):
             return tuple(self.text(d, field_name) for d in value)
         self.warn(f"{field_name} is not a list of dtype names")
         return None
 
-    def shape_record(self, input_sizes, input_dtypes, output_sizes, output_dtypes) -> Shapes:
+    def split_sizes(self, value, field_name: str) -> tuple:
+        """Element counts per peer (see Shapes); () when absent or unreadable (with a warning)."""
+        if value is None:
+            return ()
+        if isinstance(value, (list, tuple)) and all(type(n) is int and 0 <= n < _INT_LIMIT for n in value):
+            return tuple(value)
+        self.warn(f"{field_name} is not a list of element counts")
+        return ()
+
+    def shape_record(self, input_sizes, input_dtypes, output_sizes, output_dtypes,
+                     input_splits=None, output_splits=None) -> Shapes:
         try:  # most entries repeat a handful of shapes: look the raw values up first
-            key = (tuple(map(tuple, input_sizes or ())), tuple(input_dtypes or ()),
-                   tuple(map(tuple, output_sizes or ())), tuple(output_dtypes or ()))
+            key: Optional[tuple] = (tuple(map(tuple, input_sizes or ())), _dtype_key(input_dtypes),
+                                    tuple(map(tuple, output_sizes or ())), _dtype_key(output_dtypes))
+            if input_splits is not None or output_splits is not None:
+                key = (*key, _split_key(input_splits), _split_key(output_splits))  # type: ignore[misc]
             cached = self.shapes.get(key)
         except TypeError:  # not iterable, or unhashable inside: validate the slow way
             key, cached = None, None
         if cached is not None:
             return cached
+        sizes_in, sizes_out = self.sizes(input_sizes, "input_sizes"), self.sizes(output_sizes, "output_sizes")
         fields = (
-            self.sizes(input_sizes, "input_sizes"),
-            self.dtypes(input_dtypes, "input_dtypes"),
-            self.sizes(output_sizes, "output_sizes"),
-            self.dtypes(output_dtypes, "output_dtypes"),
+            sizes_in,
+            self.dtypes(input_dtypes, "input_dtypes", len(sizes_in or ())),
+            sizes_out,
+            self.dtypes(output_dtypes, "output_dtypes", len(sizes_out or ())),
         )
-        readable = None not in fields
+        unread = tuple(name for name, value in zip(_SHAPE_FIELDS, fields) if value is None)
         sizes_in, dtypes_in, sizes_out, dtypes_out = (() if f is None else f for f in fields)
-        shapes = Shapes(sizes_in, dtypes_in, sizes_out, dtypes_out, readable)
+        shapes = Shapes(sizes_in, dtypes_in, sizes_out, dtypes_out, not unread,
+                        self.split_sizes(input_splits, "input_split_sizes"),
+                        self.split_sizes(output_splits, "output_split_sizes"), unread)
         shapes = self.shapes.setdefault(shapes, shapes)
         if key is not None:
             self.shapes[key] = shapes
@@ -299,6 +319,19 @@ def _items(values) -> int:
         return sum(map(len, values))
     except TypeError:  # something without a length (a number where a list belongs)
         return sum(len(value) for value in values if isinstance(value, (list, tuple, dict, str)))
+
+
+_SHAPE_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+
+
+def _dtype_key(value) -> object:
+    # A bare dtype name stays a string: as a tuple of its letters it would look up a list
+    # of one-letter names.
+    return value if isinstance(value, str) else tuple(value or ())
+
+
+def _split_key(value) -> object:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 def _as_integer(value) -> Optional[int]:
@@ -510,16 +543,26 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_byt
     return raw_entries
 
 
-def _normalise_entries(raw_entries: list, norm: _Normaliser) -> tuple:
-    """`(Columns of the entries sorted oldest first, number dropped as unreadable)`."""
-    columns = columns_from_raw(raw_entries, norm)
+def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True) -> tuple:
+    """`(Columns of the entries sorted oldest first, number dropped as unreadable)`; the
+    split sizes of format 2.11 are read only with `splits`."""
+    columns = columns_from_raw(raw_entries, norm, splits)
     if columns is not None:
         return columns, 0
-    entries, dropped = _entries_one_by_one(raw_entries, norm)
+    entries, dropped = _entries_one_by_one(raw_entries, norm, splits)
     return columns_from_entries(entries), dropped
 
 
-def _entries_one_by_one(raw_entries: list, norm: _Normaliser) -> tuple:
+def _may_hold_splits(version) -> bool:
+    """Whether a dump of `version` may hold the split sizes of format 2.11 (looking for
+    them costs a pass over every entry: not done where the version rules them out)."""
+    major, _, minor = version.partition(".") if isinstance(version, str) else ("", "", "")
+    if not (major.isdecimal() and minor.isdecimal()):
+        return True
+    return (int(major), int(minor)) >= (2, 11)
+
+
+def _entries_one_by_one(raw_entries: list, norm: _Normaliser, splits: bool = True) -> tuple:
     """`(entries sorted oldest first, number dropped as unreadable)`: the path for dumps with
     anything unusual in them, which checks and warns about each value on its own."""
     entries = []
@@ -541,6 +584,8 @@ def _entries_one_by_one(raw_entries: list, norm: _Normaliser) -> tuple:
                 norm.warn(f"an entry has no readable {exc} (dropped)")
                 dropped += 1
                 continue
+        if splits and (SPLIT_FIELDS[0] in raw or SPLIT_FIELDS[1] in raw):
+            entry = entry._replace(shapes=norm.shape_record(*values[8:12], *map(raw.get, SPLIT_FIELDS)))
         entries.append(entry)
     # Record ids order a rank's entries; ties (corrupt ids) keep file order.
     entries.sort(key=_RECORD_ORDER)
@@ -592,7 +637,7 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
     raw_entries = _raw_entries(raw.get("entries"), max_entries, pickle_bytes)
     norm = _Normaliser(memo, None if pickle_bytes is None else MAX_ITEMS_PER_PICKLE_BYTE * pickle_bytes)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
-    columns, dropped = _normalise_entries(raw_entries or [], norm)
+    columns, dropped = _normalise_entries(raw_entries or [], norm, _may_hold_splits(raw.get("version")))
     dump = RankDump(
         rank=rank,
         path=path,

@@ -128,7 +128,7 @@ class Disagreement:
     kind: str  # op_mismatch | dtype_mismatch | size_mismatch
     majority_ranks: tuple[int, ...]  # the largest agreeing class ((), when it is a tie)
     odd_ranks: tuple[int, ...]  # everyone outside the majority (all of them on a tie)
-    classes: tuple[tuple[tuple[int, ...], "Signature"], ...]  # (ranks, signature) per distinct signature, largest first
+    classes: tuple[tuple[tuple[int, ...], tuple["OpSignature", ...]], ...]  # (ranks, signature) per distinct signature, largest first
     tie: bool
 
 
@@ -452,7 +452,8 @@ def _newest_is_collective(stream: RankStream) -> bool:
 
 # What every member must agree on for one op: (op, input elements, output elements,
 # dtypes), an element count None where it may differ (see _op_signature).
-OpSignature = tuple[str, Optional[int], Optional[int], frozenset[str]]
+# (op, input elements, output elements, dtypes); a part that could not be read is UNKNOWN
+OpSignature = tuple[str, Union[int, str, None], Union[int, str, None], Union[frozenset[str], str]]
 # A batch's: one per op, None when an op cannot be read.
 Signature = Optional[tuple[OpSignature, ...]]
 # batch_signature's cache: the ids of a batch's op names and shapes -> its signature, and
@@ -472,21 +473,46 @@ def _numel(shapes: Sequence[Sequence[int]]) -> int:
     return total
 
 
+# A part of a signature that could not be read (see Shapes.unread): equal to anything.
+UNKNOWN = "?"
+_ALL_SHAPE_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+
+
 def _op_signature(name: OpName, shapes: Shapes) -> Optional[OpSignature]:
     """What every member must agree on for one op (its `name` and `shapes`), given what
-    may legitimately differ; None when the op or its sizes could not be read."""
+    may legitimately differ; None when the op could not be read. A size or dtype list that
+    could not be read is UNKNOWN: the op and the rest are still compared."""
     op = name.op
     # Equality, not identity: entries loaded by worker processes arrive as copies.
-    if name == UNREADABLE_OP or not shapes.readable:
+    if name == UNREADABLE_OP:
         return None
+    unread = () if shapes.readable else (shapes.unread or _ALL_SHAPE_FIELDS)
+    in_numel: Union[int, str, None]
+    out_numel: Union[int, str, None]
     if op in RANK_DEPENDENT_SIZE_OPS:
         in_numel = out_numel = None
     else:
         # Element counts, not shapes: list-form and stacked all_gather outputs are both valid.
         in_numel = None if op in ROOT_ONLY_INPUT_OPS else _numel(shapes.input_sizes)
         out_numel = None if op in ROOT_ONLY_OUTPUT_OPS else _numel(shapes.output_sizes)
-    dtypes = frozenset(shapes.input_dtypes) | frozenset(shapes.output_dtypes)
+        if unread:
+            in_numel = UNKNOWN if in_numel is not None and "input_sizes" in unread else in_numel
+            out_numel = UNKNOWN if out_numel is not None and "output_sizes" in unread else out_numel
+    dtypes: Union[frozenset[str], str] = frozenset(shapes.input_dtypes) | frozenset(shapes.output_dtypes)
+    if "input_dtypes" in unread or "output_dtypes" in unread:
+        dtypes = UNKNOWN
     return op, in_numel, out_numel, dtypes
+
+
+def is_partial(signature: tuple[OpSignature, ...]) -> bool:
+    """Whether a batch signature holds a part that could not be read (UNKNOWN)."""
+    return any(UNKNOWN in op for op in signature)
+
+
+def _compatible(a: tuple[OpSignature, ...], b: tuple[OpSignature, ...]) -> bool:
+    """Whether two batch signatures agree wherever both are known."""
+    return len(a) == len(b) and all(
+        x == y or x == UNKNOWN or y == UNKNOWN for op_a, op_b in zip(a, b) for x, y in zip(op_a, op_b))
 
 
 def batch_signature(entries: Sequence[Entry], cache: Optional[SignatureCache] = None) -> Signature:
@@ -532,7 +558,7 @@ def _shared(cache: SignatureCache, signature: Signature) -> Signature:
 def _difference_kind(a: tuple[OpSignature, ...], b: tuple[OpSignature, ...]) -> str:
     if len(a) != len(b) or any(x[0] != y[0] for x, y in zip(a, b)):
         return "op_mismatch"
-    if any(x[3] and y[3] and x[3] != y[3] for x, y in zip(a, b)):
+    if any(x[3] and y[3] and UNKNOWN not in (x[3], y[3]) and x[3] != y[3] for x, y in zip(a, b)):
         return "dtype_mismatch"
     return "size_mismatch"
 
@@ -561,9 +587,16 @@ def _disagreement(signatures: list[tuple[int, Signature]]) -> Optional[Disagreem
     if all(signature is first for _, signature in signatures):
         return None  # the common case: everyone issued the same thing
     by_signature: dict[tuple[OpSignature, ...], list[int]] = defaultdict(list)
+    partial: list[tuple[int, tuple[OpSignature, ...]]] = []
     for rank, signature in signatures:
-        if signature is not None:  # an unreadable entry neither votes nor is blamed
+        if signature is None:  # an unreadable op neither votes nor is blamed
+            continue
+        if is_partial(signature):
+            partial.append((rank, signature))
+        else:
             by_signature[signature].append(rank)
+    if partial:
+        _place_partial(by_signature, partial)
     if len(by_signature) < 2:
         return None
     classes = sorted(((tuple(sorted(r)), sig) for sig, r in by_signature.items()), key=lambda c: (-len(c[0]), c[0]))
@@ -576,6 +609,25 @@ def _disagreement(signatures: list[tuple[int, Signature]]) -> Optional[Disagreem
     if tie:
         return Disagreement(kind, (), tuple(sorted(majority_ranks + odd)), tuple(classes), True)
     return Disagreement(kind, majority_ranks, odd, tuple(classes), False)
+
+
+def _place_partial(by_signature: dict[tuple[OpSignature, ...], list[int]],
+                   partial: list[tuple[int, tuple[OpSignature, ...]]]) -> None:
+    """Add to `by_signature` (fully read signature -> ranks) the ranks whose signature is
+    partly unknown, as far as what is known tells: one that agrees with a fully read
+    class where both are known neither votes nor is blamed (unknown is no evidence
+    either way); one that agrees with none forms a class of its own (with those it
+    agrees with), since what is known already differs: an op name, a count."""
+    complete = list(by_signature)
+    own: list[tuple[OpSignature, ...]] = []  # signatures of the classes formed here
+    for rank, signature in partial:
+        if any(_compatible(signature, other) for other in complete):
+            continue
+        home = next((other for other in own if _compatible(signature, other)), None)
+        if home is None:
+            own.append(signature)
+            home = signature
+        by_signature[home].append(rank)
 
 
 # --------------------------------------------------------------------------- matching

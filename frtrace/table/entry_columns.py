@@ -43,6 +43,9 @@ _OPTIONAL_INT_FIELDS = ("time_discovered_started_ns", "time_discovered_completed
 # entries of one op in one group: read as one row (a tuple) per entry, compared whole.
 _ROW_FIELDS = ("process_group", "is_p2p", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state",
                "frames")
+# Raw fields of dump format 2.11 (an all_to_all's element counts per peer), read with the
+# static part when a dump holds them.
+SPLIT_FIELDS = ("input_split_sizes", "output_split_sizes")
 # The Entry fields an EntryTable codes together (group name and description, op name,
 # shapes, state, stack), which every rank shares (see SharedValues).
 _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
@@ -295,17 +298,36 @@ def _examples(owners: Sequence[Any], rows: Sequence[tuple[Value, ...]]) -> Optio
 
 def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes]]:
     raw = [fields[name] for name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")]
+    if str in set(map(type, raw[1])) or str in set(map(type, raw[3])):
+        return None  # a bare dtype name, which the entry-by-entry path reads
     norm.spend_on_shapes(raw[0], raw[2])  # a shape the entries share costs its length each time
     # No type check first: a value that is not a list of lists either fails to make a key
     # (TypeError: the slow path takes the dump) or makes the key the entry-by-entry path
     # would make of it too, and is validated the same way.
     try:
-        keys = list(zip(map(tuple, map(map, repeat(tuple), raw[0])), map(tuple, raw[1]),
-                        map(tuple, map(map, repeat(tuple), raw[2])), map(tuple, raw[3])))
+        keys: list[tuple[Any, ...]] = list(zip(map(tuple, map(map, repeat(tuple), raw[0])), map(tuple, raw[1]),
+                                     map(tuple, map(map, repeat(tuple), raw[2])), map(tuple, raw[3])))
     except TypeError:
         return None
+    if SPLIT_FIELDS[0] in fields:  # dump format 2.11: an all_to_all's counts per peer are part of it
+        raw += [fields[name] for name in SPLIT_FIELDS]
+        try:
+            keys = [(*key, _split_key(a), _split_key(b)) for key, a, b in zip(keys, raw[4], raw[5])]
+        except TypeError:
+            return None
     # Validate the raw values of each key's first entry, as the entry-by-entry path does.
     return _interned(keys, norm.shapes, lambda _, at: norm.shape_record(*(column[at] for column in raw)))
+
+
+def _split_key(value: Any) -> object:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def _split_fields_held(raw_entries: list[RawEntry]) -> tuple[str, ...]:
+    """SPLIT_FIELDS when some entry holds one of them (dump format 2.11), else ()."""
+    if any(any(map(operator.contains, raw_entries, repeat(name))) for name in SPLIT_FIELDS):
+        return SPLIT_FIELDS
+    return ()
 
 
 def _stacks(fields: dict[str, Column], norm: Normaliser) -> Optional[list[tuple[Frame, ...]]]:
@@ -323,9 +345,10 @@ def _stacks(fields: dict[str, Column], norm: Normaliser) -> Optional[list[tuple[
     return _interned(keys, {}, lambda _, at: norm.stack(frames[at]))
 
 
-def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], norm: Normaliser) -> Optional[list[Coded]]:
+def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], norm: Normaliser,
+                   row_fields: tuple[str, ...] = _ROW_FIELDS) -> Optional[list[Coded]]:
     """Coded columns for pg_name, pg_desc, name, shapes, state and frames, from the rows of
-    _ROW_FIELDS."""
+    `row_fields` (_ROW_FIELDS, and SPLIT_FIELDS when the dump holds them)."""
     # `is_p2p` is the one field where equal raw values are judged apart (1 == True, but only
     # True makes a P2P op): equality between rows is only trusted when it holds bools.
     if not set(map(type, fields["is_p2p"])) <= {bool, _NONE}:
@@ -342,7 +365,7 @@ def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], no
     # costs no more than the pickle's bytes: a list is compared item by item only with
     # another list object, which the pickle holds too.
     norm.spend_on_rows(list(map(rows.__getitem__, needed)))
-    chosen: dict[str, Column] = dict(zip(_ROW_FIELDS, zip(*map(rows.__getitem__, needed))))
+    chosen: dict[str, Column] = dict(zip(row_fields, zip(*map(rows.__getitem__, needed))))
     chosen["profiling_name"] = list(map(names.__getitem__, needed))
     groups = _groups(chosen, norm)
     op_names = _op_names(chosen, norm) if groups else None
@@ -358,9 +381,10 @@ def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], no
     return [Coded(values, codes) for values in (*groups, op_names, shapes, states, stacks)]
 
 
-def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser) -> Optional[Columns]:
+def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool = True) -> Optional[Columns]:
     """The entries of one dump as columns, oldest first, checked and interned exactly as the
-    entry-by-entry path would; None when anything is unusual (that path then handles it)."""
+    entry-by-entry path would; None when anything is unusual (that path then handles it).
+    The split sizes of format 2.11 (SPLIT_FIELDS) are read only with `splits`."""
     if not raw_entries or set(map(type, raw_entries)) != {dict}:
         return None
     fields = _fields(raw_entries, _COLUMN_FIELDS)
@@ -372,7 +396,8 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser) -> Optional[
         fields[name] = column
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
-    static = _static_columns(fields, _rows(raw_entries, _ROW_FIELDS), norm)
+    row_fields = _ROW_FIELDS + (_split_fields_held(raw_entries) if splits else ())
+    static = _static_columns(fields, _rows(raw_entries, row_fields), norm, row_fields)
     if static is None:
         return None
     pg_names, pg_descs, names, shapes, states, stacks = static

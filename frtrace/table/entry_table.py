@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from array import array
-from itertools import repeat
+from itertools import compress, repeat
 from typing import (
     Any,
     Callable,
@@ -31,11 +31,14 @@ from typing import (
     Optional,
     Protocol,
     Sequence,
+    TypeVar,
     Union,
     overload,
 )
 
 from frtrace.model import Entry, Frame, OpName, Shapes
+
+Answer = TypeVar("Answer")
 
 _NONE = type(None)
 _new_entry = tuple.__new__
@@ -491,6 +494,26 @@ class EntryTable(Sequence[Entry]):
         """The static part of each entry at `rows`."""
         statics, codes = self._statics, self._codes
         return [statics[codes[row]] for row in rows]
+
+    def static_answers(self, judge: Callable[[StaticRow], Answer], rows: Sequence[int]) -> list[Answer]:
+        """`judge` of the static part of the entry at each of `rows`. Entries share a few
+        static rows: each is judged once, and the answers laid out over the rows in C."""
+        answers = [judge(static) for static in self._statics]
+        codes = self._codes
+        if len(rows) < 2:
+            return [answers[codes[row]] for row in rows]
+        picked = operator.itemgetter(*rows)(codes)
+        return list(operator.itemgetter(*picked)(answers)) if len(picked) > 1 else [answers[picked[0]]]
+
+    def rows_where(self, judge: Callable[[StaticRow], Optional[Answer]]) -> list[tuple[int, Answer]]:
+        """(row, answer) for each entry whose static part `judge` answers (not None), oldest
+        first; each static row is judged once, and the rows found in C."""
+        hits = {code: answer for code, answer in enumerate(map(judge, self._statics)) if answer is not None}
+        if not hits:  # as a rule
+            return []
+        codes = self._codes
+        rows = list(compress(range(len(codes)), map(hits.__contains__, codes)))
+        return [(row, hits[codes[row]]) for row in rows]
 
     def rows_by_group(self) -> dict[str, GroupRows]:
         """pg_name -> the rows of the group's collectives, P2P ops and P2P batch markers,

@@ -99,6 +99,11 @@ class SeqMap(Mapping[int, tuple[Entry, ...]]):
         """The rank's table the entries are rows of."""
         return self._table
 
+    def numbered_rows(self) -> tuple[Sequence[int], Sequence[int]]:
+        """The sequence number of each entry the map holds, in order (a batch's entries
+        share one), and beside it the entry's row."""
+        return self._seqs, self._rows
+
     def _span(self, seq: int) -> tuple[int, int]:
         if self._contiguous:
             k = seq - self._seqs[0] if self._seqs else -1

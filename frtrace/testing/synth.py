@@ -374,6 +374,31 @@ def _shapes(name: str, shape: list, n: int) -> tuple:
     return [shape], [shape]
 
 
+def _moe_tokens(members: tuple, rank: int, sums: tuple[int, int]) -> tuple[int, int]:
+    """(tokens `rank` sends, tokens it receives) in an uneven MoE all_to_all of `members`
+    (whose `_moe_sums` are `sums`): rank i sends rank j `base + lean(i) + pull(j)` tokens,
+    so each rank's totals differ but what the group sends adds up to what it receives, as
+    in a real exchange."""
+    size = len(members)
+    step = max(1, 128 // size)
+    leans, pulls = sums
+    base = 4096 // size
+    return size * (base + _lean(rank) * step) + pulls * step, size * (base + _pull(rank) * step) + leans * step
+
+
+def _lean(rank: int) -> int:
+    return (rank * 37) % 9 - 4
+
+
+def _pull(rank: int) -> int:
+    return (rank * 53 + 3) % 9 - 4
+
+
+def _moe_sums(members: tuple) -> tuple[int, int]:
+    """(sum of _lean, sum of _pull) over a group's members."""
+    return sum(map(_lean, members)), sum(map(_pull, members))
+
+
 # --------------------------------------------------------------------------- the world
 
 
@@ -405,6 +430,7 @@ class _World:
         self.dp_of = [0] * world_size
         self._make_groups()
         self._ops: dict = {}
+        self._moe_sums: dict = {}  # group members -> _moe_sums of them, once per group
         self._stacks: dict = {}
         self._frame_dicts: dict = {}
 
@@ -587,8 +613,9 @@ class _World:
             ops.append(self.coll(tp_g, "_reduce_scatter_base", "fwd_sp_scatter", [1024, 1024], bf16, 1.2, 0.2))
         if self.dp > 1 and parity == 0:
             # MoE token dispatch: every rank sends and receives a different number of tokens.
-            n_in = 4096 + ((rank * 37) % 9 - 4) * 128
-            n_out = 4096 + ((rank * 53 + 3) % 9 - 4) * 128
+            if dp_g.ranks not in self._moe_sums:
+                self._moe_sums[dp_g.ranks] = _moe_sums(dp_g.ranks)
+            n_in, n_out = _moe_tokens(dp_g.ranks, rank, self._moe_sums[dp_g.ranks])
             ops.append(self.coll(dp_g, "all_to_all_single", "moe_a2a", [n_in, 1024], bf16, 0.8, 0.6,
                                  uneven_out=[n_out, 1024]))
         if stage < last:
