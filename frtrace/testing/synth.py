@@ -7,7 +7,7 @@ library only. Usage:
     write_job(job, "out/hang")        # one pickle per rank, named nccl_trace_rank_<rank>
     job.truth["suspect_ranks"]        # [5]
 
-    python -m frtrace.synth out/hang --world-size 64 --tp 4 --pp 2 --fault hang --fault-rank 5
+    python -m frtrace.testing.synth out/hang --world-size 64 --tp 4 --pp 2 --fault hang --fault-rank 5
 
 How a job is made:
 
@@ -1828,9 +1828,9 @@ def write_cupti_job(job: SynthJob, directory, *, fmt: str = "pickle", prefix: st
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m frtrace.synth",
+        prog="python -m frtrace.testing.synth",
         description="Write synthetic NCCL Flight Recorder dumps (one file per rank) plus a truth file.",
-        epilog="example: python -m frtrace.synth /tmp/fr/hang --world-size 64 --tp 4 --pp 2 "
+        epilog="example: python -m frtrace.testing.synth /tmp/fr/hang --world-size 64 --tp 4 --pp 2 "
                "--fault hang --fault-rank 5 --fault-group tp --timing")
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--world-size", type=int, default=8)
