@@ -92,8 +92,8 @@ FRTRACE_FORMAT=json). Shell completion: eval "$(_FRTRACE_COMPLETE=bash_source fr
 
 \b
 Exit codes: 0 healthy, 1 faults found, 2 usage or input error, 3 inconclusive,
-130 interrupted (Ctrl-C), 141 the reader of stdout went away (| head), 143 terminated (SIGTERM; 128+N for
-signal N).
+130 interrupted (Ctrl-C), 141 the reader of stdout went away (| head),
+143 terminated (SIGTERM; 128+N for any other signal N that ends it).
 """
 
 
