@@ -153,7 +153,7 @@ def _to_judge(view: GroupView) -> list[int]:
     return sorted({seq for seq, (balance, members) in other.items() if balance and members == size} | per_peer)
 
 
-def _members_known(source: str, ranks_missing: tuple) -> bool:
+def _members_known(source: str, ranks_missing: tuple[int, ...]) -> bool:
     return source == "pg_config" or (source == "world" and not ranks_missing)
 
 
@@ -180,7 +180,7 @@ def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch]) -> Optio
     return None
 
 
-def _sizes_of(key: Any, members: int, cache: dict) -> Optional[_Sizes]:
+def _sizes_of(key: Any, members: int, cache: dict[tuple[int, int], Optional[_Sizes]]) -> Optional[_Sizes]:
     if key is NOT_SINGLE or isinstance(key, BatchKey):
         return None
     name, shapes = key[0], key[1]

@@ -220,7 +220,7 @@ def _age_clause(age: Optional[int], timeout_ms: Optional[int]) -> str:
 def _in_flight_job(in_flight: list[Finding], ranks_found: int) -> Finding:
     """Several groups in flight at once: one line saying which ranks are in which op (a
     job dumped mid-step shows every rank so)."""
-    places: dict[tuple, list[Finding]] = defaultdict(list)
+    places: dict[tuple[Optional[str], Optional[int], str], list[Finding]] = defaultdict(list)
     for finding in in_flight:
         places[(finding.op, finding.collective_seq_id, finding.pg_desc)].append(finding)
     ranks = sorted({r for f in in_flight for r in f.ranks})

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Union
 
 from frtrace.diagnosis.finding import Diagnosis, Finding
 from frtrace.diagnosis.kinds import kind as kind_row
-from frtrace.logs.model import UNNAMED_GROUP, GroupPosition, LogEvidence, Place, RankLog, TimedOut, WorkAt
+from frtrace.logs.model import UNNAMED_GROUP, Ending, GroupPosition, LogEvidence, Place, RankLog, TimedOut, WorkAt
 from frtrace.match.analysis import Analysis
+from frtrace.model import PgStatus
+from frtrace.table.rank_dump import RankDump
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import ranks_text
 
@@ -141,7 +143,7 @@ def _read(evidence: LogEvidence) -> Reading:
     return reading
 
 
-def _group_order(name: str) -> tuple:
+def _group_order(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
@@ -291,7 +293,7 @@ def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Find
     timed = {r: group.positions[r].timed_out for r in frontier.waiting if group.positions[r].timed_out is not None}
     if len(timed) < 2 or frontier.seq is None:
         return []
-    classes: dict[tuple, list[int]] = defaultdict(list)
+    classes: dict[tuple[str, tuple[Optional[Union[int, str]], ...]], list[int]] = defaultdict(list)
     for rank, timed_out in sorted(timed.items()):
         work = timed_out.work  # type: ignore[union-attr]
         sizes = (work.numel_in, work.numel_out, work.tensor_shape) if work.op in SAME_SIZE_OPS else ()
@@ -480,7 +482,7 @@ def crash_findings(reading: Reading) -> list[Finding]:
     """Ranks that ended with an exception (or signal) of their own before their peers'
     watchdogs fired: where the trouble began."""
     first_failure = _first_peer_failure(reading)
-    crashed: dict[int, Any] = {}
+    crashed: dict[int, Ending] = {}
     for rank, log in sorted(reading.evidence.ranks.items()):
         own = log.first_own_error
         if own is None:
@@ -493,11 +495,11 @@ def crash_findings(reading: Reading) -> list[Finding]:
     if not crashed:
         return []
     findings = []
-    by_what: dict[tuple, list[int]] = defaultdict(list)
+    by_what: dict[tuple[str, str], list[int]] = defaultdict(list)
     for rank, own in crashed.items():
         by_what[(own.what, own.message)].append(rank)
     for (what, message), ranks in by_what.items():
-        first = min((crashed[r].at for r in ranks if crashed[r].at is not None), default=None)
+        first = min((at for r in ranks if (at := crashed[r].at) is not None), default=None)
         statement = f"{ranks_text(ranks)} ended with {what}" + (f": {_first_sentence(message)}" if message else "")
         if first is not None:
             statement += f" at {_clock(first)}"
@@ -514,7 +516,7 @@ def _first_peer_failure(reading: Reading) -> Optional[float]:
     return min(times) if times else None
 
 
-def _failed_before(log: RankLog, own) -> bool:
+def _failed_before(log: RankLog, own: Ending) -> bool:
     for position in log.groups.values():
         if not position.failed or position.told:
             continue
@@ -716,7 +718,7 @@ def with_dumps(analysis: Analysis, dumps_diagnosis: Diagnosis, evidence: LogEvid
     return Diagnosis(status, suspects, verdict, stand_ins + findings + conflicts)
 
 
-def _stand_ins(analysis: Analysis, logs_diagnosis: Diagnosis, dumped: set) -> list[Finding]:
+def _stand_ins(analysis: Analysis, logs_diagnosis: Diagnosis, dumped: set[int]) -> list[Finding]:
     """The logs' findings about ranks without a dump, in the dumps' groups."""
     found = []
     for finding in logs_diagnosis.findings:
@@ -738,8 +740,8 @@ def _dump_group(analysis: Analysis, finding: Finding) -> Optional[int]:
     return ids[0] if ids else 10_000_000 + finding.group_id  # a group the dumps do not hold
 
 
-def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagnosis, dumped: set,
-               dump_suspects: set) -> list[Finding]:
+def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagnosis, dumped: set[int],
+               dump_suspects: set[int]) -> list[Finding]:
     """Where a rank's dump and its log disagree on where it stood."""
     disagreements: dict[str, list[int]] = defaultdict(list)
     for dump in analysis.dumps:
@@ -770,17 +772,19 @@ def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagno
     return findings
 
 
-def _dump_status(dump, position: GroupPosition):
-    if position.local_id is not None and position.local_id in dump.pg_status:
-        return dump.pg_status[position.local_id]
-    if position.local_id is not None and str(position.local_id) in dump.pg_status:
-        return dump.pg_status[str(position.local_id)]
+def _dump_status(dump: RankDump, position: GroupPosition) -> Optional[PgStatus]:
+    # Dumps key pg_status by local id, as an int or as its string, or by position in pg_config.
+    statuses: Mapping[Any, PgStatus] = dump.pg_status
+    if position.local_id is not None and position.local_id in statuses:
+        return statuses[position.local_id]
+    if position.local_id is not None and str(position.local_id) in statuses:
+        return statuses[str(position.local_id)]
     names = [c.name for c in dump.pg_config]
     if position.name in names:
         index = names.index(position.name)
         for key in (index, str(index)):
-            if key in dump.pg_status:
-                return dump.pg_status[key]
+            if key in statuses:
+                return statuses[key]
     return None
 
 

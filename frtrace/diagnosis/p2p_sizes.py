@@ -38,7 +38,7 @@ _SHIFT_EVIDENCE = 2
 _HISTORY = 64  # earlier ops of the channel that tell a step of the program from an odd op
 
 
-def _moved(shapes: Shapes, sending: bool) -> Optional[tuple[int, frozenset]]:
+def _moved(shapes: Shapes, sending: bool) -> Optional[tuple[int, frozenset[str]]]:
     """(elements, dtypes) an op moves: a send's input, a recv's output (the other side
     where the dump left that one empty); None when nothing of it could be read."""
     if not shapes.readable:
@@ -83,7 +83,7 @@ def mismatched_pairs(facts: Facts) -> list[Finding]:
 _CHANNEL = attrgetter("src", "dst")
 
 
-def _may_disagree(view: GroupView, local: dict[int, int], src: int, dst: int, judged: dict) -> bool:
+def _may_disagree(view: GroupView, local: dict[int, int], src: int, dst: int, judged: dict[tuple[int, int], Optional[str]]) -> bool:
     """Whether some send the sender's table could hold on the channel src -> dst and some
     recv the receiver's could hold on it disagree: the few static rows of the two tables
     tell, so a channel whose every send and recv move alike is never read pair by pair
@@ -108,7 +108,7 @@ def _may_disagree(view: GroupView, local: dict[int, int], src: int, dst: int, ju
 _SEND_ROW, _RECV_ROW = attrgetter("send_row"), attrgetter("recv_row")
 
 
-def _first_mismatch(pairs: list[P2PMatch], judged: dict) -> Optional[tuple[P2PMatch, str]]:
+def _first_mismatch(pairs: list[P2PMatch], judged: dict[tuple[int, int], Optional[str]]) -> Optional[tuple[P2PMatch, str]]:
     """The first of a channel's pairs whose ends disagree, and how. Each end's ops are rows
     of one table (its rank's): the distinct pairs of static codes are judged, read in C
     for the hundreds of thousands of pairs of a pipeline, and the pairs walked only when
@@ -126,12 +126,13 @@ def _first_mismatch(pairs: list[P2PMatch], judged: dict) -> Optional[tuple[P2PMa
     send_shapes = send_table.static_answers(_SHAPES_OF, send_rows)
     recv_shapes = recv_table.static_answers(_SHAPES_OF, recv_rows)
     keys = list(zip(map(id, send_shapes), map(id, recv_shapes)))
-    bad = {}
+    bad: dict[tuple[int, int], str] = {}
     for key, (send, recv) in dict(zip(keys, zip(send_shapes, recv_shapes))).items():
         if key not in judged:
             judged[key] = _difference(send, recv)
-        if judged[key] is not None:
-            bad[key] = judged[key]
+        difference = judged[key]
+        if difference is not None:
+            bad[key] = difference
     if not bad:  # as a rule
         return None
     for pair, key in zip(pairs, keys):
@@ -177,7 +178,7 @@ def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
     return pair.src if sender_skipped else pair.dst
 
 
-def _lines_up(mine: list, theirs: list) -> bool:
+def _lines_up(mine: list[Optional[tuple[int, frozenset[str]]]], theirs: list[Optional[tuple[int, frozenset[str]]]]) -> bool:
     length = min(len(mine), len(theirs))
     return length >= _SHIFT_EVIDENCE and None not in mine[:length] and mine[:length] == theirs[:length]
 

@@ -94,7 +94,7 @@ def _on_times(columns: Sequence[Sequence[int]]) -> list[float]:
     return list(map(_median_of_sorted, map(sorted, arrivals)))
 
 
-def _median_of_sorted(values: Sequence) -> float:
+def _median_of_sorted(values: Sequence[float]) -> float:
     """statistics.median of values already sorted: the middle one, or the mean of the
     two middle ones (a float, as statistics.median gives)."""
     middle = len(values) // 2

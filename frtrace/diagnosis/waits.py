@@ -20,6 +20,7 @@ from operator import attrgetter
 from typing import Iterable, Optional
 
 from frtrace.match.matcher import MatchResult, P2PMatch
+from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import row_completed
 from frtrace.table.standing import blocked_at
@@ -132,7 +133,7 @@ def _p2p_waits(pairs: list[P2PMatch], blocked: dict[int, str], group_name: str,
                 posted[pair.dst].append(found)
 
 
-def _open(table, row: int) -> Optional[bool]:
+def _open(table: Optional[EntryTable], row: int) -> Optional[bool]:
     """Whether a pair's end is posted and unfinished (None: never posted)."""
     if table is None:
         return None
