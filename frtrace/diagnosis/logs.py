@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from frtrace.diagnosis.finding import Diagnosis, Finding
 from frtrace.diagnosis.kinds import kind as kind_row
@@ -196,6 +196,17 @@ def _failure_seq(position: GroupPosition) -> Optional[int]:
     return position.timed_out.work.seq if position.timed_out is not None else None
 
 
+def _most_common_op(failed: dict[int, GroupPosition], waiting: tuple[int, ...]) -> str:
+    """The op most of the waiting members timed out in ("" when none says)."""
+    ops = Counter(t.work.op for t in (failed[r].timed_out for r in waiting) if t is not None)
+    return ops.most_common(1)[0][0] if ops else ""
+
+
+def _first_failure_at(failed: dict[int, GroupPosition], waiting: tuple[int, ...]) -> Optional[float]:
+    times = [at for at in (failed[r].first_at for r in waiting) if at is not None]
+    return min(times) if times else None
+
+
 def _frontier(group: LogGroup) -> Optional[Frontier]:
     failed = {rank: p for rank, p in group.positions.items() if p.failed}
     if not failed:
@@ -203,9 +214,7 @@ def _frontier(group: LogGroup) -> Optional[Frontier]:
     seqs = [s for s in map(_failure_seq, failed.values()) if s is not None]
     seq = min(seqs) if seqs else None
     waiting = tuple(sorted(rank for rank, p in failed.items() if _failure_seq(p) == seq or seq is None))
-    ops = Counter(t.work.op for t in (failed[r].timed_out for r in waiting) if t is not None)
-    times = [at for at in (failed[r].first_at for r in waiting) if at is not None]
-    frontier = Frontier(seq, ops.most_common(1)[0][0] if ops else "", waiting, min(times) if times else None)
+    frontier = Frontier(seq, _most_common_op(failed, waiting), waiting, _first_failure_at(failed, waiting))
     # A member that entered the op only after the others had given up on it did not wait with them.
     late = {r for r in waiting if _entered_after_peers_gave_up(failed[r], frontier) is not None}
     if late and len(late) < len(waiting):
@@ -225,21 +234,7 @@ def group_findings(reading: Reading, group: LogGroup, crashed: list[Finding]) ->
     free = [r for r in absent if r not in blocked]
     behind = never_reached(reading, group, frontier, free)
     findings += behind
-    placed = {r for f in behind for r in f.own_suspects} | {r for f in behind for r in f.waiting_ranks if f.kind == "extra_op"}
-    left = [r for r in free if r not in placed and r not in crashed_ranks]
-    logs = reading.evidence.ranks
-    no_log = [r for r in left if r not in logs]
-    quiet = [r for r in left if r in logs]
-    own = [r for r in quiet if not _collateral_end(logs[r])]
-    after_others = [r for r in quiet if _collateral_end(logs[r])]
-    if own or not (placed or crashed_ranks & set(absent) or no_log):
-        own = own + after_others
-    if own:
-        findings.append(_silent(reading, group, frontier, tuple(own)))
-    if no_log:
-        # Logs of fewer members than waited are a partial paste, not evidence against the rest.
-        partial = len(no_log) >= len(frontier.waiting)
-        findings.append(_no_log(reading, group, frontier, tuple(no_log), partial))
+    findings += _unexplained(reading, group, frontier, free, behind, crashed_ranks & set(absent))
     if blocked:
         findings.append(_blocked(reading, group, frontier, blocked))
     unplaced = [] if group.desc == "default_pg" else unplaced_members(group)
@@ -248,6 +243,43 @@ def group_findings(reading: Reading, group: LogGroup, crashed: list[Finding]) ->
     elif not findings and not (crashed_ranks & set(absent)):
         findings.append(all_waited(reading, group, frontier))
     return findings
+
+
+def _unexplained(reading: Reading, group: LogGroup, frontier: Frontier, free: list[int], behind: list[Finding],
+                 crashed_absent: set[int]) -> list[Finding]:
+    """Members absent from the frontier and waiting nowhere that neither `behind` (what
+    never_reached found) nor a crash of their own explains: silent in their logs (those
+    whose log ends in another's failure only when nothing else explains the group), or
+    without a log."""
+    placed = _placed(behind)
+    left = [r for r in free if r not in placed and r not in crashed_absent]
+    logs = reading.evidence.ranks
+    no_log = [r for r in left if r not in logs]
+    own, after_others = _own_and_collateral_ends(reading, [r for r in left if r in logs])
+    if own or not (placed or crashed_absent or no_log):
+        own = own + after_others
+    findings = []
+    if own:
+        findings.append(_silent(reading, group, frontier, tuple(own)))
+    if no_log:
+        # Logs of fewer members than waited are a partial paste, not evidence against the rest.
+        partial = len(no_log) >= len(frontier.waiting)
+        findings.append(_no_log(reading, group, frontier, tuple(no_log), partial))
+    return findings
+
+
+def _placed(behind: list[Finding]) -> set[int]:
+    """The ranks never_reached's findings explain: their suspects, and the ranks an
+    extra op kept waiting."""
+    suspects = {r for f in behind for r in f.own_suspects}
+    return suspects | {r for f in behind for r in f.waiting_ranks if f.kind == "extra_op"}
+
+
+def _own_and_collateral_ends(reading: Reading, quiet: list[int]) -> tuple[list[int], list[int]]:
+    """`quiet` (ranks with a log) split: those whose log ends on its own, and those whose
+    log ends in another rank's failure."""
+    logs = reading.evidence.ranks
+    return [r for r in quiet if not _collateral_end(logs[r])], [r for r in quiet if _collateral_end(logs[r])]
 
 
 def _unplaced(reading: Reading, group: LogGroup, frontier: Frontier, local_ranks: list[int]) -> Finding:
@@ -288,6 +320,19 @@ def _entered_after_peers_gave_up(position: GroupPosition, frontier: Frontier) ->
     return entered if entered > frontier.at + CLOCK_SLACK_S else None
 
 
+def _mismatch_statement(group: LogGroup, frontier: Frontier, kind: str, ordered: Sequence[tuple[object, list[int]]],
+                        odd: tuple[int, ...], tie: bool) -> str:
+    """What `mismatch` says: the classes of members (`ordered`, the largest first), or the
+    odd ranks against the majority."""
+    if tie:
+        shown = " vs ".join(f"{ranks_text(ranks)} {_work_text(group.positions[ranks[0]])}" for _, ranks in ordered)
+        return f"tie at {_where(group, frontier)}: no majority — {shown}; the logs cannot tell which side is wrong"
+    major = ordered[0][1]
+    return (f"{kind.replace('_', ' ')} at {_where(group, frontier)}: {ranks_text(odd)} waited in "
+            f"{_work_text(group.positions[odd[0]])} while {ranks_text(major)} waited in "
+            f"{_work_text(group.positions[major[0]])}")
+
+
 def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Finding]:
     """Members waited in the frontier with different ops, or other sizes of one op."""
     timed = {r: group.positions[r].timed_out for r in frontier.waiting if group.positions[r].timed_out is not None}
@@ -306,13 +351,7 @@ def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Find
     odd = tuple(sorted(r for _, ranks in odd_classes for r in ranks))
     ops = {key[0] for key in classes}
     kind = "op_mismatch" if len(ops) > 1 else "size_mismatch"
-    shown = " vs ".join(f"{ranks_text(ranks)} {_work_text(group.positions[ranks[0]])}" for _, ranks in ordered)
-    if tie:
-        statement = f"tie at {_where(group, frontier)}: no majority — {shown}; the logs cannot tell which side is wrong"
-    else:
-        statement = (f"{kind.replace('_', ' ')} at {_where(group, frontier)}: {ranks_text(odd)} waited in "
-                     f"{_work_text(group.positions[odd[0]])} while {ranks_text(major)} waited in "
-                     f"{_work_text(group.positions[major[0]])}")
+    statement = _mismatch_statement(group, frontier, kind, ordered, odd, tie)
     facts = {"classes": [{"ranks": list(ranks), "entry": _work_text(group.positions[ranks[0]])} for _, ranks in ordered],
              "tie": tie}
     return [_finding(reading, kind, "logs.mismatch", group, frontier, suspects=() if tie else odd,
@@ -341,7 +380,28 @@ def stuck_behind_peers(reading: Reading, group: LogGroup, frontier: Frontier) ->
 def never_reached(reading: Reading, group: LogGroup, frontier: Frontier, absent: list[int]) -> list[Finding]:
     """Absent members whose own lines place them: behind the frontier, or in it only after
     their peers had given up on it."""
-    behind, late = {}, {}
+    behind, late = _behind_and_late(group, frontier, absent)
+    findings = []
+    waiting = frontier.waiting
+    idle = {r for r, reached in behind.items() if reached == (frontier.seq or 0) - 1}
+    if behind and len(idle) == len(behind) > len(waiting) and not late:
+        findings.append(_went_ahead(reading, group, frontier, behind))
+    elif behind:
+        findings.append(_behind(reading, group, frontier, behind))
+    if late:
+        ranks = tuple(sorted(late))
+        statement = (f"{ranks_text(ranks)} entered {_where(group, frontier)} only after "
+                     f"{ranks_text(frontier.waiting)} had given up on it (timed out): they were behind by more than the timeout")
+        findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
+                                 statement=statement, facts={"entered_late": True}))
+    return findings
+
+
+def _behind_and_late(group: LogGroup, frontier: Frontier, absent: list[int]) -> tuple[dict[int, int], dict[int, float]]:
+    """({rank: its last enqueued op} for absent members behind the frontier, {rank: when
+    it entered} for those that entered it only after their peers had given up)."""
+    behind: dict[int, int] = {}
+    late: dict[int, float] = {}
     for rank in absent:
         position = group.positions.get(rank)
         if position is None:
@@ -351,35 +411,33 @@ def never_reached(reading: Reading, group: LogGroup, frontier: Frontier, absent:
             late[rank] = entered
         elif frontier.seq is not None and position.reached is not None and position.reached < frontier.seq:
             behind[rank] = position.reached
-    findings = []
+    return behind, late
+
+
+def _went_ahead(reading: Reading, group: LogGroup, frontier: Frontier, behind: dict[int, int]) -> Finding:
+    """Most members finished the op before and went no further; the few that entered
+    an op nobody else did went ahead (consensus, as for dumps: extra_op)."""
     waiting = frontier.waiting
-    idle = {r for r, reached in behind.items() if reached == (frontier.seq or 0) - 1}
-    if behind and len(idle) == len(behind) > len(waiting) and not late:
-        # Most members finished the op before and went no further; the few that entered
-        # an op nobody else did went ahead (consensus, as for dumps: extra_op).
-        statement = (f"{ranks_text(waiting)} issued {_where(group, frontier)}, which {ranks_text(sorted(behind))} never "
-                     f"issued: their last enqueued op was #{(frontier.seq or 0) - 1}, and they wait in nothing else")
-        findings.append(_finding(reading, "extra_op", "logs.went_ahead", group, frontier, suspects=waiting,
-                                 statement=statement, facts={"last_enqueued": {str(r): behind[r] for r in sorted(behind)}},
-                                 waiting=tuple(sorted(behind))))
-    elif behind:
-        ranks = tuple(sorted(behind))
-        said = _fold_values(behind)
-        statement = (f"{ranks_text(ranks)} never reached {_where(group, frontier)}: {said} "
-                     f"while {ranks_text(waiting)} timed out in it")
-        facts: dict[str, Any] = {"last_enqueued": {str(r): behind[r] for r in ranks}}
-        if len(ranks) == len(waiting):
-            facts["tie"] = True
-            statement += " (an even split: the ranks that did not arrive are blamed, as they are behind)"
-        findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
-                                 statement=statement, facts=facts))
-    if late:
-        ranks = tuple(sorted(late))
-        statement = (f"{ranks_text(ranks)} entered {_where(group, frontier)} only after "
-                     f"{ranks_text(frontier.waiting)} had given up on it (timed out): they were behind by more than the timeout")
-        findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
-                                 statement=statement, facts={"entered_late": True}))
-    return findings
+    statement = (f"{ranks_text(waiting)} issued {_where(group, frontier)}, which {ranks_text(sorted(behind))} never "
+                 f"issued: their last enqueued op was #{(frontier.seq or 0) - 1}, and they wait in nothing else")
+    return _finding(reading, "extra_op", "logs.went_ahead", group, frontier, suspects=waiting,
+                    statement=statement, facts={"last_enqueued": {str(r): behind[r] for r in sorted(behind)}},
+                    waiting=tuple(sorted(behind)))
+
+
+def _behind(reading: Reading, group: LogGroup, frontier: Frontier, behind: dict[int, int]) -> Finding:
+    """Members behind the frontier: they never reached it (an even split blames them too)."""
+    waiting = frontier.waiting
+    ranks = tuple(sorted(behind))
+    said = _fold_values(behind)
+    statement = (f"{ranks_text(ranks)} never reached {_where(group, frontier)}: {said} "
+                 f"while {ranks_text(waiting)} timed out in it")
+    facts: dict[str, Any] = {"last_enqueued": {str(r): behind[r] for r in ranks}}
+    if len(ranks) == len(waiting):
+        facts["tie"] = True
+        statement += " (an even split: the ranks that did not arrive are blamed, as they are behind)"
+    return _finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
+                    statement=statement, facts=facts)
 
 
 def _fold_values(values: dict[int, int]) -> str:
@@ -702,6 +760,14 @@ def with_dumps(analysis: Analysis, dumps_diagnosis: Diagnosis, evidence: LogEvid
     for finding in findings:
         if finding.is_root and finding.own_suspects:
             _add_hosts_of(evidence, finding)
+    status, suspects, verdict = _conclusion_with_logs(dumps_diagnosis, logs_diagnosis, stand_ins)
+    return Diagnosis(status, suspects, verdict, stand_ins + findings + conflicts)
+
+
+def _conclusion_with_logs(dumps_diagnosis: Diagnosis, logs_diagnosis: Diagnosis,
+                          stand_ins: list[Finding]) -> tuple[str, tuple[int, ...], str]:
+    """(status, suspects, verdict line) of the dumps' diagnosis with the logs' stand-ins
+    for ranks without a dump, and the logs' own status where the dumps see nothing."""
     status, suspects, verdict = dumps_diagnosis.status, dumps_diagnosis.suspect_ranks, dumps_diagnosis.verdict
     new_roots = [f for f in stand_ins if f.is_root and f.suspect_ranks and f.severity == "error"]
     told = [f for f in new_roots if set(f.own_suspects) <= set(suspects)]
@@ -715,7 +781,7 @@ def with_dumps(analysis: Analysis, dumps_diagnosis: Diagnosis, evidence: LogEvid
         status = "inconclusive"
         verdict = ("INCONCLUSIVE: the dumps show nothing wrong, but the logs do: "
                    + logs_diagnosis.verdict.split(": ", 1)[-1])
-    return Diagnosis(status, suspects, verdict, stand_ins + findings + conflicts)
+    return status, suspects, verdict
 
 
 def _stand_ins(analysis: Analysis, logs_diagnosis: Diagnosis, dumped: set[int]) -> list[Finding]:

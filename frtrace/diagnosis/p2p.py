@@ -97,26 +97,41 @@ def posted_pairs(facts: Facts) -> list[Finding]:
     return findings
 
 
-def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
-    """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
-    waits in, are what its ring peers issue some ops later (and not what they issue there):
-    it skipped them. None when no single member is so shifted."""
-    ends: dict[int, tuple[Entry, tuple[int, Entry]]] = {}  # rank -> (its posted entry, the other end)
+_Ends = dict[int, tuple[Entry, tuple[int, Entry]]]  # rank -> (its posted entry, (the other end's rank, entry))
+
+
+def _posted_ends(view: GroupView, ordered: list[PostedPair]) -> _Ends:
+    """Each member's first posted op among the group's pairs posted on both ends, and its other end."""
+    ends: _Ends = {}
     for posted in ordered:
         pair = posted.pair
         if pair.group_id != view.group.id or pair.send is None or pair.recv is None:
             continue
         ends.setdefault(pair.src, (pair.send, (pair.dst, pair.recv)))
         ends.setdefault(pair.dst, (pair.recv, (pair.src, pair.send)))
+    return ends
+
+
+def _shifted(consensus: _RingConsensus, ends: _Ends) -> list[tuple[int, Entry, tuple[int, Entry], int]]:
+    """(rank, its op, the other end, P2P ops it skipped) of the members whose ops from the
+    one they wait in are what their ring peers issue later, where the peers agree before."""
+    return [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
+            if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
+            and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+
+
+def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
+    """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
+    waits in, are what its ring peers issue some ops later (and not what they issue there):
+    it skipped them. None when no single member is so shifted."""
+    ends = _posted_ends(view, ordered)
     if not ends:
         return None
     seqs = [entry.p2p_seq_id for entry, _ in ends.values()]
     consensus = _RingConsensus.of(facts, view, range(max(1, min(seqs) - RING_WINDOW), max(seqs) + RING_WINDOW + MAX_SKIP + 1))
     if consensus is None:
         return None
-    shifted = [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
-               if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
-               and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+    shifted = _shifted(consensus, ends)
     if len(shifted) != 1:
         return None
     rank, entry, other, shift = shifted[0]
