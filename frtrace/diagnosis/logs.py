@@ -215,11 +215,17 @@ def _frontier(group: LogGroup) -> Optional[Frontier]:
     seq = min(seqs) if seqs else None
     waiting = tuple(sorted(rank for rank, p in failed.items() if _failure_seq(p) == seq or seq is None))
     frontier = Frontier(seq, _most_common_op(failed, waiting), waiting, _first_failure_at(failed, waiting))
-    # A member that entered the op only after the others had given up on it did not wait with them.
+    _leave_out_late(frontier, failed)
+    return frontier
+
+
+def _leave_out_late(frontier: Frontier, failed: dict[int, GroupPosition]) -> None:
+    """A member that entered the op only after the others had given up on it did not
+    wait with them (unless none did)."""
+    waiting = frontier.waiting
     late = {r for r in waiting if _entered_after_peers_gave_up(failed[r], frontier) is not None}
     if late and len(late) < len(waiting):
         frontier.waiting = tuple(r for r in waiting if r not in late)
-    return frontier
 
 
 # --------------------------------------------------------------------------- per group
@@ -539,6 +545,24 @@ def all_waited(reading: Reading, group: LogGroup, frontier: Frontier) -> Finding
 def crash_findings(reading: Reading) -> list[Finding]:
     """Ranks that ended with an exception (or signal) of their own before their peers'
     watchdogs fired: where the trouble began."""
+    crashed = _own_crashes(reading)
+    if not crashed:
+        return []
+    findings = []
+    by_what: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for rank, own in crashed.items():
+        by_what[(own.what, own.message)].append(rank)
+    for (what, message), ranks in by_what.items():
+        first = min((at for r in ranks if (at := crashed[r].at) is not None), default=None)
+        statement = _crash_statement(reading, ranks, what, message, first)
+        facts = {"ending": what, "message": message}
+        findings.append(_job_finding(reading, "crashed", "logs.crashed", tuple(ranks), statement, facts, first))
+    return findings
+
+
+def _own_crashes(reading: Reading) -> dict[int, Ending]:
+    """rank -> its first error of its own, for the ranks whose error did not follow from
+    a timeout of their own or come after their peers had failed while they waited."""
     first_failure = _first_peer_failure(reading)
     crashed: dict[int, Ending] = {}
     for rank, log in sorted(reading.evidence.ranks.items()):
@@ -550,23 +574,17 @@ def crash_findings(reading: Reading) -> list[Finding]:
         if own.at is not None and first_failure is not None and own.at > first_failure + CLOCK_SLACK_S and rank in reading.waiting_in:
             continue
         crashed[rank] = own
-    if not crashed:
-        return []
-    findings = []
-    by_what: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for rank, own in crashed.items():
-        by_what[(own.what, own.message)].append(rank)
-    for (what, message), ranks in by_what.items():
-        first = min((at for r in ranks if (at := crashed[r].at) is not None), default=None)
-        statement = f"{ranks_text(ranks)} ended with {what}" + (f": {_first_sentence(message)}" if message else "")
-        if first is not None:
-            statement += f" at {_clock(first)}"
-        waiting = tuple(sorted(reading.waiting_in))
-        if waiting:
-            statement += f", before {ranks_text(waiting)} timed out waiting"
-        facts = {"ending": what, "message": message}
-        findings.append(_job_finding(reading, "crashed", "logs.crashed", tuple(ranks), statement, facts, first))
-    return findings
+    return crashed
+
+
+def _crash_statement(reading: Reading, ranks: list[int], what: str, message: str, first: Optional[float]) -> str:
+    statement = f"{ranks_text(ranks)} ended with {what}" + (f": {_first_sentence(message)}" if message else "")
+    if first is not None:
+        statement += f" at {_clock(first)}"
+    waiting = tuple(sorted(reading.waiting_in))
+    if waiting:
+        statement += f", before {ranks_text(waiting)} timed out waiting"
+    return statement
 
 
 def _first_peer_failure(reading: Reading) -> Optional[float]:
@@ -587,6 +605,14 @@ def _failed_before(log: RankLog, own: Ending) -> bool:
     return False
 
 
+def _stuck_statement(stuck: tuple[int, ...], seconds: int, everyone: bool) -> str:
+    statement = (f"the heartbeat monitor found the watchdog of {ranks_text(stuck)} stuck"
+                 + (f" for {seconds} s" if seconds else "") + ": a CUDA or NCCL call hung there (or a thread held the GIL)")
+    if everyone:
+        statement += "; on every rank alike, so the logs cannot name one (a job-wide stall: storage, host, driver)"
+    return statement
+
+
 def watchdog_stuck(reading: Reading, findings: list[Finding]) -> list[Finding]:
     """The heartbeat monitor found the watchdog stuck on some ranks (not all): a CUDA or
     NCCL call hung there, or another thread held the GIL."""
@@ -596,10 +622,7 @@ def watchdog_stuck(reading: Reading, findings: list[Finding]) -> list[Finding]:
         return []
     everyone = len(stuck) == len(logs)
     seconds = max(logs[r].heartbeat_stuck_s or 0 for r in stuck)
-    statement = (f"the heartbeat monitor found the watchdog of {ranks_text(stuck)} stuck"
-                 + (f" for {seconds} s" if seconds else "") + ": a CUDA or NCCL call hung there (or a thread held the GIL)")
-    if everyone:
-        statement += "; on every rank alike, so the logs cannot name one (a job-wide stall: storage, host, driver)"
+    statement = _stuck_statement(stuck, seconds, everyone)
     decided = any(f.own_suspects and f.own_severity == "error" for f in findings)
     suspects = () if everyone or decided else stuck
     return [_job_finding(reading, "stuck", "logs.watchdog_stuck", stuck, statement, {"stuck_s": seconds},
@@ -640,10 +663,16 @@ def _link_blocked(reading: Reading, by_group: dict[str, list[Finding]]) -> None:
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
+def _decides_fault(finding: Finding) -> bool:
+    """A root error with suspects, of a kind that makes the status `faults`."""
+    return (finding.is_root and bool(finding.suspect_ranks) and finding.severity == "error"
+            and kind_row(finding.kind).decides_fault)
+
+
 def conclude_logs(reading: Reading, findings: list[Finding]) -> Diagnosis:
     ordered = sorted(findings, key=lambda f: (not f.is_root, _SEVERITY[f.severity], f.age_ns,
                                               f.group_id if f.group_id is not None else -1, f.kind))
-    roots = [f for f in ordered if f.is_root and f.suspect_ranks and f.severity == "error" and kind_row(f.kind).decides_fault]
+    roots = [f for f in ordered if _decides_fault(f)]
     suspects = tuple(sorted({r for f in roots for r in f.suspect_ranks}))
     if roots:
         more = f" (+{plural(len(roots) - 1, 'more root finding')})" if len(roots) > 1 else ""
@@ -815,16 +844,8 @@ def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagno
         if log is None:
             continue
         for position in log.groups.values():
-            status = _dump_status(dump, position)
-            if status is None:
-                continue
-            seq = _failure_seq(position)
-            if seq is not None and status.last_completed is not None and status.last_completed >= seq:
-                disagreements[f"the dump says #{seq} of group {position.name} completed; the log says it failed in it"].append(dump.rank)
-            if (position.last_enqueued is not None and status.last_enqueued is not None
-                    and position.last_enqueued > status.last_enqueued):
-                disagreements[f"the log has enqueued more of group {position.name} than the dump "
-                              f"(#{position.last_enqueued} vs #{status.last_enqueued})"].append(dump.rank)
+            for what in _position_conflicts(dump, position):
+                disagreements[what].append(dump.rank)
     named = {r for f in logs_diagnosis.findings if f.is_root and f.severity == "error" for r in f.own_suspects}
     for rank in sorted((named & dumped) - dump_suspects):
         disagreements["the logs name it, its dump does not place it there"].append(rank)
@@ -836,6 +857,22 @@ def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagno
                                 statement=f"dump and log of {ranks_text(ranks)} disagree: {what}",
                                 facts={"ranks": list(ranks)}))
     return findings
+
+
+def _position_conflicts(dump: RankDump, position: GroupPosition) -> list[str]:
+    """Where the rank's dump and its log disagree on where it stood in one group."""
+    status = _dump_status(dump, position)
+    if status is None:
+        return []
+    said = []
+    seq = _failure_seq(position)
+    if seq is not None and status.last_completed is not None and status.last_completed >= seq:
+        said.append(f"the dump says #{seq} of group {position.name} completed; the log says it failed in it")
+    if (position.last_enqueued is not None and status.last_enqueued is not None
+            and position.last_enqueued > status.last_enqueued):
+        said.append(f"the log has enqueued more of group {position.name} than the dump "
+                    f"(#{position.last_enqueued} vs #{status.last_enqueued})")
+    return said
 
 
 def _dump_status(dump: RankDump, position: GroupPosition) -> Optional[PgStatus]:
