@@ -10,13 +10,9 @@ import pytest
 from helpers import analyse_dicts, job
 
 from frtrace.diagnosis.frontier import _newest_finished
-from frtrace.diagnosis.program_order import (
-    ProgramOrder,
-    _p2p_channel,
-    _shape,
-    newest_p2p_names,
-    p2p_seq_ids,
-)
+from frtrace.diagnosis.own_past import channel_positions, past_says_skipped
+from frtrace.diagnosis.program import Programs, form_of, newest_p2p_names, p2p_channel, p2p_seq_ids
+from frtrace.diagnosis.program_order import ProgramOrder
 from frtrace.match.matcher import batch_signature
 from frtrace.table.standing import batch_key
 from frtrace.testing.synth import Fault, generate
@@ -61,8 +57,8 @@ def _bounds_by_entries(entries, position: int) -> tuple:
     return start, end
 
 
-def _token_by_entries(order: ProgramOrder, rank: int, position: int):
-    """A token as the entries say it (what ProgramOrder._token reads off the columns)."""
+def _token_by_entries(order: Programs, rank: int, position: int):
+    """A token as the entries say it (what Programs.token reads off the columns)."""
     entries = list(order.entries[rank])
     start, end = _bounds_by_entries(entries, position)
     entry = entries[start]
@@ -76,17 +72,17 @@ def _token_by_entries(order: ProgramOrder, rank: int, position: int):
 
 
 def test_tokens_and_batch_bounds_read_off_the_columns_are_the_entries(analysis):
-    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    order = Programs(analysis.device_dumps, analysis.layout, analysis.device)
     assert order.entries
     for rank, table in order.entries.items():
         entries = list(table)
         for position in range(len(entries)):
-            assert order._batch_bounds(rank, position) == _bounds_by_entries(entries, position)
+            assert order.batch_bounds(rank, position) == _bounds_by_entries(entries, position)
             assert order.token(rank, position) == _token_by_entries(order, rank, position)
 
 
 def test_p2p_reads_and_rows_placed_off_the_columns_are_the_entries(analysis):
-    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    order = Programs(analysis.device_dumps, analysis.layout, analysis.device)
     for view in analysis.device.views:
         for rank, stream in view.streams.items():
             p2p = stream.p2p
@@ -94,7 +90,7 @@ def test_p2p_reads_and_rows_placed_off_the_columns_are_the_entries(analysis):
             assert p2p_seq_ids(p2p) == [e.p2p_seq_id for e in entries]
             newest_first = [(k, entries[k].name) for k in reversed(range(len(entries)))]
             assert list(newest_p2p_names(p2p)) == newest_first
-            assert [_p2p_channel(e) for e in entries] == [(n.op, n.local_src, n.local_dst) for _, n in newest_first[::-1]]
+            assert [p2p_channel(e) for e in entries] == [(n.op, n.local_src, n.local_dst) for _, n in newest_first[::-1]]
             if rank in order.entries:
                 assert ([order.p2p_position(rank, p2p, k) for k in range(len(entries))]
                         == [order.position(rank, e) for e in entries])
@@ -123,9 +119,9 @@ def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnes
     """Findings asked one after another of one ProgramOrder (its tokens, batch bounds and
     sibling witnesses kept) are judged as by a ProgramOrder of their own; with few
     witnesses, findings of the family's first groups and of the others read apart."""
-    from frtrace.diagnosis import program_order
+    from frtrace.diagnosis import like_ranks, program_order
 
-    monkeypatch.setattr(program_order, "MAX_WITNESSES", max_witnesses)
+    monkeypatch.setattr(like_ranks, "MAX_WITNESSES", max_witnesses)
     dumps = dict(generate(world_size=32, tp=2, pp=4, steps=4, timing=True, p2p="batched",
                           fault=Fault("hang", rank=5, group="tp", step=2)).dumps)
     analysis, diagnosis = analyse_dicts(dumps, render=False)
@@ -143,13 +139,15 @@ def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnes
                 == program_order.went_past_finding(fresh(), finding, ranks))
         if finding.kind != "p2p_unmatched":  # the rank's collectives of the group before the op, placed
             for rank in ranks:
-                stream = shared.views[finding.group_id].streams.get(rank)
-                placed = [shared.position(rank, stream.collectives[s][0]) for s in sorted(stream.collectives)
-                          if s < finding.collective_seq_id] if stream and rank in shared.entries else []
-                assert program_order._channel(shared, finding, rank) == [p for p in placed if p is not None]
+                program = shared.program
+                stream = program.views[finding.group_id].streams.get(rank)
+                placed = [program.position(rank, stream.collectives[s][0]) for s in sorted(stream.collectives)
+                          if s < finding.collective_seq_id] if stream and rank in program.entries else []
+                assert channel_positions(program, finding, rank) == [p for p in placed if p is not None]
         if finding.kind == "p2p_unmatched":
-            witnesses = program_order._p2p_witnesses(shared, finding)
-            assert witnesses == program_order._p2p_witnesses(fresh(), finding)
+            witnesses = like_ranks.p2p_witnesses(shared.program, shared.siblings, finding)
+            other = fresh()
+            assert witnesses == like_ranks.p2p_witnesses(other.program, other.siblings, finding)
             witnessed += bool(witnesses[1])
     assert witnessed > 3
 
@@ -165,39 +163,39 @@ def test_the_unfinished_collectives_are_those_some_issuer_did_not_complete(analy
             expected = [m for m in matches if len(m.completed_ranks) < len(m.calls)]
             assert list(unfinished(matches)) == expected
 
-def _shapes_by_tokens(order: ProgramOrder, rank: int, start, stop: int, limit: int) -> tuple:
-    """ProgramOrder._shapes as the tokens say it: token by token, batch after batch."""
-    shapes: list = []
-    while start is not None and start < stop and len(shapes) < limit:
+def _forms_by_tokens(order: Programs, rank: int, start, stop: int, limit: int) -> tuple:
+    """Programs.forms_from as the tokens say it: token by token, batch after batch."""
+    forms: list = []
+    while start is not None and start < stop and len(forms) < limit:
         token = order.token(rank, start)
         if token is None:
-            return shapes, False
-        shapes.append(_shape(token))
+            return forms, False
+        forms.append(token.form)
         start = order.following(rank, start)
-    return shapes, start is None or start >= stop
+    return forms, start is None or start >= stop
 
 
-def test_shapes_walked_off_the_columns_are_the_tokens_shapes(analysis):
+def test_forms_walked_off_the_columns_are_the_tokens_forms(analysis):
     """The walk through a rank's past reads each op's batch key once and no token; it
-    gives the shapes of the tokens, batch by batch, from inside a batch too, cut where
+    gives the forms of the tokens, batch by batch, from inside a batch too, cut where
     the tokens' walk is cut (at `stop`, at `limit`, at an op outside every group)."""
-    order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+    order = Programs(analysis.device_dumps, analysis.layout, analysis.device)
     walked = 0
     for rank, table in order.entries.items():
         length = len(table)
         for start in list(range(length)) + [None]:
             for stop, limit in [(length, 256), (length, 3), (length, 1), (length, 0),
                                 ((start or 0) + 5, 256), ((start or 0) + 1, 2), (start or 0, 4)]:
-                fresh = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
-                assert order._shapes(rank, start, stop, limit) == _shapes_by_tokens(fresh, rank, start, stop, limit)
+                fresh = Programs(analysis.device_dumps, analysis.layout, analysis.device)
+                assert order.forms_from(rank, start, stop, limit) == _forms_by_tokens(fresh, rank, start, stop, limit)
                 walked += 1
     assert walked > 50
 
 
-def _past_says_skipped_by_tokens(order: ProgramOrder, rank: int, channel: list, op_shape):
-    """ProgramOrder.past_says_skipped as it reads with every stretch walked whole, token by
+def _past_says_skipped_by_tokens(order: Programs, rank: int, channel: list, op_form):
+    """past_says_skipped as it reads with every stretch walked whole, token by
     token (no early stop at the first op unlike the stretch it is compared with)."""
-    from frtrace.diagnosis.program_order import HISTORY_SPAN, HISTORY_TRIES
+    from frtrace.diagnosis.own_past import HISTORY_SPAN, HISTORY_TRIES
 
     if len(channel) < 2:
         return None
@@ -205,22 +203,22 @@ def _past_says_skipped_by_tokens(order: ProgramOrder, rank: int, channel: list, 
     if start is None:
         return None
     end = len(order.entries[rank])
-    now, whole = _shapes_by_tokens(order, rank, start, end, HISTORY_SPAN)
+    now, whole = _forms_by_tokens(order, rank, start, end, HISTORY_SPAN)
     tries = 0
     for j in range(len(channel) - 1, 0, -1):
         if tries == HISTORY_TRIES:
             break
-        if op_shape is not None and _shape(order.token(rank, channel[j]) or ()) != op_shape:
+        if op_form is not None and form_of(order.token(rank, channel[j])) != op_form:
             continue
         tries += 1
-        before, complete = _shapes_by_tokens(order, rank, order.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
+        before, complete = _forms_by_tokens(order, rank, order.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
         if not (whole and complete) or now[:len(before)] != before[:len(now)]:
             continue
         if len(now) <= len(before):
             return None
-        after, _ = _shapes_by_tokens(order, rank, order.following(rank, channel[j]), end, len(now) - len(before))
+        after, _ = _forms_by_tokens(order, rank, order.following(rank, channel[j]), end, len(now) - len(before))
         if now[len(before):] == after:
-            return order._went_past(rank, order._nth_following(rank, start, len(before)), 0, True)
+            return order.went_past(rank, order.nth_following(rank, start, len(before)), 0, True)
     return None
 
 
@@ -238,15 +236,14 @@ def test_a_ranks_past_read_with_early_stops_says_what_the_whole_stretches_say():
     """past_says_skipped, which stops reading a stretch of the rank's past at its first op
     unlike what the rank did since (and reads nothing more when that is unfinished), says
     what reading every stretch whole says: for every rank, on each of its groups'
-    collective channels (every prefix, with and without the op's shape) and P2P channels."""
-    from frtrace.diagnosis.program_order import _name_channel
-    from frtrace.diagnosis.program_order import _shape as shape_of
+    collective channels (every prefix, with and without the op's form) and P2P channels."""
+    from frtrace.diagnosis.program import name_channel
 
     said = asked = 0
     for name, params in PAST_JOBS.items():
         analysis, _ = analyse_dicts(dict(generate(**params).dumps), render=False)
-        order = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
-        reference = ProgramOrder(analysis.device_dumps, analysis.layout, analysis.device)
+        order = Programs(analysis.device_dumps, analysis.layout, analysis.device)
+        reference = Programs(analysis.device_dumps, analysis.layout, analysis.device)
         for view in analysis.device.views:
             for rank, stream in view.streams.items():
                 if rank not in order.entries:
@@ -256,16 +253,16 @@ def test_a_ranks_past_read_with_early_stops_says_what_the_whole_stretches_say():
                 positions = [p for p in positions if p is not None]
                 for k in range(2, len(positions) + 1):
                     channels.append((positions[:k], None))
-                    channels.append((positions[:k], shape_of(order.token(rank, positions[k - 1]) or ())))
+                    channels.append((positions[:k], form_of(order.token(rank, positions[k - 1]))))
                 by_channel: dict = {}
                 for k, entry in enumerate(stream.p2p):
                     position = order.p2p_position(rank, stream.p2p, k)
                     if position is not None:
-                        by_channel.setdefault(_name_channel(entry.name), []).append(position)
+                        by_channel.setdefault(name_channel(entry.name), []).append(position)
                 channels += [(positions, None) for positions in by_channel.values()]
-                for channel, op_shape in channels:
-                    expected = _past_says_skipped_by_tokens(reference, rank, channel, op_shape)
-                    assert order.past_says_skipped(rank, channel, op_shape) == expected, (name, rank, channel)
+                for channel, op_form in channels:
+                    expected = _past_says_skipped_by_tokens(reference, rank, channel, op_form)
+                    assert past_says_skipped(order, rank, channel, op_form) == expected, (name, rank, channel)
                     asked += 1
                     said += expected is not None
     assert asked > 1000 and said > 0

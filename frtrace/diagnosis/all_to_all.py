@@ -63,9 +63,7 @@ def exchange_mismatches(facts: Facts) -> list[Finding]:
     findings = []
     for view in facts.device.views:
         group = view.group
-        if group.size < 2 or view.no_dump or not _members_known(group.membership_source, layout.ranks_missing):
-            continue
-        if not any(group.name in holding.get(rank, ()) for rank in group.ranks):
+        if not _may_hold_one(view, layout.ranks_missing, holding):
             continue
         seqs = _to_judge(view)
         matches = [m for m in map(facts.index.at.get, ((group.id, seq) for seq in seqs))
@@ -74,6 +72,15 @@ def exchange_mismatches(facts: Facts) -> list[Finding]:
         if finding is not None:
             findings.append(finding)
     return findings
+
+
+def _may_hold_one(view: GroupView, ranks_missing: tuple[int, ...], holding: dict[int, set[str]]) -> bool:
+    """Whether the group's exchanges can be judged: two members or more, all known and
+    dumped, and some member's table holds an all_to_all of it (`holding`)."""
+    group = view.group
+    if group.size < 2 or view.no_dump or not _members_known(group.membership_source, ranks_missing):
+        return False
+    return any(group.name in holding.get(rank, ()) for rank in group.ranks)
 
 
 class _Exchange(NamedTuple):
@@ -116,7 +123,18 @@ def _to_judge(view: GroupView) -> list[int]:
     peer: sorted. Read a column at a time, in C: a member's rows of the group map to their
     codes, the codes to their balances. The members' numbers mostly line up (their
     windows differ at the old end at most): each is added to the longest as a slice."""
-    held: list[tuple[list[int], list[int]]] = []  # per member with all_to_alls: (numbers, balances)
+    held, per_peer = _held_exchanges(view)
+    if not held:
+        return []
+    other = _totals(held)
+    size = view.group.size
+    return sorted({seq for seq, (balance, members) in other.items() if balance and members == size} | per_peer)
+
+
+def _held_exchanges(view: GroupView) -> tuple[list[tuple[list[int], list[int]]], set[int]]:
+    """([(numbers, balances) of the all_to_alls of each member that holds some], the
+    numbers where some member says what it moves per peer)."""
+    held: list[tuple[list[int], list[int]]] = []
     per_peer: set[int] = set()
     for rank in view.group.ranks:
         exchanges = _exchanges_of(view, rank)
@@ -126,8 +144,12 @@ def _to_judge(view: GroupView) -> list[int]:
         ones = list(map(_IS_ONE, answers))
         held.append((list(compress(seqs, ones)), list(map(_BALANCE, compress(answers, ones)))))
         per_peer.update(compress(seqs, map(_PER_PEER, answers)))
-    if not held:
-        return []
+    return held, per_peer
+
+
+def _totals(held: list[tuple[list[int], list[int]]]) -> dict[int, list[int]]:
+    """seq -> [balance, members] summed over the members in `held`, for the numbers whose
+    balance is not zero or that some member's run does not line up with."""
     numbers = max((seqs for seqs, _ in held), key=len)
     at = dict(zip(numbers, count()))
     balances, counts = [0] * len(numbers), [0] * len(numbers)
@@ -149,11 +171,10 @@ def _to_judge(view: GroupView) -> list[int]:
         tally = other.setdefault(numbers[k], [0, 0])
         tally[0] += balances[k]
         tally[1] += counts[k]
-    size = view.group.size
-    return sorted({seq for seq, (balance, members) in other.items() if balance and members == size} | per_peer)
+    return other
 
 
-def _members_known(source: str, ranks_missing: tuple) -> bool:
+def _members_known(source: str, ranks_missing: tuple[int, ...]) -> bool:
     return source == "pg_config" or (source == "world" and not ranks_missing)
 
 
@@ -180,7 +201,7 @@ def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch]) -> Optio
     return None
 
 
-def _sizes_of(key: Any, members: int, cache: dict) -> Optional[_Sizes]:
+def _sizes_of(key: Any, members: int, cache: dict[tuple[int, int], Optional[_Sizes]]) -> Optional[_Sizes]:
     if key is NOT_SINGLE or isinstance(key, BatchKey):
         return None
     name, shapes = key[0], key[1]

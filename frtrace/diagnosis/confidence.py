@@ -134,6 +134,26 @@ def _went_past_basis(finding: Finding, rank: int) -> Optional[str]:
 
 
 def _basis(finding: Finding) -> str:
+    rule = finding.rule
+    if rule.startswith("divergence."):
+        basis = _divergence_basis(finding)
+        if basis is not None:
+            return basis
+    if rule == "status_only.positions_from_pg_status":
+        return "pg_status_only" if not finding.tie else "even_split"
+    if finding.kind == "missing_dump":
+        return "missing_dump"
+    if rule == "frontier.stuck_on_device":
+        return "device_stall"
+    if rule == "frontier.stuck":
+        return "no_member_finished"
+    if finding.kind == "p2p_unmatched":
+        return "p2p_partner_never_posted"
+    return "other_rule"
+
+
+def _divergence_basis(finding: Finding) -> Optional[str]:
+    """The basis of a divergence rule's finding; None for a rule of it not listed here."""
     facts, rule = finding.facts, finding.rule
     if rule in ("divergence.skipped_one_op", "divergence.added_one_op"):
         return "later_ops_line_up"
@@ -146,26 +166,21 @@ def _basis(finding: Finding) -> str:
             return "tie_broken_by_siblings"
         return _agreement(finding, len(facts.get("classes", ())) == 2)
     if rule == "divergence.never_issued":
-        if facts.get("idle_ranks"):
-            return "idle_while_peers_wait"
-        if facts.get("tie"):
-            return "tie_broken_by_siblings" if facts.get("siblings_issued_it") else "even_split"
-        return _agreement(finding, set(facts.get("not_issued_ranks", ())) == set(finding.suspect_ranks))
+        return _never_issued_basis(finding)
     if rule == "divergence.went_ahead":
         if facts.get("tie_broken_by"):
             return "tie_broken_by_blocked_elsewhere"
         return _agreement(finding, True)
-    if rule == "status_only.positions_from_pg_status":
-        return "pg_status_only" if not finding.tie else "even_split"
-    if finding.kind == "missing_dump":
-        return "missing_dump"
-    if rule == "frontier.stuck_on_device":
-        return "device_stall"
-    if rule == "frontier.stuck":
-        return "no_member_finished"
-    if finding.kind == "p2p_unmatched":
-        return "p2p_partner_never_posted"
-    return "other_rule"
+    return None
+
+
+def _never_issued_basis(finding: Finding) -> str:
+    facts = finding.facts
+    if facts.get("idle_ranks"):
+        return "idle_while_peers_wait"
+    if facts.get("tie"):
+        return "tie_broken_by_siblings" if facts.get("siblings_issued_it") else "even_split"
+    return _agreement(finding, set(facts.get("not_issued_ranks", ())) == set(finding.suspect_ranks))
 
 
 def _agreement(finding: Finding, one_camp: bool) -> str:

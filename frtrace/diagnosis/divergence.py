@@ -16,7 +16,7 @@ from typing import Any, Container, Optional
 from frtrace.diagnosis.entry_checks import contradiction, trusted_size
 from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
-from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, batch_signature
+from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, Signature, batch_signature
 from frtrace.model import Entry
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
@@ -42,14 +42,14 @@ def divergences(facts: Facts) -> list[Finding]:
 # --------------------------------------------------------------------------- alignment
 
 
-def _consensus_after(matches: list[CollectiveMatch], start: int) -> list[tuple]:
+def _consensus_after(matches: list[CollectiveMatch], start: int) -> list[Signature]:
     """Majority signature of each op from index `start` on, until the majority stops."""
     consensus = []
     for match in matches[start:]:
         covering = len(match.calls) + len(match.not_issued)
         if 2 * len(match.calls) < covering or not match.calls:
             break
-        counts: dict[tuple, int] = defaultdict(int)
+        counts: dict[Signature, int] = defaultdict(int)
         for entries in match.calls.values():
             signature = batch_signature(entries)
             if signature is not None:  # unreadable: no vote
@@ -60,7 +60,7 @@ def _consensus_after(matches: list[CollectiveMatch], start: int) -> list[tuple]:
     return consensus
 
 
-def _rank_signatures_after(view: GroupView, rank: int, seq: int) -> list[Optional[tuple]]:
+def _rank_signatures_after(view: GroupView, rank: int, seq: int) -> list[Signature]:
     stream = view.streams[rank]
     return [batch_signature(stream.collectives[s]) for s in sorted(stream.collectives) if s >= seq]
 
@@ -83,7 +83,7 @@ def _break_tie(match: CollectiveMatch, siblings: list[CollectiveMatch]) -> Optio
     which camp did what everyone else did."""
     dis = match.disagreement
     assert dis is not None
-    votes: dict[Optional[tuple], int] = defaultdict(int)
+    votes: dict[Signature, int] = defaultdict(int)
     for sibling in siblings:
         if sibling.disagreement is None and sibling.calls:
             votes[batch_signature(next(iter(sibling.calls.values())))] += 1

@@ -19,13 +19,15 @@ group size (all_gather_coalesced), and it records a reduce_scatter as an all_red
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
 from frtrace.model import Group, OpName, Shapes
-from frtrace.table.entry_table import StaticRow
+from frtrace.table.entry_table import EntryTable, StaticRow
 from frtrace.wording import group_text, ranks_text
+
+ShapeList = Sequence[Sequence[int]]  # the sizes of an op's input (or output) tensors
 
 REDUCE_OPS = frozenset({"all_reduce", "allreduce_coalesced"})
 GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
@@ -35,7 +37,7 @@ SCATTER_OPS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatt
 _ONE_DTYPE_OPS = REDUCE_OPS | GATHER_OPS | SCATTER_OPS
 
 
-def numel(shapes: tuple) -> int:
+def numel(shapes: Iterable[Iterable[int]]) -> int:
     """Elements in a list of shapes."""
     total = 0
     for shape in shapes:
@@ -68,7 +70,7 @@ def contradiction(name: OpName, shapes: Shapes, group_size: Optional[int]) -> Op
     return _scattered(ins, outs, group_size)
 
 
-def _reduced(ins: tuple, outs: tuple, gloo: bool) -> Optional[str]:
+def _reduced(ins: ShapeList, outs: ShapeList, gloo: bool) -> Optional[str]:
     """An all_reduce works in place: its output is its input."""
     if ins == outs:
         return None
@@ -79,7 +81,7 @@ def _reduced(ins: tuple, outs: tuple, gloo: bool) -> Optional[str]:
     return f"input {_sizes(ins)} but output {_sizes(outs)} (an all_reduce's output is its input)"
 
 
-def _gathered(ins: tuple, outs: tuple, group_size: int, gloo: bool) -> Optional[str]:
+def _gathered(ins: ShapeList, outs: ShapeList, group_size: int, gloo: bool) -> Optional[str]:
     if gloo:  # one stacked output of input-shaped slices, however many
         if all(len(out) == len(ins[0]) + 1 and tuple(out[1:]) == tuple(ins[0]) for out in outs) and len(ins) == 1:
             return None
@@ -91,7 +93,7 @@ def _gathered(ins: tuple, outs: tuple, group_size: int, gloo: bool) -> Optional[
     return None
 
 
-def _scattered(ins: tuple, outs: tuple, group_size: int) -> Optional[str]:
+def _scattered(ins: ShapeList, outs: ShapeList, group_size: int) -> Optional[str]:
     if len(ins) != len(outs) and len(ins) != group_size * len(outs):
         return f"{len(ins)} input buffers for {len(outs)} output(s) in a group of {group_size}"
     if numel(ins) != group_size * numel(outs):
@@ -100,7 +102,7 @@ def _scattered(ins: tuple, outs: tuple, group_size: int) -> Optional[str]:
     return None
 
 
-def _sizes(shapes: tuple) -> str:
+def _sizes(shapes: ShapeList) -> str:
     return str([list(shape) for shape in shapes])
 
 
@@ -121,7 +123,7 @@ class _Found:
         self.seqs: set[int] = set()
         self.first: Optional[int] = None
         self.reason = ""
-        self.where: tuple = ()  # (table, row) of an entry at `first`
+        self.where: Optional[tuple[EntryTable, int]] = None  # (table, row) of an entry at `first`
         self.ranks: set[int] = set()
 
     def add(self, seq: int, reason: str, table: Any, row: int, rank: int) -> None:
@@ -168,6 +170,7 @@ def inconsistent_entries(facts: Facts) -> list[Finding]:
 
 def _finding(facts: Facts, group_id: int, found: _Found) -> Finding:
     view = next(v for v in facts.device.views if v.group.id == group_id)
+    assert found.where is not None  # set with `first`, and a group is found when an entry is
     table, row = found.where
     entry, seq, reason, ranks = table[row], found.first, found.reason, sorted(found.ranks)
     more = len(found.seqs) - 1

@@ -141,4 +141,5 @@ def last_entry(view: GroupView, rank: int) -> Optional[Entry]:
 
 
 def oldest_created(match: CollectiveMatch) -> int:
-    return min(match.calls.first_values("time_created_ns"))
+    oldest: int = min(match.calls.first_values("time_created_ns"))
+    return oldest

@@ -217,18 +217,9 @@ def _age_clause(age: Optional[int], timeout_ms: Optional[int]) -> str:
     return known + f", short of its {duration_text(timeout_ms * MS_NS)} timeout"
 
 
-def _in_flight_job(in_flight: list[Finding], ranks_found: int) -> Finding:
-    """Several groups in flight at once: one line saying which ranks are in which op (a
-    job dumped mid-step shows every rank so)."""
-    places: dict[tuple, list[Finding]] = defaultdict(list)
-    for finding in in_flight:
-        places[(finding.op, finding.collective_seq_id, finding.pg_desc)].append(finding)
-    ranks = sorted({r for f in in_flight for r in f.ranks})
-    who = "every rank is" if len(ranks) == ranks_found else f"{ranks_text(ranks)} are"
-    where = "; ".join(f"{op} #{seq} of {groups_text([f.pg_name for f in found], desc)}"
-                      for (op, seq, desc), found in places.items())
-    ages = [f.facts["age_ms_at_least"] for f in in_flight if "age_ms_at_least" in f.facts]
-    timeouts = sorted({f.facts["timeout_ms"] for f in in_flight if "timeout_ms" in f.facts})
+def _in_flight_evidence(places: dict[tuple[Optional[str], Optional[int], str], list[Finding]], ages: list[float],
+                        timeouts: list[int]) -> dict[str, Any]:
+    """The evidence of `_in_flight_job`: each op in flight, with its groups and ranks."""
     evidence: dict[str, Any] = {
         "in_flight": [{"op": op, "collective_seq_id": seq, "pg_desc": desc, "pg_names": [f.pg_name for f in found],
                        "ranks": sorted({r for f in found for r in f.ranks})} for (op, seq, desc), found in places.items()],
@@ -237,6 +228,22 @@ def _in_flight_job(in_flight: list[Finding], ranks_found: int) -> Finding:
         evidence["age_ms_at_least"] = max(ages)
     if timeouts:
         evidence["timeout_ms"] = timeouts[0]
+    return evidence
+
+
+def _in_flight_job(in_flight: list[Finding], ranks_found: int) -> Finding:
+    """Several groups in flight at once: one line saying which ranks are in which op (a
+    job dumped mid-step shows every rank so)."""
+    places: dict[tuple[Optional[str], Optional[int], str], list[Finding]] = defaultdict(list)
+    for finding in in_flight:
+        places[(finding.op, finding.collective_seq_id, finding.pg_desc)].append(finding)
+    ranks = sorted({r for f in in_flight for r in f.ranks})
+    who = "every rank is" if len(ranks) == ranks_found else f"{ranks_text(ranks)} are"
+    where = "; ".join(f"{op} #{seq} of {groups_text([f.pg_name for f in found], desc)}"
+                      for (op, seq, desc), found in places.items())
+    ages = [f.facts["age_ms_at_least"] for f in in_flight if "age_ms_at_least" in f.facts]
+    timeouts = sorted({f.facts["timeout_ms"] for f in in_flight if "timeout_ms" in f.facts})
+    evidence = _in_flight_evidence(places, ages, timeouts)
     age = int(max(ages) * MS_NS) if ages else None
     return new_finding(
         "in_flight", IN_FLIGHT, None, op=None, collective_seq_id=None, p2p_seq_id=None,

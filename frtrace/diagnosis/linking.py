@@ -160,10 +160,18 @@ def _circle_root(circle: list[Finding]) -> Finding:
 
 def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held]) -> dict[Finding, tuple[Finding, str]]:
     """finding -> (its root cause, how: "same_suspects" or "blocked")."""
-    waited = {f: set().union(set(), *(held for _, held in holders[f])) for f in blocking}
     roots = [f for f in candidates if f not in holders]
+    cause = _same_suspects(blocking, holders, roots)
+    cause.update(_blocked(blocking, holders, roots, set(roots) | set(cause)))
+    return cause
+
+
+def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots: list[Finding]) -> dict[Finding, tuple[Finding, str]]:
+    """Findings with ranks that wait nowhere, the purest first (fewest victims in them):
+    one whose free ranks a root (not about the same place) blames already follows from
+    it; the others are roots too (appended to `roots`)."""
+    waited = {f: set().union(set(), *(held for _, held in holders[f])) for f in blocking}
     cause: dict[Finding, tuple[Finding, str]] = {}
-    # Findings with ranks that wait nowhere: the purest first (fewest victims in them).
     partial = [f for f in blocking if set(f.absent_ranks) - waited[f]]
     for finding in sorted(partial, key=lambda f: (len(waited[f]), _root_priority(f), f.age_ns)):
         free = set(finding.absent_ranks) - waited[finding]
@@ -172,7 +180,15 @@ def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Fi
             cause[finding] = (min(same, key=lambda r: (_root_priority(r), r.age_ns)), "same_suspects")
         else:
             roots.append(finding)
-    resolved = set(roots) | set(cause)
+    return cause
+
+
+def _blocked(blocking: list[Finding], holders: dict[Finding, Held], roots: list[Finding],
+             resolved: set[Finding]) -> dict[Finding, tuple[Finding, str]]:
+    """The findings left, each blocked in the settled finding that holds most of its
+    ranks, settled in waves from the roots (`resolved`); where none is ready, the
+    findings wait on each other in a circle, whose root joins `roots`."""
+    cause: dict[Finding, tuple[Finding, str]] = {}
     parents = {f: {g for g, _ in pairs} for f, pairs in holders.items()}
     pending = [f for f in blocking if f not in resolved]
     while pending:
@@ -183,8 +199,14 @@ def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Fi
             ready = [best]
         for finding in ready:
             if finding not in roots:
-                settled = [(g, held) for g, held in holders[finding] if g in resolved]
-                cause[finding] = (max(settled, key=lambda p: (len(p[1]), -p[0].age_ns))[0], "blocked")
+                cause[finding] = (_main_holder(holders[finding], resolved), "blocked")
             resolved.add(finding)
         pending = [f for f in pending if f not in resolved]
     return cause
+
+
+def _main_holder(held: Held, resolved: set[Finding]) -> Finding:
+    """Of the settled findings holding a finding's ranks, the one that holds most (the
+    newest of those)."""
+    settled = [(g, ranks) for g, ranks in held if g in resolved]
+    return max(settled, key=lambda p: (len(p[1]), -p[0].age_ns))[0]

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from frtrace.diagnosis.finding import Diagnosis, Finding
 from frtrace.diagnosis.kinds import kind as kind_row
-from frtrace.logs.model import UNNAMED_GROUP, GroupPosition, LogEvidence, Place, RankLog, TimedOut, WorkAt
+from frtrace.logs.model import UNNAMED_GROUP, Ending, GroupPosition, LogEvidence, Place, RankLog, TimedOut, WorkAt
 from frtrace.match.analysis import Analysis
+from frtrace.model import PgStatus
+from frtrace.table.rank_dump import RankDump
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import ranks_text
 
@@ -141,7 +143,7 @@ def _read(evidence: LogEvidence) -> Reading:
     return reading
 
 
-def _group_order(name: str) -> tuple:
+def _group_order(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
@@ -194,6 +196,17 @@ def _failure_seq(position: GroupPosition) -> Optional[int]:
     return position.timed_out.work.seq if position.timed_out is not None else None
 
 
+def _most_common_op(failed: dict[int, GroupPosition], waiting: tuple[int, ...]) -> str:
+    """The op most of the waiting members timed out in ("" when none says)."""
+    ops = Counter(t.work.op for t in (failed[r].timed_out for r in waiting) if t is not None)
+    return ops.most_common(1)[0][0] if ops else ""
+
+
+def _first_failure_at(failed: dict[int, GroupPosition], waiting: tuple[int, ...]) -> Optional[float]:
+    times = [at for at in (failed[r].first_at for r in waiting) if at is not None]
+    return min(times) if times else None
+
+
 def _frontier(group: LogGroup) -> Optional[Frontier]:
     failed = {rank: p for rank, p in group.positions.items() if p.failed}
     if not failed:
@@ -201,14 +214,18 @@ def _frontier(group: LogGroup) -> Optional[Frontier]:
     seqs = [s for s in map(_failure_seq, failed.values()) if s is not None]
     seq = min(seqs) if seqs else None
     waiting = tuple(sorted(rank for rank, p in failed.items() if _failure_seq(p) == seq or seq is None))
-    ops = Counter(t.work.op for t in (failed[r].timed_out for r in waiting) if t is not None)
-    times = [at for at in (failed[r].first_at for r in waiting) if at is not None]
-    frontier = Frontier(seq, ops.most_common(1)[0][0] if ops else "", waiting, min(times) if times else None)
-    # A member that entered the op only after the others had given up on it did not wait with them.
+    frontier = Frontier(seq, _most_common_op(failed, waiting), waiting, _first_failure_at(failed, waiting))
+    _leave_out_late(frontier, failed)
+    return frontier
+
+
+def _leave_out_late(frontier: Frontier, failed: dict[int, GroupPosition]) -> None:
+    """A member that entered the op only after the others had given up on it did not
+    wait with them (unless none did)."""
+    waiting = frontier.waiting
     late = {r for r in waiting if _entered_after_peers_gave_up(failed[r], frontier) is not None}
     if late and len(late) < len(waiting):
         frontier.waiting = tuple(r for r in waiting if r not in late)
-    return frontier
 
 
 # --------------------------------------------------------------------------- per group
@@ -223,21 +240,7 @@ def group_findings(reading: Reading, group: LogGroup, crashed: list[Finding]) ->
     free = [r for r in absent if r not in blocked]
     behind = never_reached(reading, group, frontier, free)
     findings += behind
-    placed = {r for f in behind for r in f.own_suspects} | {r for f in behind for r in f.waiting_ranks if f.kind == "extra_op"}
-    left = [r for r in free if r not in placed and r not in crashed_ranks]
-    logs = reading.evidence.ranks
-    no_log = [r for r in left if r not in logs]
-    quiet = [r for r in left if r in logs]
-    own = [r for r in quiet if not _collateral_end(logs[r])]
-    after_others = [r for r in quiet if _collateral_end(logs[r])]
-    if own or not (placed or crashed_ranks & set(absent) or no_log):
-        own = own + after_others
-    if own:
-        findings.append(_silent(reading, group, frontier, tuple(own)))
-    if no_log:
-        # Logs of fewer members than waited are a partial paste, not evidence against the rest.
-        partial = len(no_log) >= len(frontier.waiting)
-        findings.append(_no_log(reading, group, frontier, tuple(no_log), partial))
+    findings += _unexplained(reading, group, frontier, free, behind, crashed_ranks & set(absent))
     if blocked:
         findings.append(_blocked(reading, group, frontier, blocked))
     unplaced = [] if group.desc == "default_pg" else unplaced_members(group)
@@ -246,6 +249,43 @@ def group_findings(reading: Reading, group: LogGroup, crashed: list[Finding]) ->
     elif not findings and not (crashed_ranks & set(absent)):
         findings.append(all_waited(reading, group, frontier))
     return findings
+
+
+def _unexplained(reading: Reading, group: LogGroup, frontier: Frontier, free: list[int], behind: list[Finding],
+                 crashed_absent: set[int]) -> list[Finding]:
+    """Members absent from the frontier and waiting nowhere that neither `behind` (what
+    never_reached found) nor a crash of their own explains: silent in their logs (those
+    whose log ends in another's failure only when nothing else explains the group), or
+    without a log."""
+    placed = _placed(behind)
+    left = [r for r in free if r not in placed and r not in crashed_absent]
+    logs = reading.evidence.ranks
+    no_log = [r for r in left if r not in logs]
+    own, after_others = _own_and_collateral_ends(reading, [r for r in left if r in logs])
+    if own or not (placed or crashed_absent or no_log):
+        own = own + after_others
+    findings = []
+    if own:
+        findings.append(_silent(reading, group, frontier, tuple(own)))
+    if no_log:
+        # Logs of fewer members than waited are a partial paste, not evidence against the rest.
+        partial = len(no_log) >= len(frontier.waiting)
+        findings.append(_no_log(reading, group, frontier, tuple(no_log), partial))
+    return findings
+
+
+def _placed(behind: list[Finding]) -> set[int]:
+    """The ranks never_reached's findings explain: their suspects, and the ranks an
+    extra op kept waiting."""
+    suspects = {r for f in behind for r in f.own_suspects}
+    return suspects | {r for f in behind for r in f.waiting_ranks if f.kind == "extra_op"}
+
+
+def _own_and_collateral_ends(reading: Reading, quiet: list[int]) -> tuple[list[int], list[int]]:
+    """`quiet` (ranks with a log) split: those whose log ends on its own, and those whose
+    log ends in another rank's failure."""
+    logs = reading.evidence.ranks
+    return [r for r in quiet if not _collateral_end(logs[r])], [r for r in quiet if _collateral_end(logs[r])]
 
 
 def _unplaced(reading: Reading, group: LogGroup, frontier: Frontier, local_ranks: list[int]) -> Finding:
@@ -286,12 +326,25 @@ def _entered_after_peers_gave_up(position: GroupPosition, frontier: Frontier) ->
     return entered if entered > frontier.at + CLOCK_SLACK_S else None
 
 
+def _mismatch_statement(group: LogGroup, frontier: Frontier, kind: str, ordered: Sequence[tuple[object, list[int]]],
+                        odd: tuple[int, ...], tie: bool) -> str:
+    """What `mismatch` says: the classes of members (`ordered`, the largest first), or the
+    odd ranks against the majority."""
+    if tie:
+        shown = " vs ".join(f"{ranks_text(ranks)} {_work_text(group.positions[ranks[0]])}" for _, ranks in ordered)
+        return f"tie at {_where(group, frontier)}: no majority — {shown}; the logs cannot tell which side is wrong"
+    major = ordered[0][1]
+    return (f"{kind.replace('_', ' ')} at {_where(group, frontier)}: {ranks_text(odd)} waited in "
+            f"{_work_text(group.positions[odd[0]])} while {ranks_text(major)} waited in "
+            f"{_work_text(group.positions[major[0]])}")
+
+
 def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Finding]:
     """Members waited in the frontier with different ops, or other sizes of one op."""
     timed = {r: group.positions[r].timed_out for r in frontier.waiting if group.positions[r].timed_out is not None}
     if len(timed) < 2 or frontier.seq is None:
         return []
-    classes: dict[tuple, list[int]] = defaultdict(list)
+    classes: dict[tuple[str, tuple[Optional[Union[int, str]], ...]], list[int]] = defaultdict(list)
     for rank, timed_out in sorted(timed.items()):
         work = timed_out.work  # type: ignore[union-attr]
         sizes = (work.numel_in, work.numel_out, work.tensor_shape) if work.op in SAME_SIZE_OPS else ()
@@ -304,13 +357,7 @@ def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Find
     odd = tuple(sorted(r for _, ranks in odd_classes for r in ranks))
     ops = {key[0] for key in classes}
     kind = "op_mismatch" if len(ops) > 1 else "size_mismatch"
-    shown = " vs ".join(f"{ranks_text(ranks)} {_work_text(group.positions[ranks[0]])}" for _, ranks in ordered)
-    if tie:
-        statement = f"tie at {_where(group, frontier)}: no majority — {shown}; the logs cannot tell which side is wrong"
-    else:
-        statement = (f"{kind.replace('_', ' ')} at {_where(group, frontier)}: {ranks_text(odd)} waited in "
-                     f"{_work_text(group.positions[odd[0]])} while {ranks_text(major)} waited in "
-                     f"{_work_text(group.positions[major[0]])}")
+    statement = _mismatch_statement(group, frontier, kind, ordered, odd, tie)
     facts = {"classes": [{"ranks": list(ranks), "entry": _work_text(group.positions[ranks[0]])} for _, ranks in ordered],
              "tie": tie}
     return [_finding(reading, kind, "logs.mismatch", group, frontier, suspects=() if tie else odd,
@@ -339,7 +386,28 @@ def stuck_behind_peers(reading: Reading, group: LogGroup, frontier: Frontier) ->
 def never_reached(reading: Reading, group: LogGroup, frontier: Frontier, absent: list[int]) -> list[Finding]:
     """Absent members whose own lines place them: behind the frontier, or in it only after
     their peers had given up on it."""
-    behind, late = {}, {}
+    behind, late = _behind_and_late(group, frontier, absent)
+    findings = []
+    waiting = frontier.waiting
+    idle = {r for r, reached in behind.items() if reached == (frontier.seq or 0) - 1}
+    if behind and len(idle) == len(behind) > len(waiting) and not late:
+        findings.append(_went_ahead(reading, group, frontier, behind))
+    elif behind:
+        findings.append(_behind(reading, group, frontier, behind))
+    if late:
+        ranks = tuple(sorted(late))
+        statement = (f"{ranks_text(ranks)} entered {_where(group, frontier)} only after "
+                     f"{ranks_text(frontier.waiting)} had given up on it (timed out): they were behind by more than the timeout")
+        findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
+                                 statement=statement, facts={"entered_late": True}))
+    return findings
+
+
+def _behind_and_late(group: LogGroup, frontier: Frontier, absent: list[int]) -> tuple[dict[int, int], dict[int, float]]:
+    """({rank: its last enqueued op} for absent members behind the frontier, {rank: when
+    it entered} for those that entered it only after their peers had given up)."""
+    behind: dict[int, int] = {}
+    late: dict[int, float] = {}
     for rank in absent:
         position = group.positions.get(rank)
         if position is None:
@@ -349,35 +417,33 @@ def never_reached(reading: Reading, group: LogGroup, frontier: Frontier, absent:
             late[rank] = entered
         elif frontier.seq is not None and position.reached is not None and position.reached < frontier.seq:
             behind[rank] = position.reached
-    findings = []
+    return behind, late
+
+
+def _went_ahead(reading: Reading, group: LogGroup, frontier: Frontier, behind: dict[int, int]) -> Finding:
+    """Most members finished the op before and went no further; the few that entered
+    an op nobody else did went ahead (consensus, as for dumps: extra_op)."""
     waiting = frontier.waiting
-    idle = {r for r, reached in behind.items() if reached == (frontier.seq or 0) - 1}
-    if behind and len(idle) == len(behind) > len(waiting) and not late:
-        # Most members finished the op before and went no further; the few that entered
-        # an op nobody else did went ahead (consensus, as for dumps: extra_op).
-        statement = (f"{ranks_text(waiting)} issued {_where(group, frontier)}, which {ranks_text(sorted(behind))} never "
-                     f"issued: their last enqueued op was #{(frontier.seq or 0) - 1}, and they wait in nothing else")
-        findings.append(_finding(reading, "extra_op", "logs.went_ahead", group, frontier, suspects=waiting,
-                                 statement=statement, facts={"last_enqueued": {str(r): behind[r] for r in sorted(behind)}},
-                                 waiting=tuple(sorted(behind))))
-    elif behind:
-        ranks = tuple(sorted(behind))
-        said = _fold_values(behind)
-        statement = (f"{ranks_text(ranks)} never reached {_where(group, frontier)}: {said} "
-                     f"while {ranks_text(waiting)} timed out in it")
-        facts: dict[str, Any] = {"last_enqueued": {str(r): behind[r] for r in ranks}}
-        if len(ranks) == len(waiting):
-            facts["tie"] = True
-            statement += " (an even split: the ranks that did not arrive are blamed, as they are behind)"
-        findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
-                                 statement=statement, facts=facts))
-    if late:
-        ranks = tuple(sorted(late))
-        statement = (f"{ranks_text(ranks)} entered {_where(group, frontier)} only after "
-                     f"{ranks_text(frontier.waiting)} had given up on it (timed out): they were behind by more than the timeout")
-        findings.append(_finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
-                                 statement=statement, facts={"entered_late": True}))
-    return findings
+    statement = (f"{ranks_text(waiting)} issued {_where(group, frontier)}, which {ranks_text(sorted(behind))} never "
+                 f"issued: their last enqueued op was #{(frontier.seq or 0) - 1}, and they wait in nothing else")
+    return _finding(reading, "extra_op", "logs.went_ahead", group, frontier, suspects=waiting,
+                    statement=statement, facts={"last_enqueued": {str(r): behind[r] for r in sorted(behind)}},
+                    waiting=tuple(sorted(behind)))
+
+
+def _behind(reading: Reading, group: LogGroup, frontier: Frontier, behind: dict[int, int]) -> Finding:
+    """Members behind the frontier: they never reached it (an even split blames them too)."""
+    waiting = frontier.waiting
+    ranks = tuple(sorted(behind))
+    said = _fold_values(behind)
+    statement = (f"{ranks_text(ranks)} never reached {_where(group, frontier)}: {said} "
+                 f"while {ranks_text(waiting)} timed out in it")
+    facts: dict[str, Any] = {"last_enqueued": {str(r): behind[r] for r in ranks}}
+    if len(ranks) == len(waiting):
+        facts["tie"] = True
+        statement += " (an even split: the ranks that did not arrive are blamed, as they are behind)"
+    return _finding(reading, "not_issued", "logs.never_reached", group, frontier, suspects=ranks,
+                    statement=statement, facts=facts)
 
 
 def _fold_values(values: dict[int, int]) -> str:
@@ -479,8 +545,26 @@ def all_waited(reading: Reading, group: LogGroup, frontier: Frontier) -> Finding
 def crash_findings(reading: Reading) -> list[Finding]:
     """Ranks that ended with an exception (or signal) of their own before their peers'
     watchdogs fired: where the trouble began."""
+    crashed = _own_crashes(reading)
+    if not crashed:
+        return []
+    findings = []
+    by_what: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for rank, own in crashed.items():
+        by_what[(own.what, own.message)].append(rank)
+    for (what, message), ranks in by_what.items():
+        first = min((at for r in ranks if (at := crashed[r].at) is not None), default=None)
+        statement = _crash_statement(reading, ranks, what, message, first)
+        facts = {"ending": what, "message": message}
+        findings.append(_job_finding(reading, "crashed", "logs.crashed", tuple(ranks), statement, facts, first))
+    return findings
+
+
+def _own_crashes(reading: Reading) -> dict[int, Ending]:
+    """rank -> its first error of its own, for the ranks whose error did not follow from
+    a timeout of their own or come after their peers had failed while they waited."""
     first_failure = _first_peer_failure(reading)
-    crashed: dict[int, Any] = {}
+    crashed: dict[int, Ending] = {}
     for rank, log in sorted(reading.evidence.ranks.items()):
         own = log.first_own_error
         if own is None:
@@ -490,23 +574,17 @@ def crash_findings(reading: Reading) -> list[Finding]:
         if own.at is not None and first_failure is not None and own.at > first_failure + CLOCK_SLACK_S and rank in reading.waiting_in:
             continue
         crashed[rank] = own
-    if not crashed:
-        return []
-    findings = []
-    by_what: dict[tuple, list[int]] = defaultdict(list)
-    for rank, own in crashed.items():
-        by_what[(own.what, own.message)].append(rank)
-    for (what, message), ranks in by_what.items():
-        first = min((crashed[r].at for r in ranks if crashed[r].at is not None), default=None)
-        statement = f"{ranks_text(ranks)} ended with {what}" + (f": {_first_sentence(message)}" if message else "")
-        if first is not None:
-            statement += f" at {_clock(first)}"
-        waiting = tuple(sorted(reading.waiting_in))
-        if waiting:
-            statement += f", before {ranks_text(waiting)} timed out waiting"
-        facts = {"ending": what, "message": message}
-        findings.append(_job_finding(reading, "crashed", "logs.crashed", tuple(ranks), statement, facts, first))
-    return findings
+    return crashed
+
+
+def _crash_statement(reading: Reading, ranks: list[int], what: str, message: str, first: Optional[float]) -> str:
+    statement = f"{ranks_text(ranks)} ended with {what}" + (f": {_first_sentence(message)}" if message else "")
+    if first is not None:
+        statement += f" at {_clock(first)}"
+    waiting = tuple(sorted(reading.waiting_in))
+    if waiting:
+        statement += f", before {ranks_text(waiting)} timed out waiting"
+    return statement
 
 
 def _first_peer_failure(reading: Reading) -> Optional[float]:
@@ -514,7 +592,7 @@ def _first_peer_failure(reading: Reading) -> Optional[float]:
     return min(times) if times else None
 
 
-def _failed_before(log: RankLog, own) -> bool:
+def _failed_before(log: RankLog, own: Ending) -> bool:
     for position in log.groups.values():
         if not position.failed or position.told:
             continue
@@ -527,6 +605,14 @@ def _failed_before(log: RankLog, own) -> bool:
     return False
 
 
+def _stuck_statement(stuck: tuple[int, ...], seconds: int, everyone: bool) -> str:
+    statement = (f"the heartbeat monitor found the watchdog of {ranks_text(stuck)} stuck"
+                 + (f" for {seconds} s" if seconds else "") + ": a CUDA or NCCL call hung there (or a thread held the GIL)")
+    if everyone:
+        statement += "; on every rank alike, so the logs cannot name one (a job-wide stall: storage, host, driver)"
+    return statement
+
+
 def watchdog_stuck(reading: Reading, findings: list[Finding]) -> list[Finding]:
     """The heartbeat monitor found the watchdog stuck on some ranks (not all): a CUDA or
     NCCL call hung there, or another thread held the GIL."""
@@ -536,10 +622,7 @@ def watchdog_stuck(reading: Reading, findings: list[Finding]) -> list[Finding]:
         return []
     everyone = len(stuck) == len(logs)
     seconds = max(logs[r].heartbeat_stuck_s or 0 for r in stuck)
-    statement = (f"the heartbeat monitor found the watchdog of {ranks_text(stuck)} stuck"
-                 + (f" for {seconds} s" if seconds else "") + ": a CUDA or NCCL call hung there (or a thread held the GIL)")
-    if everyone:
-        statement += "; on every rank alike, so the logs cannot name one (a job-wide stall: storage, host, driver)"
+    statement = _stuck_statement(stuck, seconds, everyone)
     decided = any(f.own_suspects and f.own_severity == "error" for f in findings)
     suspects = () if everyone or decided else stuck
     return [_job_finding(reading, "stuck", "logs.watchdog_stuck", stuck, statement, {"stuck_s": seconds},
@@ -580,10 +663,16 @@ def _link_blocked(reading: Reading, by_group: dict[str, list[Finding]]) -> None:
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
+def _decides_fault(finding: Finding) -> bool:
+    """A root error with suspects, of a kind that makes the status `faults`."""
+    return (finding.is_root and bool(finding.suspect_ranks) and finding.severity == "error"
+            and kind_row(finding.kind).decides_fault)
+
+
 def conclude_logs(reading: Reading, findings: list[Finding]) -> Diagnosis:
     ordered = sorted(findings, key=lambda f: (not f.is_root, _SEVERITY[f.severity], f.age_ns,
                                               f.group_id if f.group_id is not None else -1, f.kind))
-    roots = [f for f in ordered if f.is_root and f.suspect_ranks and f.severity == "error" and kind_row(f.kind).decides_fault]
+    roots = [f for f in ordered if _decides_fault(f)]
     suspects = tuple(sorted({r for f in roots for r in f.suspect_ranks}))
     if roots:
         more = f" (+{plural(len(roots) - 1, 'more root finding')})" if len(roots) > 1 else ""
@@ -700,6 +789,14 @@ def with_dumps(analysis: Analysis, dumps_diagnosis: Diagnosis, evidence: LogEvid
     for finding in findings:
         if finding.is_root and finding.own_suspects:
             _add_hosts_of(evidence, finding)
+    status, suspects, verdict = _conclusion_with_logs(dumps_diagnosis, logs_diagnosis, stand_ins)
+    return Diagnosis(status, suspects, verdict, stand_ins + findings + conflicts)
+
+
+def _conclusion_with_logs(dumps_diagnosis: Diagnosis, logs_diagnosis: Diagnosis,
+                          stand_ins: list[Finding]) -> tuple[str, tuple[int, ...], str]:
+    """(status, suspects, verdict line) of the dumps' diagnosis with the logs' stand-ins
+    for ranks without a dump, and the logs' own status where the dumps see nothing."""
     status, suspects, verdict = dumps_diagnosis.status, dumps_diagnosis.suspect_ranks, dumps_diagnosis.verdict
     new_roots = [f for f in stand_ins if f.is_root and f.suspect_ranks and f.severity == "error"]
     told = [f for f in new_roots if set(f.own_suspects) <= set(suspects)]
@@ -713,10 +810,10 @@ def with_dumps(analysis: Analysis, dumps_diagnosis: Diagnosis, evidence: LogEvid
         status = "inconclusive"
         verdict = ("INCONCLUSIVE: the dumps show nothing wrong, but the logs do: "
                    + logs_diagnosis.verdict.split(": ", 1)[-1])
-    return Diagnosis(status, suspects, verdict, stand_ins + findings + conflicts)
+    return status, suspects, verdict
 
 
-def _stand_ins(analysis: Analysis, logs_diagnosis: Diagnosis, dumped: set) -> list[Finding]:
+def _stand_ins(analysis: Analysis, logs_diagnosis: Diagnosis, dumped: set[int]) -> list[Finding]:
     """The logs' findings about ranks without a dump, in the dumps' groups."""
     found = []
     for finding in logs_diagnosis.findings:
@@ -738,8 +835,8 @@ def _dump_group(analysis: Analysis, finding: Finding) -> Optional[int]:
     return ids[0] if ids else 10_000_000 + finding.group_id  # a group the dumps do not hold
 
 
-def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagnosis, dumped: set,
-               dump_suspects: set) -> list[Finding]:
+def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagnosis, dumped: set[int],
+               dump_suspects: set[int]) -> list[Finding]:
     """Where a rank's dump and its log disagree on where it stood."""
     disagreements: dict[str, list[int]] = defaultdict(list)
     for dump in analysis.dumps:
@@ -747,16 +844,8 @@ def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagno
         if log is None:
             continue
         for position in log.groups.values():
-            status = _dump_status(dump, position)
-            if status is None:
-                continue
-            seq = _failure_seq(position)
-            if seq is not None and status.last_completed is not None and status.last_completed >= seq:
-                disagreements[f"the dump says #{seq} of group {position.name} completed; the log says it failed in it"].append(dump.rank)
-            if (position.last_enqueued is not None and status.last_enqueued is not None
-                    and position.last_enqueued > status.last_enqueued):
-                disagreements[f"the log has enqueued more of group {position.name} than the dump "
-                              f"(#{position.last_enqueued} vs #{status.last_enqueued})"].append(dump.rank)
+            for what in _position_conflicts(dump, position):
+                disagreements[what].append(dump.rank)
     named = {r for f in logs_diagnosis.findings if f.is_root and f.severity == "error" for r in f.own_suspects}
     for rank in sorted((named & dumped) - dump_suspects):
         disagreements["the logs name it, its dump does not place it there"].append(rank)
@@ -770,17 +859,35 @@ def _conflicts(analysis: Analysis, evidence: LogEvidence, logs_diagnosis: Diagno
     return findings
 
 
-def _dump_status(dump, position: GroupPosition):
-    if position.local_id is not None and position.local_id in dump.pg_status:
-        return dump.pg_status[position.local_id]
-    if position.local_id is not None and str(position.local_id) in dump.pg_status:
-        return dump.pg_status[str(position.local_id)]
+def _position_conflicts(dump: RankDump, position: GroupPosition) -> list[str]:
+    """Where the rank's dump and its log disagree on where it stood in one group."""
+    status = _dump_status(dump, position)
+    if status is None:
+        return []
+    said = []
+    seq = _failure_seq(position)
+    if seq is not None and status.last_completed is not None and status.last_completed >= seq:
+        said.append(f"the dump says #{seq} of group {position.name} completed; the log says it failed in it")
+    if (position.last_enqueued is not None and status.last_enqueued is not None
+            and position.last_enqueued > status.last_enqueued):
+        said.append(f"the log has enqueued more of group {position.name} than the dump "
+                    f"(#{position.last_enqueued} vs #{status.last_enqueued})")
+    return said
+
+
+def _dump_status(dump: RankDump, position: GroupPosition) -> Optional[PgStatus]:
+    # Dumps key pg_status by local id, as an int or as its string, or by position in pg_config.
+    statuses: Mapping[Any, PgStatus] = dump.pg_status
+    if position.local_id is not None and position.local_id in statuses:
+        return statuses[position.local_id]
+    if position.local_id is not None and str(position.local_id) in statuses:
+        return statuses[str(position.local_id)]
     names = [c.name for c in dump.pg_config]
     if position.name in names:
         index = names.index(position.name)
         for key in (index, str(index)):
-            if key in dump.pg_status:
-                return dump.pg_status[key]
+            if key in statuses:
+                return statuses[key]
     return None
 
 

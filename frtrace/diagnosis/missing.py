@@ -9,28 +9,39 @@ dumps that hold no entries.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
 from frtrace.wording import group_text, ranks_text
 
 
+def _unmentioned(ranks_missing: Iterable[int], findings: list[Finding]) -> list[int]:
+    """The ranks without a dump that no finding blames, or already weighed as a missing
+    dump (which may clear them)."""
+    mentioned = {r for f in findings for r in f.suspect_ranks}
+    mentioned.update(r for f in findings if f.kind == "missing_dump" for r in f.ranks)
+    return [r for r in ranks_missing if r not in mentioned]
+
+
+def _missing_message(missing: list[int], reason: str, blamed: bool) -> str:
+    one = len(missing) == 1
+    return f"{ranks_text(missing)}: {reason}" + (
+        f"; the evidence points elsewhere, so {'it is probably a victim' if one else 'they are probably victims'}"
+        if blamed else f"; nothing else shows what {'it was' if one else 'they were'} doing"
+    )
+
+
 def unaccounted_missing_ranks(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """The rule: ranks without a dump that no finding already blames or mentions."""
     analysis = facts.analysis
-    # Blamed by a finding, or already weighed as a missing dump by one (which may clear them).
-    mentioned = {r for f in findings for r in f.suspect_ranks}
-    mentioned.update(r for f in findings if f.kind == "missing_dump" for r in f.ranks)
-    missing = [r for r in analysis.layout.ranks_missing if r not in mentioned]
+    missing = _unmentioned(analysis.layout.ranks_missing, findings)
     if not missing:
         return []
     blamed = any(f.severity == "error" and f.is_root for f in findings)
     failed = set(analysis.load.failed_ranks)
     reason = "unreadable dump" if set(missing) <= failed else "no dump file"
-    one = len(missing) == 1
-    message = f"{ranks_text(missing)}: {reason}" + (
-        f"; the evidence points elsewhere, so {'it is probably a victim' if one else 'they are probably victims'}"
-        if blamed else f"; nothing else shows what {'it was' if one else 'they were'} doing"
-    )
+    message = _missing_message(missing, reason, blamed)
     return [new_finding("missing_dump", "missing.unaccounted_missing_ranks", None, severity="info" if blamed else "warning",
                         op=None, collective_seq_id=None, p2p_seq_id=None, ranks=tuple(missing), suspect_ranks=(),
                         message=message, evidence={"ranks": list(missing), "unreadable": sorted(failed & set(missing))})]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
@@ -20,6 +20,9 @@ from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import UNDESCRIBED, Entry
 from frtrace.table.seq_map import RowList
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
+
+# What the two ends of a transfer must agree on: (elements, dtypes) of each op, sorted.
+P2PSignature = tuple[tuple[int, tuple[str, ...]], ...]
 
 
 def unmatched_p2p(facts: Facts) -> list[Finding]:
@@ -94,26 +97,41 @@ def posted_pairs(facts: Facts) -> list[Finding]:
     return findings
 
 
-def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
-    """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
-    waits in, are what its ring peers issue some ops later (and not what they issue there):
-    it skipped them. None when no single member is so shifted."""
-    ends: dict[int, tuple[Entry, tuple[int, Entry]]] = {}  # rank -> (its posted entry, the other end)
+_Ends = dict[int, tuple[Entry, tuple[int, Entry]]]  # rank -> (its posted entry, (the other end's rank, entry))
+
+
+def _posted_ends(view: GroupView, ordered: list[PostedPair]) -> _Ends:
+    """Each member's first posted op among the group's pairs posted on both ends, and its other end."""
+    ends: _Ends = {}
     for posted in ordered:
         pair = posted.pair
         if pair.group_id != view.group.id or pair.send is None or pair.recv is None:
             continue
         ends.setdefault(pair.src, (pair.send, (pair.dst, pair.recv)))
         ends.setdefault(pair.dst, (pair.recv, (pair.src, pair.send)))
+    return ends
+
+
+def _shifted(consensus: _RingConsensus, ends: _Ends) -> list[tuple[int, Entry, tuple[int, Entry], int]]:
+    """(rank, its op, the other end, P2P ops it skipped) of the members whose ops from the
+    one they wait in are what their ring peers issue later, where the peers agree before."""
+    return [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
+            if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
+            and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+
+
+def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
+    """The one member of a ring's closed cycle of agreeing pairs whose ops, from the one it
+    waits in, are what its ring peers issue some ops later (and not what they issue there):
+    it skipped them. None when no single member is so shifted."""
+    ends = _posted_ends(view, ordered)
     if not ends:
         return None
     seqs = [entry.p2p_seq_id for entry, _ in ends.values()]
     consensus = _RingConsensus.of(facts, view, range(max(1, min(seqs) - RING_WINDOW), max(seqs) + RING_WINDOW + MAX_SKIP + 1))
     if consensus is None:
         return None
-    shifted = [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
-               if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
-               and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+    shifted = _shifted(consensus, ends)
     if len(shifted) != 1:
         return None
     rank, entry, other, shift = shifted[0]
@@ -132,7 +150,7 @@ def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cy
     )
 
 
-def _p2p_signature(entries) -> Optional[tuple]:
+def _p2p_signature(entries: Iterable[Entry]) -> Optional[P2PSignature]:
     """What the two ends of a transfer must agree on: element count and dtype of each op."""
     signature = []
     for entry in entries:
@@ -143,7 +161,7 @@ def _p2p_signature(entries) -> Optional[tuple]:
     return tuple(sorted(signature))
 
 
-def _numel(shape) -> int:
+def _numel(shape: Iterable[int]) -> int:
     total = 1
     for dim in shape:
         total *= dim
@@ -226,7 +244,7 @@ class _RingConsensus:
     sends to one neighbour and receives from the other the same tensors at the same
     numbers (context-parallel attention)."""
 
-    signatures: dict[int, dict[int, tuple]]  # rank -> {p2p seq: its ops' signature}
+    signatures: dict[int, dict[int, P2PSignature]]  # rank -> {p2p seq: its ops' signature}
 
     @property
     def voters(self) -> int:
@@ -238,14 +256,14 @@ class _RingConsensus:
         full, group = facts.analysis.matches, view.group
         family = [g for g in facts.analysis.layout.groups if g.id != group.id and g.desc == group.desc
                   and g.size == group.size and g.desc not in UNDESCRIBED]
-        signatures: dict[int, dict[int, tuple]] = {}
+        signatures: dict[int, dict[int, P2PSignature]] = {}
         for member_group in [group, *family]:
             for rank, stream in full.views[member_group.id].streams.items():
                 if len(signatures) < MAX_VOTERS and stream.p2p and rank not in signatures:
                     signatures[rank] = _signatures_by_seq(stream.p2p, window)
         return cls(signatures) if len(signatures) >= 3 else None
 
-    def majority(self, seq: int) -> Optional[tuple]:
+    def majority(self, seq: int) -> Optional[P2PSignature]:
         votes = Counter(s[seq] for s in self.signatures.values() if seq in s)
         if not votes:
             return None
@@ -299,10 +317,10 @@ class _RingConsensus:
         return 0
 
 
-def _signatures_by_seq(p2p: RowList, window: range) -> dict[int, tuple]:
+def _signatures_by_seq(p2p: RowList, window: range) -> dict[int, P2PSignature]:
     """p2p seq -> the signature of the rank's ops with that number (a batch's together),
     for the numbers in `window` (read off the columns, then only those rows)."""
-    by_seq: dict[int, list] = defaultdict(list)
+    by_seq: dict[int, list[Entry]] = defaultdict(list)
     for position, seq in enumerate(p2p.field("p2p_seq_id")):
         if seq in window:
             by_seq[seq].append(p2p[position])

@@ -38,7 +38,7 @@ _SHIFT_EVIDENCE = 2
 _HISTORY = 64  # earlier ops of the channel that tell a step of the program from an odd op
 
 
-def _moved(shapes: Shapes, sending: bool) -> Optional[tuple[int, frozenset]]:
+def _moved(shapes: Shapes, sending: bool) -> Optional[tuple[int, frozenset[str]]]:
     """(elements, dtypes) an op moves: a send's input, a recv's output (the other side
     where the dump left that one empty); None when nothing of it could be read."""
     if not shapes.readable:
@@ -83,7 +83,7 @@ def mismatched_pairs(facts: Facts) -> list[Finding]:
 _CHANNEL = attrgetter("src", "dst")
 
 
-def _may_disagree(view: GroupView, local: dict[int, int], src: int, dst: int, judged: dict) -> bool:
+def _may_disagree(view: GroupView, local: dict[int, int], src: int, dst: int, judged: dict[tuple[int, int], Optional[str]]) -> bool:
     """Whether some send the sender's table could hold on the channel src -> dst and some
     recv the receiver's could hold on it disagree: the few static rows of the two tables
     tell, so a channel whose every send and recv move alike is never read pair by pair
@@ -108,15 +108,36 @@ def _may_disagree(view: GroupView, local: dict[int, int], src: int, dst: int, ju
 _SEND_ROW, _RECV_ROW = attrgetter("send_row"), attrgetter("recv_row")
 
 
-def _first_mismatch(pairs: list[P2PMatch], judged: dict) -> Optional[tuple[P2PMatch, str]]:
+def _posted_on_both_ends(pairs: list[P2PMatch]) -> tuple[list[P2PMatch], list[int], list[int]]:
+    """(pairs, their send rows, their recv rows), without the pairs an end of which never
+    posted its op."""
+    send_rows, recv_rows = list(map(_SEND_ROW, pairs)), list(map(_RECV_ROW, pairs))
+    if -1 in send_rows or -1 in recv_rows:
+        both = [k for k, (s, r) in enumerate(zip(send_rows, recv_rows)) if s >= 0 and r >= 0]
+        pairs, send_rows, recv_rows = [pairs[k] for k in both], [send_rows[k] for k in both], [recv_rows[k] for k in both]
+    return pairs, send_rows, recv_rows
+
+
+def _differences(keys: list[tuple[int, int]], send_shapes: list[Shapes], recv_shapes: list[Shapes],
+                 judged: dict[tuple[int, int], Optional[str]]) -> dict[tuple[int, int], str]:
+    """key -> how the ends differ, for the distinct pairs of shape records (`keys`: their
+    ids) whose ends differ; each judged once (`judged` keeps the answers)."""
+    bad: dict[tuple[int, int], str] = {}
+    for key, (send, recv) in dict(zip(keys, zip(send_shapes, recv_shapes))).items():
+        if key not in judged:
+            judged[key] = _difference(send, recv)
+        difference = judged[key]
+        if difference is not None:
+            bad[key] = difference
+    return bad
+
+
+def _first_mismatch(pairs: list[P2PMatch], judged: dict[tuple[int, int], Optional[str]]) -> Optional[tuple[P2PMatch, str]]:
     """The first of a channel's pairs whose ends disagree, and how. Each end's ops are rows
     of one table (its rank's): the distinct pairs of static codes are judged, read in C
     for the hundreds of thousands of pairs of a pipeline, and the pairs walked only when
     one of them disagrees."""
-    send_rows, recv_rows = list(map(_SEND_ROW, pairs)), list(map(_RECV_ROW, pairs))
-    if -1 in send_rows or -1 in recv_rows:  # an end that never posted its op: such pairs are left out
-        both = [k for k, (s, r) in enumerate(zip(send_rows, recv_rows)) if s >= 0 and r >= 0]
-        pairs, send_rows, recv_rows = [pairs[k] for k in both], [send_rows[k] for k in both], [recv_rows[k] for k in both]
+    pairs, send_rows, recv_rows = _posted_on_both_ends(pairs)
     if not pairs:
         return None
     send_table, recv_table = pairs[0].send_table, pairs[0].recv_table
@@ -126,12 +147,7 @@ def _first_mismatch(pairs: list[P2PMatch], judged: dict) -> Optional[tuple[P2PMa
     send_shapes = send_table.static_answers(_SHAPES_OF, send_rows)
     recv_shapes = recv_table.static_answers(_SHAPES_OF, recv_rows)
     keys = list(zip(map(id, send_shapes), map(id, recv_shapes)))
-    bad = {}
-    for key, (send, recv) in dict(zip(keys, zip(send_shapes, recv_shapes))).items():
-        if key not in judged:
-            judged[key] = _difference(send, recv)
-        if judged[key] is not None:
-            bad[key] = judged[key]
+    bad = _differences(keys, send_shapes, recv_shapes, judged)
     if not bad:  # as a rule
         return None
     for pair, key in zip(pairs, keys):
@@ -149,9 +165,23 @@ def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
     other end's one later, and whose partner's op here is one the channel moved before
     (so a step of the program, not an odd op the partner inserted): it skipped that op.
     None when neither or both fit (a period-two pattern shifts either way)."""
+    sends, recvs, history = _channel_from(facts, pair)
+    moved_sends = [_moved(shapes, True) for shapes in sends[:_SHIFT_WINDOW + 1]]
+    moved_recvs = [_moved(shapes, False) for shapes in recvs[:_SHIFT_WINDOW + 1]]
+    seen = {_moved(shapes, True) for shapes in history[-_HISTORY:]}
+    sender_skipped = _lines_up(moved_sends, moved_recvs[1:]) and moved_recvs[0] in seen
+    receiver_skipped = _lines_up(moved_recvs, moved_sends[1:]) and moved_sends[0] in seen
+    if sender_skipped == receiver_skipped:
+        return None
+    return pair.src if sender_skipped else pair.dst
+
+
+def _channel_from(facts: Facts, pair: P2PMatch) -> tuple[list[Shapes], list[Shapes], list[Shapes]]:
+    """(the shapes of the channel's sends from this pair's on, of its recvs from this
+    pair's on, of the sends before it). Everything dumped (queued ops too), paired in
+    order on the channel; the pair's ops found there by record id (the device view's
+    tables are other objects)."""
     assert pair.send_table is not None and pair.recv_table is not None
-    # Everything dumped (queued ops too), paired in order on the channel; the pair's ops
-    # found there by record id (the device view's tables are other objects).
     send_id = pair.send_table.value("record_id", pair.send_row)
     recv_id = pair.recv_table.value("record_id", pair.recv_row)
     sends: list[Shapes] = []
@@ -167,17 +197,10 @@ def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
                 history.append(_shapes_at(other.send_table, other.send_row))
         if other.recv_table is not None and (recvs or other.recv_table.value("record_id", other.recv_row) == recv_id):
             recvs.append(_shapes_at(other.recv_table, other.recv_row))
-    moved_sends = [_moved(shapes, True) for shapes in sends[:_SHIFT_WINDOW + 1]]
-    moved_recvs = [_moved(shapes, False) for shapes in recvs[:_SHIFT_WINDOW + 1]]
-    seen = {_moved(shapes, True) for shapes in history[-_HISTORY:]}
-    sender_skipped = _lines_up(moved_sends, moved_recvs[1:]) and moved_recvs[0] in seen
-    receiver_skipped = _lines_up(moved_recvs, moved_sends[1:]) and moved_sends[0] in seen
-    if sender_skipped == receiver_skipped:
-        return None
-    return pair.src if sender_skipped else pair.dst
+    return sends, recvs, history
 
 
-def _lines_up(mine: list, theirs: list) -> bool:
+def _lines_up(mine: list[Optional[tuple[int, frozenset[str]]]], theirs: list[Optional[tuple[int, frozenset[str]]]]) -> bool:
     length = min(len(mine), len(theirs))
     return length >= _SHIFT_EVIDENCE and None not in mine[:length] and mine[:length] == theirs[:length]
 

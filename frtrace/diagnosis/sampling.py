@@ -15,15 +15,16 @@ from collections import defaultdict
 from typing import NamedTuple, Sequence
 
 from frtrace.match.matcher import CollectiveMatch
+from frtrace.table.entry_table import Value
 
 
 class Block(NamedTuple):
     """Some collectives of one group that the same ranks issued: `columns[i][j]` is rank
     `ranks[i]`'s value at `matches[j]`, whose calls list exactly `ranks`, in that order."""
 
-    ranks: tuple
-    matches: list
-    columns: list
+    ranks: tuple[int, ...]
+    matches: list[CollectiveMatch]
+    columns: list[list[Value]]
 
 
 def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[Block]:

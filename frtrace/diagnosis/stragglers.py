@@ -37,13 +37,7 @@ def late_arrivals(facts: Facts) -> list[Finding]:
     typical, lateness = _typical_lateness(clean)
     if len(typical) < 3:
         return []
-    spread = statistics.median(abs(v) for v in typical.values())
-    threshold = max(STRAGGLER_MIN_MS, 5 * spread)
-    # "Consistently": late on at least two thirds of the collectives, not on one bad step.
-    late = sorted(
-        r for r, ms in typical.items()
-        if ms >= threshold and 3 * sum(x >= threshold / 2 for x in lateness[r]) >= 2 * len(lateness[r])
-    )
+    late = _consistently_late(typical, lateness)
     if not late:
         return []
     worst = max(typical[r] for r in late)
@@ -58,6 +52,17 @@ def late_arrivals(facts: Facts) -> list[Finding]:
             "worst_ms": round(worst, 3),
         },
     )]
+
+
+def _consistently_late(typical: dict[int, float], lateness: dict[int, list[float]]) -> list[int]:
+    """The ranks typically late by more than STRAGGLER_MIN_MS and five times the ranks'
+    median spread, and late on at least two thirds of their collectives, not on one bad step."""
+    spread = statistics.median(abs(v) for v in typical.values())
+    threshold = max(STRAGGLER_MIN_MS, 5 * spread)
+    return sorted(
+        r for r, ms in typical.items()
+        if ms >= threshold and 3 * sum(x >= threshold / 2 for x in lateness[r]) >= 2 * len(lateness[r])
+    )
 
 
 def _recent_clean(matches: list[CollectiveMatch], reliable: bool) -> list[CollectiveMatch]:
@@ -94,7 +99,7 @@ def _on_times(columns: Sequence[Sequence[int]]) -> list[float]:
     return list(map(_median_of_sorted, map(sorted, arrivals)))
 
 
-def _median_of_sorted(values: Sequence) -> float:
+def _median_of_sorted(values: Sequence[float]) -> float:
     """statistics.median of values already sorted: the middle one, or the mean of the
     two middle ones (a float, as statistics.median gives)."""
     middle = len(values) // 2

@@ -68,6 +68,40 @@ def unreadable_entries(facts: Facts) -> list[Finding]:
     return findings
 
 
+def _read_calls(match: CollectiveMatch, partly: dict[int, set[str]], unread_ranks: set[int]) -> int:
+    """How many members' ops of `match` could be read (in part, at least); adds the ranks
+    with something unread to `unread_ranks`, and the fields unread to `partly`."""
+    readable_ops = 0
+    for rank, entries in match.calls.items():
+        parts = [_unread_parts(e) for e in entries if not e.name.is_coalesced_marker]
+        if any(p is None for p in parts):
+            unread_ranks.add(rank)
+            continue
+        readable_ops += 1
+        fields = {field for p in parts if p for field in p}
+        if fields:
+            unread_ranks.add(rank)
+            partly[rank] |= fields
+    return readable_ops
+
+
+def _message(group: str, blind: list[CollectiveMatch], partly: dict[int, set[str]], ranks: tuple[int, ...],
+             seqs: list[int]) -> tuple[str, str]:
+    """(message, severity): a warning where some collective had no two members' ops
+    compared (`blind`), else a note of the fields compared only in part."""
+    if blind:
+        first = blind[0]
+        message = (f"#{first.seq} in {group} could not be checked: the op of {ranks_text(_blind_ranks(first))} "
+                   f"could not be read, so no two members' ops were compared (not agreed)"
+                   + (f"; {len(blind) - 1} more such collective(s) among the first {_EXAMINED} read"
+                      if len(blind) > 1 else ""))
+        return message, "warning"
+    unread = sorted({field for fs in partly.values() for field in fs})
+    message = (f"{len(seqs)} collective(s) of {group} (#{fold_ranks(seqs)}) were compared by what could be read "
+               f"only: the {', '.join(unread)} of {ranks_text(ranks)} could not be read")
+    return message, "info"
+
+
 def _group_finding(view: GroupView, matches: list[CollectiveMatch]) -> Optional[Finding]:
     """The finding about a group's collectives `matches`, each with an unread entry; the
     first _EXAMINED are read entry by entry (a dump of garbage may hold thousands)."""
@@ -75,36 +109,14 @@ def _group_finding(view: GroupView, matches: list[CollectiveMatch]) -> Optional[
     partly: dict[int, set[str]] = defaultdict(set)  # rank -> fields of it not compared
     unread_ranks: set[int] = set()
     for match in matches[:_EXAMINED]:
-        readable_ops = 0
-        for rank, entries in match.calls.items():
-            parts = [_unread_parts(e) for e in entries if not e.name.is_coalesced_marker]
-            if any(p is None for p in parts):
-                unread_ranks.add(rank)
-                continue
-            readable_ops += 1
-            fields = {field for p in parts if p for field in p}
-            if fields:
-                unread_ranks.add(rank)
-                partly[rank] |= fields
-        if readable_ops < 2:
+        if _read_calls(match, partly, unread_ranks) < 2:
             blind.append(match)
     if not unread_ranks:
         return None
     group = group_text(view.group.name, view.group.desc)
     ranks = tuple(sorted(unread_ranks))
     seqs = [m.seq for m in matches]
-    if blind:
-        first = blind[0]
-        message = (f"#{first.seq} in {group} could not be checked: the op of {ranks_text(_blind_ranks(first))} "
-                   f"could not be read, so no two members' ops were compared (not agreed)"
-                   + (f"; {len(blind) - 1} more such collective(s) among the first {_EXAMINED} read"
-                      if len(blind) > 1 else ""))
-        severity = "warning"
-    else:
-        unread = sorted({field for fs in partly.values() for field in fs})
-        message = (f"{len(seqs)} collective(s) of {group} (#{fold_ranks(seqs)}) were compared by what could be read "
-                   f"only: the {', '.join(unread)} of {ranks_text(ranks)} could not be read")
-        severity = "info"
+    message, severity = _message(group, blind, partly, ranks, seqs)
     evidence = {"collectives": fold_ranks(seqs), "examined": min(len(matches), _EXAMINED),
                 "unchecked_collectives": [m.seq for m in blind],
                 "unread_fields": {str(rank): sorted(fields) for rank, fields in sorted(partly.items())}}

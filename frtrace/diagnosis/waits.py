@@ -20,6 +20,7 @@ from operator import attrgetter
 from typing import Iterable, Optional
 
 from frtrace.match.matcher import MatchResult, P2PMatch
+from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import row_completed
 from frtrace.table.standing import blocked_at
@@ -113,26 +114,34 @@ def _p2p_waits(pairs: list[P2PMatch], blocked: dict[int, str], group_name: str,
     finish in order, so only its newest pairs are read, back to one both ends finished."""
     for _, channel in groupby(pairs, key=_CHANNEL):
         for pair in reversed(list(channel)):
-            send_open = _open(pair.send_table, pair.send_row)
-            recv_open = _open(pair.recv_table, pair.recv_row)
-            if not send_open and not recv_open:
+            if not _pair_waits(pair, blocked, group_name, on, posted):
                 break  # finished: so are the older ones
-            src_waits = send_open and blocked.get(pair.src) == group_name
-            dst_waits = recv_open and blocked.get(pair.dst) == group_name
-            # An end whose partner finished its side met it: what holds it is another op of
-            # its batch (a batch finishes as a whole), not the partner.
-            if src_waits and pair.dst >= 0 and recv_open is not False:
-                on[pair.src].add(pair.dst)
-            if dst_waits and pair.src >= 0 and send_open is not False:
-                on[pair.dst].add(pair.src)
-            if src_waits and dst_waits:
-                ends = (pair.send, pair.recv)
-                found = PostedPair(pair, min(e.time_created_ns for e in ends if e is not None))
-                posted[pair.src].append(found)
-                posted[pair.dst].append(found)
 
 
-def _open(table, row: int) -> Optional[bool]:
+def _pair_waits(pair: P2PMatch, blocked: dict[int, str], group_name: str,
+                on: dict[int, set[int]], posted: dict[int, list[PostedPair]]) -> bool:
+    """Add the waits of the ends of one pair blocked in it; False when both ends finished."""
+    send_open = _open(pair.send_table, pair.send_row)
+    recv_open = _open(pair.recv_table, pair.recv_row)
+    if not send_open and not recv_open:
+        return False
+    src_waits = send_open and blocked.get(pair.src) == group_name
+    dst_waits = recv_open and blocked.get(pair.dst) == group_name
+    # An end whose partner finished its side met it: what holds it is another op of
+    # its batch (a batch finishes as a whole), not the partner.
+    if src_waits and pair.dst >= 0 and recv_open is not False:
+        on[pair.src].add(pair.dst)
+    if dst_waits and pair.src >= 0 and send_open is not False:
+        on[pair.dst].add(pair.src)
+    if src_waits and dst_waits:
+        ends = (pair.send, pair.recv)
+        found = PostedPair(pair, min(e.time_created_ns for e in ends if e is not None))
+        posted[pair.src].append(found)
+        posted[pair.dst].append(found)
+    return True
+
+
+def _open(table: Optional[EntryTable], row: int) -> Optional[bool]:
     """Whether a pair's end is posted and unfinished (None: never posted)."""
     if table is None:
         return None
