@@ -347,6 +347,10 @@ class RowList(Sequence[Entry]):
         table, rows = self._table, self._rows
         return ((k, table.static_row(rows[k]).name) for k in range(len(rows) - 1, -1, -1))
 
+    def names_newest_first_plain(self) -> Iterator[tuple[int, OpName]]:
+        """names_newest_first's plain twin: each entry built, and its name read."""
+        return ((k, self[k].name) for k in range(len(self) - 1, -1, -1))
+
     def deal_by_name(self, bucket_of: Callable[[OpName], list[int]]) -> None:
         """Append the row of each entry, in order, to the list `bucket_of(its op name)`
         gives, asked once per static row (a rank posts along a few channels under a few)."""
@@ -424,4 +428,4 @@ class LazyCalls(Mapping[int, tuple[Entry, ...]]):
 
 
 # Fast paths beside their plain twins (see frtrace.testing.twins).
-PLAIN_TWINS = {"SeqMap.keys_at": SeqMap.keys_at_plain}
+PLAIN_TWINS = {"SeqMap.keys_at": SeqMap.keys_at_plain, "RowList.names_newest_first": RowList.names_newest_first_plain}
