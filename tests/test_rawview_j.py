@@ -5,7 +5,7 @@ import functools
 
 import pytest
 from click.testing import CliRunner
-from helpers import dump, entry, write_job
+from helpers import dump, entry, gloo_job, write_job
 
 from frtrace.cli.analyse import frtrace
 from frtrace.load import loader
@@ -170,3 +170,15 @@ def test_the_columns_are_the_ranks_with_dumps_never_the_claimed_world(tmp_path, 
         shown = [0] if selection and selection[1] == "0-4" else [0, 5]
         assert lines[0].split() == ["group", "seq"] + [word for r in shown for word in ("rank", str(r))]
         assert max(map(len, lines)) < 200
+
+
+def test_gloo_ops_read_retired_as_in_the_report(tmp_path):
+    """gloo's only completion signal is `retired`, which it also gives an op that timed out:
+    -j says `retired` there, as the report does, and `completed` only where a dump says so."""
+    write_job(tmp_path / "gloo", gloo_job({0: ["all_reduce", "all_reduce"], 1: ["all_reduce"]}))
+    table = run(["-j", tmp_path / "gloo"]).output
+    first, second = [line for line in table.splitlines() if line.startswith("0 (default_pg)")]
+    assert first.count("retired") == 2 and "completed" not in table
+    assert "-- not issued --" in second
+    write_job(tmp_path / "nccl", {r: dump([entry(1)]) for r in range(2)})
+    assert "completed" in run(["-j", tmp_path / "nccl"]).output

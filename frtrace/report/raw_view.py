@@ -84,7 +84,13 @@ def op_label(entry: Entry) -> str:
 
 
 def state_text(entry: Entry) -> str:
-    return "completed" if entry.completed else clip(entry.state, 16)
+    """The entry's state as the report words it: `retired` where that is all the dump says
+    of its end (gloo retires an op that timed out too), `completed` where it says more."""
+    if entry.state == "completed" or entry.time_completed_ns:
+        return "completed"
+    if entry.retired:
+        return "retired"
+    return clip(entry.state, 16)
 
 
 def _group_label(group: Group) -> str:
