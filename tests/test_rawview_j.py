@@ -6,6 +6,7 @@ import functools
 import pytest
 from click.testing import CliRunner
 from helpers import dump, entry, gloo_job, write_job
+from helpers import job as job_dicts
 
 from frtrace.cli.analyse import frtrace
 from frtrace.load import loader
@@ -182,3 +183,16 @@ def test_gloo_ops_read_retired_as_in_the_report(tmp_path):
     assert "-- not issued --" in second
     write_job(tmp_path / "nccl", {r: dump([entry(1)]) for r in range(2)})
     assert "completed" in run(["-j", tmp_path / "nccl"]).output
+
+
+def test_p2p_rows_say_which_ranks_are_global_and_which_in_the_group(tmp_path):
+    """Group 1 holds global ranks 2 and 3: the row's channel is global (2->3), the op keeps
+    torch's group-local names (send 0->1), and a legend under the table says so."""
+    steps = {2: [("send 0->1@pp", {"state": "completed"})], 3: [("recv 1<-0@pp", {"state": "completed"})]}
+    write_job(tmp_path, job_dicts(steps, groups={"pp": ("pp", [2, 3])}, world=4))
+    out = run(["-j", tmp_path]).output
+    (row,) = [line for line in out.splitlines() if "p2p 2->3" in line]
+    assert "send 0->1" in row and "recv 1<-0" in row
+    assert "seq column names global ranks" in out and "group-local ranks" in out
+    block = run(["-j", tmp_path, "--per-rank"]).output
+    assert "op (group ranks)" in block

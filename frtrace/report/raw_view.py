@@ -200,6 +200,11 @@ def _table_lines(headers: list, rows: list) -> Iterator[str]:
             yield GAP.join((lines[n] if n < len(lines) else "").ljust(w) for lines, w in zip(row, widths)).rstrip()
 
 
+# Two numberings meet in a P2P row: say which is which.
+P2P_LEGEND = ("P2P rows: the seq column names global ranks (p2p SRC->DST #k: the channel's k-th op);",
+              "op names keep torch's group-local ranks (recv 1<-0: group rank 1 from group rank 0).")
+
+
 def side_by_side_lines(result: MatchResult, ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
                        with_stacks: bool = False) -> Iterator[str]:
     """Lines of the table of every operation (rows) by rank (columns): a column per rank
@@ -213,6 +218,9 @@ def side_by_side_lines(result: MatchResult, ranks: Optional[Iterable[int]] = Non
         yield "No entries match the selected ranks and groups."
         return
     yield from _table_lines(["group", "seq"] + [f"rank {r}" for r in columns], rows)
+    if any(row[1].startswith("p2p ") for row in rows):
+        yield ""
+        yield from P2P_LEGEND
     if stacks is not None and stacks.ids:
         yield ""
         yield "Stack traces (innermost first):"
@@ -295,7 +303,9 @@ def rank_block_lines(rank: int, dump, pg_filters: Iterable[str] = (), last: Opti
     if len(shown) < len(entries):
         left = len(entries) - len(shown)
         yield f"  ... {left:,} older {'entry' if left == 1 else 'entries'} not shown (--last N shows more, --last 0 all)"
-    headers = ["record_id", "time", "group", "seq", "op", "sizes", "dtypes", "state"]
+    # A P2P op names its peers by rank in the group, as torch writes it: the header says so.
+    op_header = "op (group ranks)" if any(entry.name.is_p2p and not entry.name.is_coalesced_marker for entry in shown) else "op"
+    headers = ["record_id", "time", "group", "seq", op_header, "sizes", "dtypes", "state"]
     if stacks is not None:
         headers.append("stack")
     rows = []
