@@ -11,7 +11,7 @@ Everything here is immutable or slotted so millions of entries stay cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from frtrace.util import shortened
 
@@ -39,6 +39,17 @@ class OpName(NamedTuple):
 
 # The op of an entry whose profiling_name could not be read: never compared.
 UNREADABLE_OP = OpName("", "", "unknown", False)
+
+
+def numel(shapes: Iterable[Iterable[int]]) -> int:
+    """Elements in a list of tensor shapes (`Shapes.input_sizes` and the like)."""
+    total = 0
+    for shape in shapes:
+        count = 1
+        for dim in shape:
+            count *= dim
+        total += count
+    return total
 
 
 class Shapes(NamedTuple):

@@ -24,11 +24,10 @@ import operator
 from itertools import compress, count, repeat
 from typing import Any, NamedTuple, Optional, Sequence
 
-from frtrace.diagnosis.entry_checks import numel
 from frtrace.diagnosis.facts import Facts, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView
-from frtrace.model import Shapes
+from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import StaticRow
 from frtrace.table.seq_map import NOT_SINGLE, BatchKey
 from frtrace.wording import group_text, ranks_text

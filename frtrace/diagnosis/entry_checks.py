@@ -19,11 +19,11 @@ group size (all_gather_coalesced), and it records a reduce_scatter as an all_red
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
-from frtrace.model import Group, OpName, Shapes
+from frtrace.model import Group, OpName, Shapes, numel
 from frtrace.table.entry_table import EntryTable, StaticRow
 from frtrace.wording import group_text, ranks_text
 
@@ -35,17 +35,6 @@ SCATTER_OPS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatt
                          "reduce_scatter_tensor_coalesced"})
 # Ops whose every tensor has one dtype (c10d checks it before recording).
 _ONE_DTYPE_OPS = REDUCE_OPS | GATHER_OPS | SCATTER_OPS
-
-
-def numel(shapes: Iterable[Iterable[int]]) -> int:
-    """Elements in a list of shapes."""
-    total = 0
-    for shape in shapes:
-        count = 1
-        for dim in shape:
-            count *= dim
-        total += count
-    return total
 
 
 def contradiction(name: OpName, shapes: Shapes, group_size: Optional[int]) -> Optional[str]:

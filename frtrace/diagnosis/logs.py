@@ -352,7 +352,7 @@ def mismatch(reading: Reading, group: LogGroup, frontier: Frontier) -> list[Find
     if len(classes) < 2:
         return []
     ordered = sorted(classes.items(), key=lambda item: (-len(item[1]), item[1][0]))
-    (major_key, major), odd_classes = ordered[0], ordered[1:]
+    (_, major), odd_classes = ordered[0], ordered[1:]
     tie = len(major) == len(odd_classes[0][1])
     odd = tuple(sorted(r for _, ranks in odd_classes for r in ranks))
     ops = {key[0] for key in classes}

@@ -17,7 +17,7 @@ from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
 from frtrace.diagnosis.waits import PostedPair
 from frtrace.match.matcher import GroupView, P2PMatch
-from frtrace.model import UNDESCRIBED, Entry
+from frtrace.model import UNDESCRIBED, Entry, numel
 from frtrace.table.seq_map import RowList
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
@@ -156,16 +156,9 @@ def _p2p_signature(entries: Iterable[Entry]) -> Optional[P2PSignature]:
     for entry in entries:
         if not entry.shapes.readable:
             return None
-        count = sum(_numel(shape) for shape in entry.shapes.input_sizes)
+        count = numel(entry.shapes.input_sizes)
         signature.append((count, tuple(entry.shapes.input_dtypes)))
     return tuple(sorted(signature))
-
-
-def _numel(shape: Iterable[int]) -> int:
-    total = 1
-    for dim in shape:
-        total *= dim
-    return total
 
 
 def _difference(pair: P2PMatch) -> Optional[str]:

@@ -22,11 +22,10 @@ from itertools import groupby
 from operator import attrgetter
 from typing import Any, Optional
 
-from frtrace.diagnosis.entry_checks import numel
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
 from frtrace.match.matcher import GroupView, P2PMatch
-from frtrace.model import Shapes
+from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import EntryTable
 from frtrace.wording import call_site, group_text
 

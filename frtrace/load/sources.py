@@ -39,7 +39,7 @@ import re
 import struct
 import tarfile
 import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Optional, Union
 
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line, inflation_allowed

@@ -35,7 +35,7 @@ from frtrace.model import (
     OpName,
     PgStatus,
     Shapes,
-    has_completed,
+    numel,
 )
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
@@ -463,16 +463,6 @@ SignatureCache = dict[tuple[object, ...], Signature]
 OpOrBatchKey = Union[OpKey, BatchKey]
 
 
-def _numel(shapes: Sequence[Sequence[int]]) -> int:
-    total = 0
-    for shape in shapes:
-        count = 1
-        for dim in shape:
-            count *= dim
-        total += count
-    return total
-
-
 # A part of a signature that could not be read (see Shapes.unread): equal to anything.
 UNKNOWN = "?"
 _ALL_SHAPE_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
@@ -493,8 +483,8 @@ def _op_signature(name: OpName, shapes: Shapes) -> Optional[OpSignature]:
         in_numel = out_numel = None
     else:
         # Element counts, not shapes: list-form and stacked all_gather outputs are both valid.
-        in_numel = None if op in ROOT_ONLY_INPUT_OPS else _numel(shapes.input_sizes)
-        out_numel = None if op in ROOT_ONLY_OUTPUT_OPS else _numel(shapes.output_sizes)
+        in_numel = None if op in ROOT_ONLY_INPUT_OPS else numel(shapes.input_sizes)
+        out_numel = None if op in ROOT_ONLY_OUTPUT_OPS else numel(shapes.output_sizes)
         if unread:
             in_numel = UNKNOWN if in_numel is not None and "input_sizes" in unread else in_numel
             out_numel = UNKNOWN if out_numel is not None and "output_sizes" in unread else out_numel

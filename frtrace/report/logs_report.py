@@ -13,7 +13,7 @@ import json
 from collections import defaultdict
 from html import escape
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from tabulate import tabulate
 
