@@ -219,6 +219,15 @@ def _tar(path, members: list) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
+def _archive(path, members: list) -> None:
+    """A .zip, .tar or .tar.gz (by its name) of `members`, (name, bytes) in that order."""
+    if not path.name.endswith(".zip"):
+        return _tar(path, members)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
+        for member, data in members:
+            out.writestr(member, data)
+
+
 DEEP = "/".join(f"incident_2025_06_01_node{n:02d}_with_a_long_directory_name" for n in range(8))
 
 
@@ -229,12 +238,7 @@ def test_deep_member_paths_keep_their_rank(tmp_path, name):
     assert len(DEEP) > 300
     members = [(f"{DEEP}/rank_{rank}", data) for rank, data in _dump_bytes().items()]
     archive = tmp_path / name
-    if name.endswith(".zip"):
-        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
-            for member, data in members:
-                out.writestr(member, data)
-    else:
-        _tar(archive, members)
+    _archive(archive, members)
     result, report = json_report([archive])
     assert result.exit_code == 1 and report["suspect_ranks"] == [3], result.output
     assert [d.path for d in load_dumps([archive]).dumps] == [f"{archive}:{DEEP}/rank_{r}" for r in range(4)]
@@ -249,11 +253,10 @@ def test_a_member_listed_twice_is_read_once_the_last_one(tmp_path, name):
     members[:0] = [("job/rank_3", b"\x80\x02 an older, broken copy"), ("job/rank_0", b"\x80\x02 another")]
     archive = tmp_path / name
     if name.endswith(".zip"):
-        with pytest.warns(UserWarning), zipfile.ZipFile(archive, "w") as out:
-            for member, data in members:
-                out.writestr(member, data)
+        with pytest.warns(UserWarning):  # zipfile warns of the name it writes twice
+            _archive(archive, members)
     else:
-        _tar(archive, members)
+        _archive(archive, members)
     result, report = json_report([archive])
     assert result.exit_code == 1 and report["suspect_ranks"] == [3], result.output
     (note,) = stderr_lines(result)
