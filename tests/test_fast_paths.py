@@ -82,21 +82,16 @@ def test_plain_twins_swap_in_and_back():
     assert matcher._unsettled is fast_unsettled and SeqMap.keys_at is fast_keys_at
 
 
-def test_a_pipeline_ranks_turns_read_off_the_names_or_the_entries_agree(tmp_path, monkeypatch):
+def test_p2p_names_read_off_the_table_are_the_entries_names(tmp_path):
     """The turns check (diagnosis/own_past.turns_say_skipped) reads a rank's P2P op names
     newest first off the table (`RowList.names_newest_first`); its twin builds each entry.
-    On a pipeline whose stage never posted a send, the check is asked, and the reports agree."""
-    from frtrace.diagnosis import own_past
-
-    asked = []
-    real = own_past.turns_say_skipped
-    monkeypatch.setattr(own_past, "turns_say_skipped", lambda *args: asked.append(1) or real(*args))
-    write_synth_job(tmp_path, generate(16, 2, 4, steps=4, fault=Fault("p2p_unmatched", rank=5, group="pp", step=1),
-                                       seed=5, p2p="plain"))
-    loaded = load_dumps([tmp_path], workers=1)
-    layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
-    fast = _match_and_report(loaded, layout)
-    assert asked
-    with plain_twins(["frtrace.table.seq_map:RowList.names_newest_first"]):
-        plain = _match_and_report(loaded, layout)
-    assert fast == plain and '"suspect_ranks": [\n    5\n  ]' in fast[1]
+    Over every rank and group of a pipeline job with plain and batched sends, both give
+    the same (position, name) sequence, and it is the entries' own, newest first."""
+    loaded, layout = _loaded(tmp_path, Fault("p2p_unmatched", rank=5, group="pp", step=1), {"p2p": "mixed"})
+    streams = [stream for view in match(loaded.dumps, layout).views for stream in view.streams.values()]
+    p2p_lists = [stream.p2p for stream in streams if len(stream.p2p)]
+    assert len(p2p_lists) >= 16
+    for p2p in p2p_lists:
+        fast = list(p2p.names_newest_first())
+        assert fast == list(p2p.names_newest_first_plain())
+        assert fast == [(k, p2p[k].name) for k in reversed(range(len(p2p)))]
