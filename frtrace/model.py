@@ -68,6 +68,10 @@ class Shapes(NamedTuple):
     unread: tuple = ()
 
 
+# The dump fields a Shapes record reads, in its order (each may be unreadable: `unread`).
+SHAPE_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
+
+
 class Entry(NamedTuple):
     """One Flight Recorder entry, normalised across dump versions and backends.
 

@@ -17,12 +17,11 @@ from typing import Optional
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView
-from frtrace.model import UNREADABLE_OP, Entry
+from frtrace.model import SHAPE_FIELDS, UNREADABLE_OP, Entry
 from frtrace.util import fold_ranks
 from frtrace.table.entry_table import StaticRow
 from frtrace.wording import group_text, ranks_text
 
-_ALL_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
 _EXAMINED = 64  # collectives per group read entry by entry
 
 
@@ -32,7 +31,7 @@ def _unread_parts(entry: Entry) -> Optional[tuple[str, ...]]:
     if entry.name == UNREADABLE_OP:
         return None
     shapes = entry.shapes
-    return () if shapes.readable else (shapes.unread or _ALL_FIELDS)
+    return () if shapes.readable else (shapes.unread or SHAPE_FIELDS)
 
 
 def _is_unreadable(static: StaticRow) -> bool:

@@ -16,7 +16,7 @@ from typing import Optional
 
 from frtrace.load import cupti
 from frtrace.load.safe_decode import DecodeError
-from frtrace.model import UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
+from frtrace.model import SHAPE_FIELDS, UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
 from frtrace.table.batches import finished_settlements, settle_table_batches
 from frtrace.table.entry_columns import (
     SPLIT_FIELDS,
@@ -25,6 +25,7 @@ from frtrace.table.entry_columns import (
     columns_from_entries,
     columns_from_raw,
     entry_table,
+    split_key,
 )
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
@@ -245,7 +246,7 @@ class _Normaliser:
             key: Optional[tuple] = (tuple(map(tuple, input_sizes or ())), _dtype_key(input_dtypes),
                                     tuple(map(tuple, output_sizes or ())), _dtype_key(output_dtypes))
             if input_splits is not None or output_splits is not None:
-                key = (*key, _split_key(input_splits), _split_key(output_splits))  # type: ignore[misc]
+                key = (*key, split_key(input_splits), split_key(output_splits))  # type: ignore[misc]
             cached = self.shapes.get(key)
         except TypeError:  # not iterable, or unhashable inside: validate the slow way
             key, cached = None, None
@@ -258,7 +259,7 @@ class _Normaliser:
             sizes_out,
             self.dtypes(output_dtypes, "output_dtypes", len(sizes_out or ())),
         )
-        unread = tuple(name for name, value in zip(_SHAPE_FIELDS, fields) if value is None)
+        unread = tuple(name for name, value in zip(SHAPE_FIELDS, fields) if value is None)
         sizes_in, dtypes_in, sizes_out, dtypes_out = (() if f is None else f for f in fields)
         shapes = Shapes(sizes_in, dtypes_in, sizes_out, dtypes_out, not unread,
                         self.split_sizes(input_splits, "input_split_sizes"),
@@ -321,17 +322,12 @@ def _items(values) -> int:
         return sum(len(value) for value in values if isinstance(value, (list, tuple, dict, str)))
 
 
-_SHAPE_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
 
 
 def _dtype_key(value) -> object:
     # A bare dtype name stays a string: as a tuple of its letters it would look up a list
     # of one-letter names.
     return value if isinstance(value, str) else tuple(value or ())
-
-
-def _split_key(value) -> object:
-    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 def _as_integer(value) -> Optional[int]:

@@ -29,6 +29,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 from frtrace.load.layout import Layout, is_default_group
 from frtrace.model import (
+    SHAPE_FIELDS,
     UNREADABLE_OP,
     Entry,
     Group,
@@ -465,7 +466,6 @@ OpOrBatchKey = Union[OpKey, BatchKey]
 
 # A part of a signature that could not be read (see Shapes.unread): equal to anything.
 UNKNOWN = "?"
-_ALL_SHAPE_FIELDS = ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")
 
 
 def _op_signature(name: OpName, shapes: Shapes) -> Optional[OpSignature]:
@@ -476,7 +476,7 @@ def _op_signature(name: OpName, shapes: Shapes) -> Optional[OpSignature]:
     # Equality, not identity: entries loaded by worker processes arrive as copies.
     if name == UNREADABLE_OP:
         return None
-    unread = () if shapes.readable else (shapes.unread or _ALL_SHAPE_FIELDS)
+    unread = () if shapes.readable else (shapes.unread or SHAPE_FIELDS)
     in_numel: Union[int, str, None]
     out_numel: Union[int, str, None]
     if op in RANK_DEPENDENT_SIZE_OPS:

@@ -22,7 +22,7 @@ from array import array
 from itertools import count, repeat
 from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
-from frtrace.model import Entry, Frame, OpName, Shapes
+from frtrace.model import SHAPE_FIELDS, Entry, Frame, OpName, Shapes
 from frtrace.table.entry_table import INT_RANGES, STATIC_FIELDS, EntryTable, Value
 
 _NONE = type(None)
@@ -297,7 +297,7 @@ def _examples(owners: Sequence[Any], rows: Sequence[tuple[Value, ...]]) -> Optio
 
 
 def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes]]:
-    raw = [fields[name] for name in ("input_sizes", "input_dtypes", "output_sizes", "output_dtypes")]
+    raw = [fields[name] for name in SHAPE_FIELDS]
     if str in set(map(type, raw[1])) or str in set(map(type, raw[3])):
         return None  # a bare dtype name, which the entry-by-entry path reads
     norm.spend_on_shapes(raw[0], raw[2])  # a shape the entries share costs its length each time
@@ -312,14 +312,15 @@ def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes
     if SPLIT_FIELDS[0] in fields:  # dump format 2.11: an all_to_all's counts per peer are part of it
         raw += [fields[name] for name in SPLIT_FIELDS]
         try:
-            keys = [(*key, _split_key(a), _split_key(b)) for key, a, b in zip(keys, raw[4], raw[5])]
+            keys = [(*key, split_key(a), split_key(b)) for key, a, b in zip(keys, raw[4], raw[5])]
         except TypeError:
             return None
     # Validate the raw values of each key's first entry, as the entry-by-entry path does.
     return _interned(keys, norm.shapes, lambda _, at: norm.shape_record(*(column[at] for column in raw)))
 
 
-def _split_key(value: Any) -> object:
+def split_key(value: Any) -> object:
+    """The part of a shape record's key that an all_to_all's per-peer counts make (hashable)."""
     return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
