@@ -84,12 +84,23 @@ def render_html(analysis: Analysis, diagnosis: Diagnosis) -> str:
     roots = [f for f in diagnosis.findings if f.is_root]
     consequences = [f for f in diagnosis.findings if not f.is_root]
     folded = consequence_lines(analysis, consequences, len(roots), listed_by=None) if consequences else [""]
+    return render_page(diagnosis, folded, _grid(view, roots), _rank_table(view), list(_loaded_parts(analysis)))
+
+
+def render_page(diagnosis: Diagnosis, folded: list[str], grid: Optional[dict[str, Any]], ranks: dict[str, Any],
+                loaded: list[str]) -> str:
+    """The page around a diagnosis: its verdict and findings (consequences under `folded`:
+    a heading, then one line per class of groups), the rank x group `grid` (None: none),
+    the `ranks` table (summary, headers, rows of {suspect, cells}, notes) and the `loaded`
+    lines of the footer. The logs' report (report/logs_report.py) draws its page here too."""
+    roots = [f for f in diagnosis.findings if f.is_root]
+    consequences = [f for f in diagnosis.findings if not f.is_root]
     return _ENVIRONMENT.get_template("report.html").render(
         css=Markup(CSS), verdict=diagnosis.verdict, status=diagnosis.status,
         suspects=fold_ranks(diagnosis.suspect_ranks) if diagnosis.suspect_ranks else "",
         roots=[_finding(f) for f in roots], consequences=[_finding(f) for f in consequences],
         consequence_heading=folded[0], consequence_classes=[line.strip().removeprefix("- ") for line in folded[1:]],
-        grid=_grid(view, roots), ranks=_rank_table(view), loaded=list(_loaded_parts(analysis)), version=__version__,
+        grid=grid, ranks=ranks, loaded=loaded, version=__version__,
     )
 
 

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from html import escape
 from pathlib import Path
 from typing import NamedTuple, Optional
 
 from tabulate import tabulate
 
-from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.diagnosis.logs import OP_NAMES
 from frtrace.logs.inputs import source_of
 from frtrace.logs.model import UNNAMED_GROUP, GroupPosition, LogEvidence, RankLog
 from frtrace.match.analysis import Analysis
-from frtrace.report.html import CSS, _finding
+from frtrace.report.html import render_page
 from frtrace.report.render import (
     DEFAULT_WIDTH,
     SCHEMA,
@@ -281,33 +279,15 @@ def render_logs_ranks(evidence: LogEvidence, diagnosis: Diagnosis, fmt: str, sty
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _findings_html(diagnosis: Diagnosis) -> list[str]:
-    """One block per finding, as the dump report's HTML draws them (every value escaped)."""
-    blocks = []
-    for finding in diagnosis.findings:
-        shown = _finding(finding)
-        details = "".join(f"<dt>{escape(printable(label))}</dt><dd>{escape(printable(text))}</dd>"
-                          for label, text, _code in shown["details"])
-        blocks.append(f'<div class="finding {shown["role"]}"><div class="tag {escape(shown["severity"])}">'
-                      f'{escape(printable(shown["tag"]))}</div><p>{escape(printable(shown["message"]))}</p>'
-                      + (f"<dl>{details}</dl>" if details else "") + "</div>")
-    return blocks
-
-
 def render_logs_html(evidence: LogEvidence, diagnosis: Diagnosis) -> str:
+    """The logs' report as the dump report's page draws it (report/html.render_page):
+    verdict, findings, where each rank is by its log; no rank x group grid."""
     rows = rank_rows(evidence, diagnosis.suspect_ranks)
-    body = [f'<div class="verdict {escape(diagnosis.status)}"><h1>{escape(printable(diagnosis.verdict))}</h1></div>',
-            "<h2>Findings</h2>"] + _findings_html(diagnosis)
-    body += ["<h2>Where each rank is, by its log</h2>", "<table><thead><tr>"
-             + "".join(f"<th>{escape(h)}</th>" for h in RANK_HEADERS) + "</tr></thead><tbody>"]
-    body += ["<tr" + (' class="suspect"' if row.suspect else "") + ">"
-             + "".join(f"<td>{escape(printable(cell))}</td>" for cell in _row_cells(row)) + "</tr>" for row in rows]
-    body += ["</tbody></table>", f'<p class="note">{escape(printable(logs_line(evidence)))}</p>',
-             f"<footer>frtrace {escape(__version__)}</footer>"]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-            f"<title>frtrace: {escape(diagnosis.status)}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    consequences = sum(1 for finding in diagnosis.findings if not finding.is_root)
+    folded = [f"Consequences of the root cause: {plural(consequences, 'finding')}"]
+    ranks = {"summary": "Where each rank is, by its log", "headers": list(RANK_HEADERS),
+             "rows": [{"suspect": row.suspect, "cells": list(_row_cells(row))} for row in rows], "notes": []}
+    return render_page(diagnosis, folded, None, ranks, [logs_line(evidence)])
 
 
 # --------------------------------------------------------------------------- logs with dumps
