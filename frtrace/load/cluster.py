@@ -114,7 +114,7 @@ class DaskRunner:
         def submit(count: int) -> None:
             while batches and count > 0:
                 batch = batches.popleft()
-                pending.append((batch, self.client.submit(self.task, batch, pure=False)))
+                pending.append((batch, self.client.submit(self.task, batch, on_dump is not None, pure=False)))
                 count -= 1
 
         submit(IN_FLIGHT_PER_THREAD * threads)

@@ -42,6 +42,7 @@ from frtrace.load.normalise import (
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, DecodeError, MayNestTooDeeply, decode_dump
 from frtrace.load.sources import Source, SourceError, as_input
 from frtrace.model import LoadIssue, LoadResult
+from frtrace.table.by_group import GroupParts, deal_by_group
 from frtrace.table.entry_columns import SharedValues
 from frtrace.table.rank_dump import RankDump
 from frtrace.util import cyclic_gc_paused
@@ -153,12 +154,12 @@ def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from
     path = str(path)
     if (data[:1] == b"\x80" or data[:2] == b"\x1f\x8b") and not _decoding_is_capped():
         result = _loaded_in_own_process(data, rank, path, limits)
-        return _received(result, shared or SharedValues()) if isinstance(result, RankDump) and not packed else result
+        return _received(result, shared or SharedValues())[0] if isinstance(result, RankDump) and not packed else result
     result = _loaded(data, rank, path, limits, packed=packed, shared=shared, memo=memo)
     if result is _NEEDS_OWN_PROCESS:
         result = _loaded_in_own_process(data, rank, path, limits)
         if isinstance(result, RankDump) and not packed:
-            result = _received(result, shared or SharedValues())
+            result = _received(result, shared or SharedValues())[0]
     return result
 
 
@@ -255,17 +256,34 @@ def _exit_reason(exitcode: Optional[int]) -> str:
     return f"exit status {exitcode}"
 
 
-def _load_batch_for_transfer(jobs: list) -> list:
+def _load_batch_for_transfer(jobs: list, deal: bool = False) -> list:
     """`load_one` for a few files in a worker process. Entries travel to the parent as
     EntryTables (arrays and small tables), which pickle at memory speed; an Entry per
-    entry would cost a pickle round trip each.
+    entry would cost a pickle round trip each. With `deal`, each dump travels as a
+    `DealtDump`, its entries dealt by group here (see table/by_group.py), so that the
+    process that receives thousands of dumps only puts the parts together.
 
     In a process running other threads (a dask worker), the files are read here, and
     decoded in one forked single-threaded child per batch (see _decoding_is_capped)."""
     if not _decoding_is_capped():
-        return _batch_in_own_process(jobs)
-    memo = BatchMemo()
-    return _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
+        results = _batch_in_own_process(jobs)
+    else:
+        memo = BatchMemo()
+        results = _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
+    return [DealtDump(result, deal_by_group(result.entries)) if deal and isinstance(result, RankDump) else result
+            for result in results]
+
+
+class DealtDump(NamedTuple):
+    """A dump as a worker sends it with its entries dealt by group (`deal`, above)."""
+
+    dump: RankDump
+    parts: GroupParts
+
+
+# Called in the loading process with each dump as it arrives, and its entries dealt by
+# group when a worker dealt them (None: not dealt; the dump's entries are all there is).
+OnDump = Callable[[RankDump, Optional[GroupParts]], None]
 
 
 def _batch_in_own_process(jobs: list) -> list:
@@ -311,11 +329,16 @@ def _as_array(ranks, arrays: dict) -> array:
     return arrays[id(ranks)][1]
 
 
-def _received(result, shared: SharedValues):
+def _received(result, shared: SharedValues) -> tuple:
+    """`(RankDump or LoadIssue, its GroupParts or None)` for a result from a worker, its
+    values shared with the other ranks' (see SharedValues)."""
+    parts = None
+    if isinstance(result, DealtDump):
+        result, parts = result
     if isinstance(result, RankDump):
-        result.entries.share(shared)
+        result.entries.share(shared)  # in place: the parts read the same table
         _share_rank_lists(result, shared)
-    return result
+    return result, parts
 
 
 def load_dumps(
@@ -326,15 +349,16 @@ def load_dumps(
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     selected_ranks: Optional[Iterable[int]] = None,
     progress: Optional[Callable[[int, int], None]] = None,
-    on_dump: Optional[Callable[[RankDump], None]] = None,
+    on_dump: Optional[OnDump] = None,
     all_generations: bool = False,
     runner: Optional[Callable] = None,
 ) -> LoadResult:
     """Find and load every dump under `inputs` (directories, files, archives, URLs): of
     the newest complete generation only, unless `all_generations` (see discover_dump_files).
     `selected_ranks` keeps only the files of those ranks (by the rank in their name),
-    before any is decoded. `on_dump` is called in this process with each dump as it
-    arrives: work done there overlaps the workers'. `runner(jobs, progress, shared,
+    before any is decoded. `on_dump(dump, parts)` is called in this process with each
+    dump as it arrives (OnDump): work done there overlaps the workers', and the workers
+    deal each dump's entries by group for it. `runner(jobs, progress, shared,
     on_dump)` replaces the local process pool (cluster.DaskRunner); it returns the
     results in job order and notes."""
     found = discover_dump_files([as_input(p) for p in inputs], prefix, all_generations, max_bytes)
@@ -354,7 +378,7 @@ def select_files(files: list, wanted: Callable[[int], bool]) -> list:
 
 def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
                     progress: Optional[Callable[[int, int], None]] = None,
-                    on_dump: Optional[Callable[[RankDump], None]] = None, inputs: tuple[str, ...] = (),
+                    on_dump: Optional[OnDump] = None, inputs: tuple[str, ...] = (),
                     runner: Optional[Callable] = None) -> LoadResult:
     """Load `files` (`(rank, path)` pairs, from `found.files` or a selection of them),
     found under `inputs` (as given), in this machine's processes or with `runner`."""
@@ -376,7 +400,7 @@ def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_byte
 
 def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
                     progress: Optional[Callable[[int, int], None]] = None,
-                    on_dump: Optional[Callable[[RankDump], None]] = None,
+                    on_dump: Optional[OnDump] = None,
                     transform: Optional[Callable] = None) -> Iterator[tuple]:
     """`(rank, RankDump or LoadIssue)` for each of `files`, in their order, as each is
     decoded: a caller that prints as it goes (`-j`) need not wait for, nor keep, them all.
@@ -412,12 +436,14 @@ def job_batches(jobs: list, workers: int) -> list:
     return _batches(jobs, max(1, min(16, len(jobs) // (8 * workers))))
 
 
-def take_batch(batch: list, results: list, total: int, shared: SharedValues, on_dump=None, progress=None) -> None:
+def take_batch(batch: list, results: list, total: int, shared: SharedValues, on_dump: Optional[OnDump] = None,
+               progress=None) -> None:
     """Receive a worker's batch of results into `results`, in this process (see _received)."""
-    for result in batch:
-        results.append(_received(result, shared))
-        if on_dump and isinstance(results[-1], RankDump):
-            on_dump(results[-1])
+    for sent in batch:
+        result, parts = _received(sent, shared)
+        results.append(result)
+        if on_dump and isinstance(result, RankDump):
+            on_dump(result, parts)
     if progress:
         progress(len(results), total)
 
@@ -446,7 +472,7 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
             elif isinstance(result, RankDump):
                 _share_rank_lists(result, shared)
                 if on_dump:
-                    on_dump(result)
+                    on_dump(result, None)
             if progress:
                 progress(done, len(jobs))
             yield job[0], result
@@ -458,7 +484,8 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
     try:
         # A few batches in flight per worker, not all of them: when the workers outpace
         # this process, finished batches would otherwise pile up here (gigabytes at 16k ranks).
-        work = _load_batch_for_transfer if transform is None else functools.partial(_load_batch_mapped, transform)
+        work = (functools.partial(_load_batch_for_transfer, deal=on_dump is not None) if transform is None
+                else functools.partial(_load_batch_mapped, transform))
         pending = deque((batch, pool.submit(work, batch)) for batch in islice(batches, 3 * workers))
         while pending:
             batch_jobs, future = pending.popleft()
@@ -469,9 +496,9 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
                 progress(done, len(jobs))
             for job, result in zip(batch_jobs, batch):
                 if transform is None:
-                    result = _received(result, shared)
-                if on_dump and transform is None and isinstance(result, RankDump):
-                    on_dump(result)
+                    result, parts = _received(result, shared)
+                    if on_dump and isinstance(result, RankDump):
+                        on_dump(result, parts)
                 yield job[0], result
         finished = True
     finally:

@@ -38,6 +38,7 @@ from frtrace.model import (
     Shapes,
     numel,
 )
+from frtrace.table.by_group import GroupPart, GroupParts, deal_by_group
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import (
@@ -261,23 +262,16 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
     return dump.unreadable_entries > 0
 
 
-class DealtEntries(NamedTuple):
-    """One rank's entries of one process group name, in order."""
-
-    by_sequence: SeqMap  # collective_seq_id -> tuple of entries (several for a coalesced batch)
-    p2p: RowList  # without the markers that close a batch
-    batched: frozenset[int]  # p2p_seq_ids of P2P batches (batch_isend_irecv), closed by a marker
+# One rank's entries of one process group name (see table/by_group.py).
+DealtEntries = GroupPart
 
 
-def deal(dump: RankDump) -> dict[str, DealtEntries]:
+def deal(dump: RankDump) -> GroupParts:
     """pg_name -> DealtEntries for one rank.
 
-    Needs no layout, so the loader can run it on each dump as it arrives, while worker
-    processes still decode the others (see `DealtDumps`); no Entry is built."""
-    table = dump.entries
-    return {name: DealtEntries(SeqMap(table, rows.collectives), RowList(table, rows.p2p),
-                               frozenset(table.field_at("p2p_seq_id", rows.p2p_markers)))
-            for name, rows in table.rows_by_group().items()}
+    Needs no layout, so the loader's workers run it on each dump they decode (see
+    `DealtDumps`); no Entry is built."""
+    return deal_by_group(dump.entries)
 
 
 class DealtDumps:
@@ -290,8 +284,9 @@ class DealtDumps:
     def __init__(self) -> None:
         self._of_rank: dict[int, list[tuple[RankDump, dict[str, DealtEntries]]]] = defaultdict(list)
 
-    def add(self, dump: RankDump) -> None:
-        self._of_rank[dump.rank].append((dump, deal(dump)))
+    def add(self, dump: RankDump, parts: Optional[GroupParts] = None) -> None:
+        """Keep `dump` dealt: `parts` when a loader worker dealt it already."""
+        self._of_rank[dump.rank].append((dump, deal(dump) if parts is None else parts))
 
     def of(self, dump: RankDump) -> Optional[dict[str, DealtEntries]]:
         """deal(dump), when it was dealt here; else None."""
