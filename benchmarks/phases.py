@@ -6,7 +6,9 @@ Stages, in the order `frtrace -d DIR --format json` runs them (frtrace/match/ana
 then frtrace/cli/analyse.py): load (find + read + decode + normalise, `load_dumps`, with each dump
 dealt into its groups as it arrives, `deal`), build
 (`build_layout`), match (`match`), diagnose (`diagnose`), render (`render_json`). Each is
-timed with `time.perf_counter`; `import` is the time to import the package. After every stage
+timed with `time.perf_counter`; `import` is the time to import the package; `after_last_file`
+is build + match + diagnose + render, what the main process does alone once the last file is
+decoded, and its share of the run. After every stage
 the process's resident memory (VmRSS) and its high-water mark (VmHWM) are recorded; they
 cover this process only, not the loader's worker processes.
 
@@ -84,9 +86,15 @@ def main(argv=None) -> int:
     report = render_json(analysis, diagnosis)
     lap("render")
 
+    total = sum(v for k, v in seconds.items() if k != "import")
+    # What the main process does alone once the last file is decoded (issue 27's figure:
+    # the share of the run no worker can take today).
+    after_last_file = sum(seconds[k] for k in ("build", "match", "diagnose", "render"))
     print(json.dumps({
         "seconds": seconds,
-        "total_seconds": sum(v for k, v in seconds.items() if k != "import"),
+        "total_seconds": total,
+        "after_last_file_seconds": after_last_file,
+        "after_last_file_share": after_last_file / total if total else 0.0,
         "memory_mb_after": memory,
         "workers": args.workers,
         "ranks": len(loaded.dumps),
