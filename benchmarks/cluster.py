@@ -7,9 +7,12 @@
 
 Each measurement is a fresh subprocess (`--one MODE`) that runs pipeline.analyze, diagnose and
 render_json in-process, and reports its wall time, its own peak RSS (RUSAGE_SELF: the client,
-not the workers), and the md5 of the JSON report, which must be the same for every mode. Modes:
-`pool` (--workers N local processes) and `dask` (a LocalCluster of N worker processes, started
-inside the measurement: its start-up is included and reported apart). Also measured once: the
+not the workers), and the md5 of the JSON report, which must be the same for every mode. Modes
+(`--modes`, default all): `pool` (--workers N local processes); `dask` (a LocalCluster of N
+worker processes, started inside the measurement: its start-up is included and reported apart;
+the entries come back to this process, as with -o, --timeline, --html or --logs); `remote` (the
+same cluster, with only the report asked for: it is made on a worker, `frtrace.api.on_cluster`,
+and this process holds no entry). Also measured once: the
 bytes that travel per rank (a job to a worker; a worker's result back, pickled as both paths
 send it). Prints a markdown table; standard library plus frtrace (and dask for `dask`).
 """
@@ -17,6 +20,7 @@ send it). Prints a markdown table; standard library plus frtrace (and dask for `
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import pickle
@@ -28,7 +32,16 @@ import time
 from pathlib import Path
 
 
+# pool: the local process pool; dask: --scheduler with an output that needs the entries
+# (-o, --timeline, --html, --logs), which come back to this process; remote: --scheduler
+# with only the report asked for, made on the cluster (frtrace.api.on_cluster).
+MODES = ("pool", "dask", "remote")
+
+
 def one(mode: str, directory: str, workers: int) -> dict:
+    from frtrace.api import on_cluster
+    from frtrace.cli.remote import ReportRequest, report_on_worker
+    from frtrace.cli.render import RenderOptions
     from frtrace.diagnosis import diagnose
     from frtrace.match.analysis import analyze
     from frtrace.report.render import render_json
@@ -36,7 +49,7 @@ def one(mode: str, directory: str, workers: int) -> dict:
     started = time.perf_counter()
     connect_seconds = 0.0
     scheduler = None
-    if mode == "dask":
+    if mode in ("dask", "remote"):
         from frtrace.load import cluster
 
         connect = cluster.DaskRunner.connect
@@ -50,13 +63,18 @@ def one(mode: str, directory: str, workers: int) -> dict:
 
         cluster.DaskRunner.connect = timed_connect
         scheduler = f"local:{workers}"
-    analysis = analyze([directory], workers=workers, scheduler=scheduler)
-    report = render_json(analysis, diagnose(analysis))
+    if mode == "remote":  # as the CLI runs --scheduler without -o/--timeline/--html/--logs
+        request = ReportRequest("json", False, RenderOptions(), False)
+        report = on_cluster([directory], functools.partial(report_on_worker, request), scheduler=scheduler).report
+    else:
+        analysis = analyze([directory], workers=workers, scheduler=scheduler)
+        report = render_json(analysis, diagnose(analysis))
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    parsed = json.loads(report)
     return {"mode": mode, "seconds": seconds, "connect_seconds": connect_seconds, "client_peak_mb": peak_mb,
-            "md5": hashlib.md5(report.encode()).hexdigest(), "ranks": len(analysis.load.dumps),
-            "suspects": json.loads(report)["suspect_ranks"]}
+            "md5": hashlib.md5(report.encode()).hexdigest(), "ranks": len(parsed["inputs"]["ranks_found"]),
+            "suspects": parsed["suspect_ranks"]}
 
 
 def transfer_bytes(directory: str, sample: int = 64) -> dict:
@@ -80,14 +98,15 @@ def main() -> int:
     parser.add_argument("directory")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--one", choices=("pool", "dask"), help=argparse.SUPPRESS)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(args.one, args.directory, args.workers)))
         return 0
     rows = []
     for repeat in range(args.repeat):
-        for mode in ("pool", "dask"):
+        for mode in args.modes:
             done = subprocess.run([sys.executable, __file__, args.directory, "--workers", str(args.workers),
                                    "--one", mode], capture_output=True, text=True)
             if done.returncode:
@@ -99,13 +118,9 @@ def main() -> int:
     print(f"| run | mode | ranks | seconds (dask start-up) | client peak MB | report md5 |")
     print("|---|---|---|---|---|---|")
     for index, row in enumerate(rows):
-        startup = f" ({row['connect_seconds']:.1f})" if row["mode"] == "dask" else ""
-        print(f"| {index // 2 + 1} | {row['mode']} | {row['ranks']} | {row['seconds']:.1f}{startup} | "
+        startup = f" ({row['connect_seconds']:.1f})" if row["mode"] != "pool" else ""
+        print(f"| {index // len(args.modes) + 1} | {row['mode']} | {row['ranks']} | {row['seconds']:.1f}{startup} | "
               f"{row['client_peak_mb']:.0f} | {row['md5'][:8]} |")
-    for repeat in range(args.repeat):
-        pool, dask = rows[2 * repeat], rows[2 * repeat + 1]
-        print(f"\nrun {repeat + 1}: dask/pool time {dask['seconds'] / pool['seconds']:.2f}, "
-              f"client memory {dask['client_peak_mb'] / pool['client_peak_mb']:.2f}")
     print(f"\nper rank: file {sizes['file_bytes_per_rank'] / 1024:.0f} KiB, job sent {sizes['job_bytes_per_rank']:.0f} B, "
           f"result back {sizes['result_bytes_per_rank'] / 1024:.1f} KiB")
     print("identical reports:", len({row["md5"] for row in rows}) == 1)

@@ -31,12 +31,13 @@ if TYPE_CHECKING:
         analyze,
         diagnose,
         diff,
+        on_cluster,
     )
 
 # Imported on first use: `import frtrace` (and every loader worker that imports a
 # submodule) does not pay for the whole library.
 API_NAMES = ("Analysis", "Diagnosis", "Diff", "Finding", "FrtraceError", "InputError", "JobMismatch", "OutputError",
-             "analyze", "diagnose", "diff")
+             "analyze", "diagnose", "diff", "on_cluster")
 __all__ = ["__version__", *API_NAMES]
 
 

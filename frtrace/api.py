@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, TypeVar, Union
 
 import click
 
@@ -34,8 +35,9 @@ from frtrace.load.discovery import DEFAULT_MAX_FILE_BYTES
 from frtrace.load.layout import MAX_WORLD_SIZE
 from frtrace.load.sources import as_input, is_url
 from frtrace.match.analysis import Analysis
+from frtrace.load.loader import RemoteLoad, dispatch_load
 from frtrace.match.analysis import analyze as run_pipeline
-from frtrace.match.analysis import load_layout
+from frtrace.match.analysis import analyze_remote, load_layout
 from frtrace.report.render import (
     DEFAULT_WIDTH as TEXT_WIDTH,
     RANK_VIEW_RENDERERS,
@@ -44,7 +46,7 @@ from frtrace.report.render import (
     render_text,
     report_dict,
 )
-from frtrace.util import parse_size
+from frtrace.util import cyclic_gc_paused, parse_size
 from frtrace.wording import printable
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Analysis", "Diagnosis", "Diff", "Finding", "FrtraceError", "InputError", "JobMismatch", "OutputError",
-    "analyze", "diagnose", "diff", "exit_code", "same_input",
+    "analyze", "diagnose", "diff", "exit_code", "on_cluster", "same_input",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -60,6 +62,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Iterable[PathLike]]
 # Called as dump files are read: (files done, files in all).
 Progress = Callable[[int, int], None]
+# What a function run on the analysis returns (see on_cluster).
+Result = TypeVar("Result")
 
 # What the command exits with for each status (also `Diagnosis.exit_code`).
 EXIT_BY_STATUS = {"healthy": 0, "faults": 1, "inconclusive": 3}
@@ -106,12 +110,68 @@ def analyze(
         inputs, prefix=prefix, world_size=world_size, workers=_workers(workers), max_bytes=_size(max_file_size),
         progress=progress, ft_group_world_size=group_world_size, all_generations=all_generations, scheduler=scheduler,
     )
+    return _usable(analysis, inputs)
+
+
+def _usable(analysis: Analysis, inputs: list) -> Analysis:
     if not analysis.layout.ranks_found:
         # Every file was read but none has a believable rank: as with no readable file.
         unusable = analysis.load.errors + list(analysis.layout.ignored_files)
         where = ", ".join(str(p) for p in inputs)
         raise InputError(f"no usable dump in {where}: " + "; ".join(str(e) for e in unusable[:3]))
     return analysis
+
+
+def on_cluster(
+    path_or_paths: Inputs,
+    then: Callable[[Analysis], Result],
+    *,
+    scheduler: str,
+    prefix: Optional[str] = None,
+    world_size: Optional[int] = None,
+    max_file_size: Union[int, str] = DEFAULT_MAX_FILE_BYTES,
+    all_generations: bool = False,
+    group_world_size: Optional[int] = None,
+    progress: Optional[Progress] = None,
+) -> Result:
+    """`then(analyze(...))`, with the dumps read and analysed on the Dask cluster at
+    `scheduler` (an address, or `"local:N"`): what `analyze(..., scheduler=)` does, except
+    that the entries stay on the cluster. Its workers read and deal the dumps; one of them
+    receives them all, matches them and runs `then` (a picklable function: a module-level
+    one, or a functools.partial of one), whose result alone comes back. This process holds
+    no entry, whatever the size of the job; the worker holds what `analyze` would.
+
+        status = frtrace.on_cluster("s3://bucket/dumps/", lambda_free_function, scheduler="tcp://10.0.0.5:8786")
+
+    Keywords as for `analyze`; `progress(done, total)` is called as the files are read.
+    Raises `InputError` as `analyze` does, and when the worker holding the analysis dies.
+    """
+    from frtrace.load.cluster import DaskRunner  # dask is imported only when asked for
+
+    inputs = input_list(path_or_paths)
+    runner = DaskRunner.connect(scheduler)
+    try:
+        remote = dispatch_load(inputs, runner, prefix, max_bytes=_size(max_file_size), progress=progress,
+                               all_generations=all_generations)
+        return runner.run_task(_analysed_then, remote._replace(parts=[]), remote.parts, then, inputs, world_size,
+                               group_world_size)
+    finally:
+        runner.close()
+
+
+def _analysed_then(remote: RemoteLoad, parts: list, then: Callable[[Analysis], Result], inputs: list,
+                   world_size: Optional[int], group_world_size: Optional[int]) -> Result:
+    """On the worker (see on_cluster): the parts arrive as the batches' results."""
+    with cyclic_gc_paused():  # as the command line runs: millions of objects, no cycles
+        analysis = _usable(analyze_remote(remote._replace(parts=parts), world_size=world_size,
+                                          ft_group_world_size=group_world_size), inputs)
+        result = then(analysis)
+    # Freeing every entry takes seconds at thousands of ranks: done by a thread of its own,
+    # after the result has gone back.
+    held = [analysis, parts, remote]
+    del analysis, parts, remote
+    threading.Thread(target=held.clear, name="frtrace-release", daemon=True).start()
+    return result
 
 
 def input_list(path_or_paths: Inputs) -> list[Union[str, Path]]:

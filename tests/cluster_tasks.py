@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import frtrace
+
 from frtrace.load.loader import _load_batch_for_transfer
 
 DOOMED_RANK = 3
@@ -14,3 +16,9 @@ def die_on_doomed_rank(batch: list, deal: bool = False) -> list:
     if any(job[0] == DOOMED_RANK for job in batch):
         os._exit(1)
     return _load_batch_for_transfer(batch, deal)
+
+
+def status_and_worker_pid(analysis) -> tuple:
+    """What frtrace.on_cluster runs on the worker in tests: the verdict, and where it ran."""
+    diagnosis = frtrace.diagnose(analysis)
+    return diagnosis.status, list(diagnosis.suspect_ranks), os.getpid()

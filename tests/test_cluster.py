@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import nccl_hang_dumps, run_cli, stderr_lines, write_job, write_synth_job
 
+import frtrace
 from frtrace.testing.synth import Fault, generate
 
 TESTS = Path(__file__).resolve().parent
@@ -44,11 +45,21 @@ IN_CLUSTER = textwrap.dedent("""
             runner.task = cluster_tasks.die_on_doomed_rank
             return runner
         frcluster.DaskRunner.connect = doomed
+    # Dumps this process received from the workers (in a cluster of processes, a dump taken
+    # up on a worker is not counted here).
+    from frtrace.load import cluster as frcluster, loader
+    received = []
+    def counted(batch, *args, take=loader.take_batch):
+        received.extend(batch)
+        return take(batch, *args)
+    loader.take_batch = frcluster.take_batch = counted
     out = []
     for args in json.loads(sys.argv[1]):
         args = [a.replace("{scheduler}", cluster.scheduler_address) for a in args]
+        received.clear()
         result = CliRunner().invoke(frtrace, args)
-        out.append({"code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr})
+        out.append({"code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+                    "received": len(received)})
     print(json.dumps(out))
     sys.stdout.flush()
     os._exit(0)  # no teardown of the cluster: this process is done
@@ -98,6 +109,46 @@ def test_local_cluster_of_worker_processes_through_the_cli(synth_job):
     done = frtrace_process([synth_job, "--format", "json", "--scheduler", "local:2"])
     assert (done.returncode, done.stdout) == (local.exit_code, local.stdout)
     assert done.stderr == ""
+
+
+def test_only_the_report_comes_back_unless_an_output_needs_the_entries(synth_job, tmp_path):
+    local = run_cli([synth_job, "--format", "json", "--workers", "2"])
+    local_ranks = run_cli([synth_job, "--ranks", "--workers", "2"])
+    report_only, ranks_only, with_database = in_cluster(
+        [[synth_job, "--format", "json", "--scheduler", "{scheduler}"],
+         [synth_job, "--ranks", "--scheduler", "{scheduler}"],
+         [synth_job, "--format", "json", "--scheduler", "{scheduler}", "-o", tmp_path / "db.sqlite"]],
+        TEST_PROCESSES="1")
+    # The report is made on a worker: not one dump travels to the process that asked.
+    assert report_only["received"] == 0 and ranks_only["received"] == 0
+    assert (report_only["code"], report_only["stdout"]) == (local.exit_code, local.stdout)
+    assert (ranks_only["code"], ranks_only["stdout"]) == (local_ranks.exit_code, local_ranks.stdout)
+    # The database needs every entry here: they come back, and the report is the same.
+    assert with_database["received"] == 64
+    assert (with_database["code"], with_database["stdout"]) == (local.exit_code, local.stdout)
+    assert (tmp_path / "db.sqlite").stat().st_size > 0
+
+
+def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    code = textwrap.dedent(f"""
+        import json, logging, os, sys
+        from distributed import LocalCluster
+        import frtrace, cluster_tasks
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.CRITICAL)
+        seen = frtrace.on_cluster({str(synth_job)!r}, cluster_tasks.status_and_worker_pid,
+                                  scheduler=cluster.scheduler_address)
+        print(json.dumps([*seen, os.getpid()]))
+        sys.stdout.flush()
+        os._exit(0)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SECONDS, env=_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    status, suspects, worker_pid, client_pid = json.loads(done.stdout.strip().splitlines()[-1])
+    local = frtrace.diagnose(frtrace.analyze(synth_job, workers=1))
+    assert (status, suspects) == (local.status, list(local.suspect_ranks)) == ("faults", [5])
+    assert worker_pid != client_pid
 
 
 def test_a_worker_that_dies_is_one_line_and_the_rest_is_analysed(tmp_path):

@@ -8,6 +8,7 @@ stdout; notes and errors to stderr. `-j` is cli/raw.py's.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Optional
 import click
 
 from frtrace._version import __version__
-from frtrace.api import Diagnosis, analyze, diagnose
+from frtrace.api import Diagnosis, analyze, diagnose, on_cluster
 from frtrace.cli.options import (
     CONTEXT_SETTINGS,
     GroupNamesType,
@@ -44,6 +45,7 @@ from frtrace.cli.output import (
 )
 from frtrace.cli.progress import Progress
 from frtrace.cli.raw import RawOptions, _print_raw_entries
+from frtrace.cli.remote import ReportRequest, analysis_notes, report_on_worker
 from frtrace.cli.render import RANK_VIEWS, REPORTS, RenderOptions
 from frtrace.errors import InputError
 from frtrace.cli.logs_cli import (
@@ -196,7 +198,16 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
                                              world_size, workers or (os.cpu_count() or 1), max_file_size,
                                              group_world_size if transform_ft else None, verbose), started, progress)
 
+    options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
+                            width=_text_width(), show_all=show_all)
     try:
+        if scheduler is not None and not targets and not log_paths:
+            # Only the report is asked for: made on the cluster, where the entries stay.
+            return _report_on_cluster(
+                inputs, scheduler, ReportRequest(fmt, ranks_only, options, verbose), rank_ranges, progress, started,
+                exit_zero, dict(prefix=prefix, world_size=world_size, max_file_size=max_file_size,
+                                group_world_size=group_world_size if transform_ft else None,
+                                all_generations=all_generations))
         analysis = analyze(
             inputs, prefix=prefix, world_size=world_size, workers=workers, max_file_size=max_file_size,
             progress=progress, group_world_size=group_world_size if transform_ft else None,
@@ -211,14 +222,8 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
                                          no_job_error=str(exc)), False, started, 0.0)
         _fail(str(exc))
     progress.clear()
-    for note in analysis.load.notes:
+    for note in analysis_notes(analysis, verbose):
         _note(note)
-    for issue in analysis.unusable:
-        _note(f"skipped {issue}")
-    _note_odd_fields(analysis.load.dumps, verbose)
-    if verbose:
-        for issue in analysis.load.skipped:
-            _note(f"ignored {issue}")
     load_seconds = time.monotonic() - started
     job_ranks = analysis.layout.ranks_found + analysis.layout.ranks_missing
     ranks = _selected_job_ranks(rank_ranges, job_ranks)
@@ -231,8 +236,6 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         with_logs, evidence = add_logs(analysis, diagnosis.outcome, log_paths, world_size, _fail, _note)
         diagnosis = Diagnosis(analysis, with_logs)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis.outcome, ranks, filters, timeline_all, progress)]
-    options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
-                            width=_text_width(), show_all=show_all)
     if evidence is not None and not ranks_only and fmt != "ranks":
         _emit(render_with_logs(fmt, analysis, diagnosis.outcome, evidence, mismatch_cap, _styler(), verbose,
                               _text_width(), show_all))
@@ -321,17 +324,15 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
     return failed
 
 
-# Without -v, a job whose every dump has the same odd field gets a few lines, not thousands.
-ODD_FIELD_NOTES = 3
-
-
-def _note_odd_fields(dumps: list, verbose: bool) -> None:
-    """One stderr line per dump with fields that were odd but not fatal (read, with defaults)."""
-    odd = [dump for dump in dumps if dump.warnings]
-    shown = odd if verbose else odd[:ODD_FIELD_NOTES]
-    for dump in shown:
-        _note(f"odd fields in {dump.path}: {'; '.join(dump.warnings)}")
-    if len(odd) > len(shown):
-        _note(f"... and {len(odd) - len(shown)} more dumps with odd fields (-v lists them all; "
-              "also in inputs.warnings of --format json)")
-
+def _report_on_cluster(inputs: list, scheduler: str, request: ReportRequest, rank_ranges, progress: Progress,
+                       started: float, exit_zero: bool, analyze_options: dict):
+    """The run with --scheduler when only the report is asked for (see cli/remote.py)."""
+    outcome = on_cluster(inputs, functools.partial(report_on_worker, request), scheduler=scheduler,
+                         progress=progress, **analyze_options)
+    progress.clear()
+    for note in outcome.notes:
+        _note(note)
+    load_seconds = time.monotonic() - started
+    _selected_job_ranks(rank_ranges, outcome.job_ranks)
+    _emit(outcome.report)
+    return _finish(EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[outcome.status], request.verbose, started, load_seconds)

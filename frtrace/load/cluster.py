@@ -19,6 +19,7 @@ dask is imported here only, and this module only when `--scheduler` is given.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 from collections import deque
@@ -104,17 +105,47 @@ class DaskRunner:
 
     def __call__(self, jobs: list, progress, shared, on_dump=None) -> tuple:
         """`(results in job order, notes)`: a RankDump or LoadIssue per job (see module doc)."""
+        results: list = []
+
+        def take(batch: list, outcome) -> None:
+            take_batch(outcome, results, len(jobs), shared, on_dump, progress)
+
+        notes = self._run(jobs, on_dump is not None, gather=True, take=take)
+        return results, notes
+
+    def dispatch(self, jobs: list, progress=None) -> tuple:
+        """`(parts, notes)`: the jobs run as for `__call__` (each dump dealt by group), but
+        each batch's results stay on the worker that made them. `parts` holds, per batch
+        in job order, its Future, or LoadIssues where it failed; `RemoteLoad.analysed`
+        takes them up on a worker, so that no entry travels to this process."""
+        parts: list = []
+        done = 0
+
+        def keep(batch: list, outcome) -> None:
+            nonlocal done
+            parts.append(outcome)
+            done += len(batch)
+            if progress:
+                progress(done, len(jobs))
+
+        notes = self._run(jobs, True, gather=False, take=keep)
+        return parts, notes
+
+    def _run(self, jobs: list, deal: bool, gather: bool, take) -> list:
+        """Run the jobs in batches, a few in flight per worker thread; `take(batch, outcome)`
+        for each in job order, the outcome being the batch's results (`gather`), its Future
+        (not `gather`: the results stay on the worker), or a LoadIssue per job where it
+        failed. Returns the notes on what failed."""
         threads = self.threads()
         batches = deque(job_batches(jobs, threads))
         pending: deque = deque()
-        results: list = []
         failures: dict = {}  # note -> ranks
         lost: Optional[str] = None
 
         def submit(count: int) -> None:
             while batches and count > 0:
                 batch = batches.popleft()
-                pending.append((batch, self.client.submit(self.task, batch, on_dump is not None, pure=False)))
+                pending.append((batch, self.client.submit(self.task, batch, deal, pure=False)))
                 count -= 1
 
         submit(IN_FLIGHT_PER_THREAD * threads)
@@ -123,7 +154,7 @@ class DaskRunner:
             outcome = None
             if lost is None:
                 try:
-                    outcome = future.result()
+                    outcome = future.result() if gather else _finished(future)
                 except Exception as exc:
                     problem, lost = _classify_failure(exc, self.address)
                     if lost is None:
@@ -134,13 +165,24 @@ class DaskRunner:
                 outcome = [LoadIssue(str(job[1]), f"not read: {lost}") for job in batch]
             else:
                 submit(1)
-            take_batch(outcome, results, len(jobs), shared, on_dump, progress)
+            take(batch, outcome)
             if lost is not None and not pending and batches:
                 pending.extend((batch, None) for batch in batches)
                 batches.clear()
-        notes = [f"error: {problem}: {plural(len(ranks), 'dump')} not read (rank {fold_ranks(ranks)}); "
-                 "they count as unreadable, the rest is analysed" for problem, ranks in failures.items()]
-        return results, notes
+        return [f"error: {problem}: {plural(len(ranks), 'dump')} not read (rank {fold_ranks(ranks)}); "
+                "they count as unreadable, the rest is analysed" for problem, ranks in failures.items()]
+
+    def run_task(self, function, *args):
+        """`function(*args)` run as one task on a worker of this cluster; its result here.
+        Raises what the function raised; InputError when its worker died."""
+        future = self.client.submit(function, *args, pure=False)
+        try:
+            return future.result()
+        except Exception as exc:
+            problem, lost = _classify_failure(exc, self.address)
+            if lost is not None or "died" in problem:
+                raise InputError(f"the analysis on the dask cluster failed: {lost or 'the worker holding it died'}") from None
+            raise
 
     def close(self) -> None:
         for part in (self.client, self.cluster):
@@ -149,6 +191,19 @@ class DaskRunner:
                     part.close()
                 except Exception:  # already gone: nothing to release
                     pass
+
+
+def _finished(future):
+    """`future` once its task finished, without fetching its result; raises what the task raised."""
+    import distributed
+
+    distributed.wait([future])
+    if future.status == "error":
+        exc = future.exception()
+        raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
+    if future.status == "cancelled":
+        raise concurrent.futures.CancelledError(f"task {future.key} was cancelled")
+    return future
 
 
 def _reason(exc: BaseException) -> str:

@@ -47,7 +47,8 @@ from frtrace.table.entry_columns import SharedValues
 from frtrace.table.rank_dump import RankDump
 from frtrace.util import cyclic_gc_paused
 
-__all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_FILE_BYTES", "Discovery", "InputError", "discover_dump_files",
+__all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_FILE_BYTES", "Discovery", "InputError", "RemoteLoad", "discover_dump_files",
+           "dispatch_load",
            "find_dump_files", "iter_dump_files", "load_dump_files", "load_dumps", "load_one", "normalise_dump",
            "parse_profiling_name", "parse_rank_from_name", "read_dump_file", "select_files"]
 
@@ -389,6 +390,11 @@ def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_byte
     else:
         results, run_notes = runner(_jobs(files, max_bytes), progress, SharedValues(), on_dump)
         notes += list(run_notes)
+    return _load_result(files, found, results, notes, inputs)
+
+
+def _load_result(files: list, found: Discovery, results: list, notes: list, inputs: tuple[str, ...]) -> LoadResult:
+    """The LoadResult of `files`, given a RankDump or LoadIssue per file (in their order)."""
     dumps: list[RankDump] = []
     errors: list[LoadIssue] = list(found.refused)
     for result in results:
@@ -396,6 +402,36 @@ def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_byte
     failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))
     return LoadResult(dumps=dumps, skipped=found.skipped, errors=errors, prefix=found.prefix, failed_ranks=failed,
                       notes=notes, inputs=inputs)
+
+
+class RemoteLoad(NamedTuple):
+    """Dumps read on a cluster whose entries stayed on its workers (`dispatch_load`): per
+    batch of files, in their order, the Future of its results or the LoadIssues of a batch
+    that failed. Passed to a task on that cluster, the Futures arrive as the results, and
+    `taken` makes the LoadResult there."""
+
+    files: list
+    found: Discovery
+    parts: list
+    notes: list
+    inputs: tuple[str, ...]
+
+    def taken(self, on_dump: Optional[OnDump] = None) -> LoadResult:
+        """The LoadResult of the parts as a worker received them (`on_dump` with each dump)."""
+        results: list = []
+        shared = SharedValues()
+        for part in self.parts:
+            take_batch(part, results, len(self.files), shared, on_dump)
+        return _load_result(self.files, self.found, results, list(self.found.notes) + list(self.notes), self.inputs)
+
+
+def dispatch_load(inputs: Sequence, runner, prefix: Optional[str] = None, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                  progress: Optional[Callable[[int, int], None]] = None, all_generations: bool = False) -> RemoteLoad:
+    """Find the dumps under `inputs` and have `runner` (cluster.DaskRunner) read them, each
+    dump dealt by group on the worker that read it, where its entries stay (see RemoteLoad)."""
+    found = discover_dump_files([as_input(p) for p in inputs], prefix, all_generations, max_bytes)
+    parts, notes = runner.dispatch(_jobs(found.files, max_bytes), progress)
+    return RemoteLoad(found.files, found, parts, notes, tuple(str(p) for p in inputs))
 
 
 def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,

@@ -13,6 +13,7 @@ from frtrace.load.loader import (
     DEFAULT_MAX_FILE_BYTES,
     Discovery,
     InputError,
+    RemoteLoad,
     load_dump_files,
     load_dumps,
 )
@@ -104,6 +105,21 @@ def analyze(
     finally:
         if runner is not None:
             runner.close()  # the workers' memory goes back before matching starts
+    return _analysed(loaded, dealt, inputs, world_size, ft_group_world_size)
+
+
+def analyze_remote(remote: RemoteLoad, *, world_size: Optional[int] = None,
+                   ft_group_world_size: Optional[int] = None) -> Analysis:
+    """`analyze` of dumps read on a cluster (loader.dispatch_load), on the worker of that
+    cluster that received them: what --scheduler runs there, so that the entries never
+    travel to the process that asked."""
+    dealt = DealtDumps()
+    loaded = remote.taken(on_dump=dealt.add)
+    return _analysed(loaded, dealt, remote.inputs, world_size, ft_group_world_size)
+
+
+def _analysed(loaded: LoadResult, dealt: DealtDumps, inputs: Sequence[object], world_size: Optional[int],
+              ft_group_world_size: Optional[int]) -> Analysis:
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     _check_loaded(loaded, inputs)
