@@ -304,13 +304,14 @@ def _decode_batch(jobs: list, read: list) -> list:
 
 
 def _for_transfer(results: list) -> list:
-    # Every rank lists the whole world in its default group: sent as arrays (one per list
-    # in the batch, which the pickle then writes once), the parent reads them as bytes and
-    # keeps one tuple per distinct list (see SharedValues).
+    # Every rank lists the whole world in its default group: sent as a range where the
+    # ranks run without a gap (a few bytes, where 16,384 ranks took 128 KB), else as
+    # arrays (one per list in the batch, which the pickle then writes once) that the parent
+    # reads as bytes; it keeps one tuple per distinct list (see SharedValues).
     arrays: dict = {}  # id(ranks) -> (ranks, its array): holding ranks keeps the id its own
     for dump in results:
         if isinstance(dump, RankDump):
-            dump.pg_config = tuple(config._replace(ranks=_as_array(config.ranks, arrays))  # type: ignore[arg-type]
+            dump.pg_config = tuple(config._replace(ranks=_packed_ranks(config.ranks, arrays))  # type: ignore[arg-type]
                                    if config.ranks else config for config in dump.pg_config)  # (see _received)
     return results
 
@@ -322,9 +323,12 @@ def _load_batch_mapped(transform: Callable, jobs: list) -> list:
     return [transform(job[0], load_one(*job, memo=memo)) for job in jobs]
 
 
-def _as_array(ranks, arrays: dict) -> array:
-    if isinstance(ranks, array):  # packed already (by a child process of a worker)
+def _packed_ranks(ranks, arrays: dict) -> "range | array":
+    """A sorted list of distinct ranks as it travels: a range when it has no gap."""
+    if isinstance(ranks, (array, range)):  # packed already (by a child process of a worker)
         return ranks
+    if ranks[-1] - ranks[0] == len(ranks) - 1:  # sorted and distinct (normalise.rank_list)
+        return range(ranks[0], ranks[-1] + 1)
     if id(ranks) not in arrays:
         arrays[id(ranks)] = (ranks, array("q", ranks))
     return arrays[id(ranks)][1]

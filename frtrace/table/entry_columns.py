@@ -441,8 +441,8 @@ class SharedValues:
         self.rank_lists: dict[object, tuple[int, ...]] = {}  # by the tuple, or an array's bytes
 
     def rank_list(self, ranks: Sequence[int]) -> tuple[int, ...]:
-        """The one tuple kept for this list of ranks (a tuple, or an int64 array from a worker,
-        looked up by its bytes: hashing 16,384 ints per dump would cost more)."""
+        """The one tuple kept for this list of ranks (a tuple; from a worker, a range or an
+        int64 array, looked up by its bytes: hashing 16,384 ints per dump would cost more)."""
         key = ranks.tobytes() if isinstance(ranks, array) else ranks
         kept = self.rank_lists.get(key)
         if kept is None:
