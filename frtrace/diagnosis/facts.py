@@ -20,7 +20,7 @@ from frtrace.match.analysis import Analysis
 from frtrace.match.matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
 from frtrace.model import UNDESCRIBED, Entry
 from frtrace.table.rank_dump import RankDump
-from frtrace.table.standing import blocked_in
+from frtrace.table.standing import blocked_at
 
 
 @dataclass(slots=True)
@@ -47,7 +47,10 @@ class Facts:
     reliable: bool  # the dumps say when ops finish (gloo's do not)
     device: MatchResult  # every rank's entries up to where it is blocked, matched
     seen: list[RankDump]  # the dumps behind `device`
-    # rank -> (group name, is_p2p) of the op it is blocked in; empty without completion states
+    # rank -> the entry of the op it is blocked in (`standing.blocked_at` of its dump in
+    # `seen`), read once for every rule that asks; empty without completion states
+    blocked_entry: dict[int, Entry]
+    # rank -> (group name, is_p2p) of that op
     blocked_in: dict[int, tuple[str, bool]]
     _families: dict[tuple[str, int], list[GroupView]]
     # group id -> index in its matches of the first op members disagree on or some never
@@ -59,7 +62,7 @@ class Facts:
     def waits(self) -> Waits:
         """Who waits on whom (`waits.waits_of`), worked out on first use."""
         if self._waits is None:
-            self._waits = waits_of(self.seen, self.device, self.reliable)
+            self._waits = waits_of(self.blocked_entry, self.device, self.reliable)
         return self._waits
 
     @classmethod
@@ -68,12 +71,15 @@ class Facts:
         for view in analysis.device.views:
             if view.group.desc not in UNDESCRIBED:
                 families[(view.group.desc, view.group.size)].append(view)
-        blocked = blocked_in(analysis.dumps) if analysis.reliable else {}
+        # The device view leaves out only ops queued behind the one a rank is blocked in:
+        # it is blocked in the same op as its whole dump says.
+        blocked = blocked_entries(analysis.device_dumps) if analysis.reliable else {}
+        blocked_in = {rank: (entry.pg_name, entry.is_p2p) for rank, entry in blocked.items()}
         index = analysis.device.index
         divergence_at = {view.group.id: _first_divergence(index.collectives_of.get(view.group.id, []), analysis.reliable)
                          for view in analysis.device.views}
-        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, dict(families),
-                   divergence_at)
+        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, blocked_in,
+                   dict(families), divergence_at)
 
     @property
     def index(self) -> MatchIndex:
@@ -90,6 +96,17 @@ class Facts:
         # it for every group would cost groups x family size.
         family = [] if view.group.desc in UNDESCRIBED else self._families.get((view.group.desc, view.group.size), [])
         return Siblings(family, view.group.id, self.index)
+
+
+def blocked_entries(dumps: list[RankDump]) -> dict[int, Entry]:
+    """rank -> the entry of the op it is blocked in (`standing.blocked_at`), for the ranks
+    of `dumps` blocked in one."""
+    blocked = {}
+    for dump in dumps:
+        position = blocked_at(dump.entries)
+        if position < len(dump.entries):
+            blocked[dump.rank] = dump.entries[position]
+    return blocked
 
 
 def _first_divergence(matches: list[CollectiveMatch], reliable: bool) -> Optional[int]:

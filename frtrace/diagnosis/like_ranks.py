@@ -55,19 +55,23 @@ def collective_witnesses(program: Programs, finding: Finding) -> Witnessed:
     if op_token is None:
         return None, []
     near = finding.absent_ranks[0]
-    witnesses = sorted(((r, e[0]) for r, e in match.calls.items()), key=lambda c: (abs(c[0] - near), c[0]))
-    return op_token, _with_sibling_calls(program, witnesses, gid, seq)[:MAX_WITNESSES]
+    # Only the entries of the ranks consulted are read: a large group's finding would
+    # otherwise build every member's entry to keep MAX_WITNESSES of them.
+    nearest = sorted(match.calls, key=lambda r: (abs(r - near), r))[:MAX_WITNESSES]
+    witnesses = [(r, match.calls[r][0]) for r in nearest]
+    return op_token, _with_sibling_calls(program, witnesses, gid, seq)
 
 
 def _with_sibling_calls(program: Programs, witnesses: Witnesses, gid: int, seq: int) -> Witnesses:
     """`witnesses`, then the callers of op `seq` in the sibling groups of `gid`, until
-    there are MAX_WITNESSES."""
+    there are MAX_WITNESSES (no more)."""
     for sibling in program.members[program.family[gid]]:
         if len(witnesses) >= MAX_WITNESSES:
             break
         other: Optional[CollectiveMatch] = program.collectives.get((sibling, seq)) if sibling != gid else None
         if other is not None:
-            witnesses.extend((r, e[0]) for r, e in sorted(other.calls.items()))
+            callers = sorted(other.calls)[:MAX_WITNESSES - len(witnesses)]
+            witnesses.extend((r, other.calls[r][0]) for r in callers)
     return witnesses
 
 

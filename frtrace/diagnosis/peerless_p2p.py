@@ -15,7 +15,6 @@ from collections import defaultdict
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
 from frtrace.model import Entry
-from frtrace.table.standing import blocked_at
 from frtrace.wording import group_text, ranks_text
 
 
@@ -24,12 +23,9 @@ def blocked_in_peerless_p2p(facts: Facts) -> list[Finding]:
     if not facts.reliable:
         return []
     blocked: dict[str, list[tuple[int, Entry]]] = defaultdict(list)  # group name -> (rank, its op)
-    for dump in facts.seen:
-        index = blocked_at(dump.entries)
-        if index < len(dump.entries):
-            entry = dump.entries[index]
-            if entry.is_p2p and entry.name.local_src is None and entry.name.local_dst is None:
-                blocked[entry.pg_name].append((dump.rank, entry))
+    for rank, entry in facts.blocked_entry.items():
+        if entry.is_p2p and entry.name.local_src is None and entry.name.local_dst is None:
+            blocked[entry.pg_name].append((rank, entry))
     views = {view.group.name: view for view in facts.device.views}
     findings = []
     for name, held in sorted(blocked.items()):

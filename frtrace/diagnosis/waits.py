@@ -1,6 +1,6 @@
 """Who waits on whom: the ranks each blocked rank needs before its op can finish.
 
-Takes the device view (`Facts`' dumps and matches); returns a `Waits`: per blocked rank,
+Takes the device view (`Facts`' matches, and the op each rank is blocked in); returns a `Waits`: per blocked rank,
 the ranks it waits on, and the P2P cycles nothing outside them holds up.
 
 A rank blocked in a collective waits on the members that never issued it. A rank blocked
@@ -20,10 +20,9 @@ from operator import attrgetter
 from typing import Iterable, Optional
 
 from frtrace.match.matcher import MatchResult, P2PMatch
+from frtrace.model import Entry
 from frtrace.table.entry_table import EntryTable
-from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import row_completed
-from frtrace.table.standing import blocked_at
 
 _CHANNEL = attrgetter("src", "dst")
 
@@ -80,25 +79,22 @@ class Waits:
         return sorted(cycles)
 
 
-def waits_of(dumps: list[RankDump], matches: MatchResult, reliable: bool) -> Waits:
-    """The waits of the ranks of `dumps` (the device view) as `matches` paired their ops."""
+def waits_of(blocked: dict[int, Entry], matches: MatchResult, reliable: bool) -> Waits:
+    """The waits of the ranks of the device view blocked in an op (`blocked`: rank -> its
+    entry of that op, `Facts.blocked_entry`) as `matches` paired their ops."""
     if not reliable:  # without completion states nothing tells waiting from done
         return Waits({})
     on: dict[int, set[int]] = defaultdict(set)
     blocked_p2p: dict[int, str] = {}  # rank -> group name of the P2P op it is blocked in
     layout, index = matches.layout, matches.index
-    for dump in dumps:
-        position = blocked_at(dump.entries)
-        if position >= len(dump.entries):
-            continue
-        entry = dump.entries[position]
+    for rank, entry in blocked.items():
         if entry.is_p2p:
-            blocked_p2p[dump.rank] = entry.pg_name
+            blocked_p2p[rank] = entry.pg_name
             continue
-        group_id = layout.group_of(entry.pg_name, dump.rank)
+        group_id = layout.group_of(entry.pg_name, rank)
         match = index.at.get((group_id, entry.collective_seq_id)) if group_id is not None else None
         if match is not None:
-            on[dump.rank].update(match.not_issued, match.no_dump)
+            on[rank].update(match.not_issued, match.no_dump)
     posted: dict[int, list[PostedPair]] = defaultdict(list)
     if blocked_p2p:
         groups = {layout.group_of(name, rank) for rank, name in blocked_p2p.items()}
