@@ -20,7 +20,7 @@ from frtrace.match.analysis import Analysis
 from frtrace.match.matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
 from frtrace.model import UNDESCRIBED, Entry
 from frtrace.table.rank_dump import RankDump
-from frtrace.table.standing import blocked_at
+from frtrace.table.standing import blocked_entries
 
 
 @dataclass(slots=True)
@@ -96,17 +96,6 @@ class Facts:
         # it for every group would cost groups x family size.
         family = [] if view.group.desc in UNDESCRIBED else self._families.get((view.group.desc, view.group.size), [])
         return Siblings(family, view.group.id, self.index)
-
-
-def blocked_entries(dumps: list[RankDump]) -> dict[int, Entry]:
-    """rank -> the entry of the op it is blocked in (`standing.blocked_at`), for the ranks
-    of `dumps` blocked in one."""
-    blocked = {}
-    for dump in dumps:
-        position = blocked_at(dump.entries)
-        if position < len(dump.entries):
-            blocked[dump.rank] = dump.entries[position]
-    return blocked
 
 
 def _first_divergence(matches: list[CollectiveMatch], reliable: bool) -> Optional[int]:

@@ -87,12 +87,12 @@ def without_queued_ops(dump: RankDump) -> RankDump:
     return replace(dump, entries=entries.take([*range(blocked + 1), *behind]))
 
 
-def blocked_in(dumps: Sequence[RankDump]) -> dict[int, tuple[str, bool]]:
-    """rank -> (group name, is_p2p) of the op the rank is blocked in: where it waits now."""
+def blocked_entries(dumps: Sequence[RankDump]) -> dict[int, Entry]:
+    """rank -> the entry of the op the rank is blocked in (where it waits now), for the
+    ranks of `dumps` blocked in one."""
     blocked = {}
     for dump in dumps:
-        index = blocked_at(dump.entries)
-        if index < len(dump.entries):
-            entry = dump.entries[index]
-            blocked[dump.rank] = (entry.pg_name, entry.is_p2p)
+        position = blocked_at(dump.entries)
+        if position < len(dump.entries):
+            blocked[dump.rank] = dump.entries[position]
     return blocked
