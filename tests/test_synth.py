@@ -831,3 +831,21 @@ def test_rotated_group_orders_give_each_rank_its_own_pg_ids():
         assert set(dump["pg_config"]) >= {"0"} and all(len(n) == 40 for n in dump["pg_config"] if n != "0")
     assert all(set(by_rank.values()) == {0} for name, by_rank in ids.items() if name == "0")
     assert any(len(set(by_rank.values())) > 1 for name, by_rank in ids.items() if name != "0")
+
+
+def test_gzipped_files_read_as_the_plain_ones(tmp_path):
+    """`--gzip` (write_job(compress=True)) writes each dump gzipped; frtrace reads them to the same report."""
+    from helpers import run_cli
+
+    from frtrace.testing.synth import Fault, write_job
+
+    job = generate(16, tp=4, pp=2, steps=3, fault=Fault("hang", rank=1, group="tp", step=2))
+    plain = write_job(job, tmp_path / "plain")
+    packed = write_job(job, tmp_path / "packed", compress=True)
+    assert all(path.read_bytes()[:2] == b"\x1f\x8b" for path in packed)
+    assert sum(p.stat().st_size for p in packed) < sum(p.stat().st_size for p in plain)
+    reports = [run_cli([directory, "--format", "json"]) for directory in (tmp_path / "plain", tmp_path / "packed")]
+    assert reports[0].exit_code == reports[1].exit_code == 1
+    assert json.loads(reports[0].stdout)["suspect_ranks"] == json.loads(reports[1].stdout)["suspect_ranks"] == [1]
+    assert [f["message"] for f in json.loads(reports[0].stdout)["findings"]] == \
+        [f["message"] for f in json.loads(reports[1].stdout)["findings"]]
