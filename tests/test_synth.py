@@ -849,3 +849,14 @@ def test_gzipped_files_read_as_the_plain_ones(tmp_path):
     assert json.loads(reports[0].stdout)["suspect_ranks"] == json.loads(reports[1].stdout)["suspect_ranks"] == [1]
     assert [f["message"] for f in json.loads(reports[0].stdout)["findings"]] == \
         [f["message"] for f in json.loads(reports[1].stdout)["findings"]]
+
+
+@pytest.mark.parametrize("size", [2, 32, 513, 1024, 3125])
+def test_moe_exchange_adds_up_and_never_goes_negative(size):
+    """An uneven MoE all_to_all: what the group sends is what it receives, and no rank sends or
+    takes a negative number of tokens, however large the DP group (a 32,768-rank job had -4)."""
+    members = tuple(range(0, size * 8, 8))
+    sums = synth._moe_sums(members)
+    tokens = [synth._moe_tokens(members, rank, sums) for rank in members]
+    assert min(min(sent, received) for sent, received in tokens) >= 0
+    assert sum(sent for sent, _ in tokens) == sum(received for _, received in tokens)

@@ -383,7 +383,9 @@ def _moe_tokens(members: tuple, rank: int, sums: tuple[int, int]) -> tuple[int, 
     size = len(members)
     step = max(1, 128 // size)
     leans, pulls = sums
-    base = 4096 // size
+    # Never below 8: lean and pull each go down to -4, and no pair sends fewer than 0
+    # tokens (a DP group of more than 512 ranks had pairs at -4: a negative dimension).
+    base = max(8, 4096 // size)
     return size * (base + _lean(rank) * step) + pulls * step, size * (base + _pull(rank) * step) + leans * step
 
 
