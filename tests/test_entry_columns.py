@@ -268,6 +268,23 @@ def test_every_rank_list_is_kept_once(tmp_path, workers):
     assert len(world) == 16 and world[0] == tuple(range(16)) and all(ranks is world[0] for ranks in world)
     tp_lists = {config.ranks for d in loaded.dumps for config in d.pg_config if config.desc == "tp"}
     assert tp_lists == {(r, r + 1) for r in range(0, 16, 2)}
+    # DP groups (every 4th rank here) travel from the workers as ranges, and arrive as tuples.
+    dp_lists = {config.ranks for d in loaded.dumps for config in d.pg_config if config.desc == "dp"}
+    assert dp_lists == {tuple(range(r, 16, 4)) for r in range(4)}
+
+
+@pytest.mark.parametrize("ranks, travels_as", [
+    ((0, 1, 2, 3), range(4)), ((3, 35, 67), range(3, 68, 32)), ((7,), range(7, 8)),
+    ((0, 2, 3, 6), None), ((0, 32, 65), None), ((1, 3, 5, 6), None),
+])
+def test_a_rank_list_travels_as_a_range_only_when_it_is_one(ranks, travels_as):
+    from array import array
+
+    from frtrace.load.loader import _packed_ranks
+
+    packed = _packed_ranks(ranks, {})
+    assert packed == travels_as if travels_as is not None else isinstance(packed, array)
+    assert tuple(packed) == ranks
 
 
 @pytest.mark.parametrize("splits", ["on-all_to_all-only", "on-every-entry", "odd-values"])

@@ -12,6 +12,7 @@ decides what to say.
 import faulthandler
 import functools
 import multiprocessing
+import operator
 import os
 import signal
 import stat
@@ -324,14 +325,27 @@ def _load_batch_mapped(transform: Callable, jobs: list) -> list:
 
 
 def _packed_ranks(ranks, arrays: dict) -> "range | array":
-    """A sorted list of distinct ranks as it travels: a range when it has no gap."""
+    """A sorted list of distinct ranks as it travels: a range when its ranks are evenly
+    spaced (every default group, and every DP group: each TP x PP-th rank), else an array."""
     if isinstance(ranks, (array, range)):  # packed already (by a child process of a worker)
         return ranks
-    if ranks[-1] - ranks[0] == len(ranks) - 1:  # sorted and distinct (normalise.rank_list)
-        return range(ranks[0], ranks[-1] + 1)
+    spaced = _evenly_spaced(ranks)
+    if spaced is not None:
+        return spaced
     if id(ranks) not in arrays:
         arrays[id(ranks)] = (ranks, array("q", ranks))
     return arrays[id(ranks)][1]
+
+
+def _evenly_spaced(ranks: Sequence[int]) -> Optional[range]:
+    """`ranks` (sorted, distinct: normalise.rank_list) as a range, when they are one."""
+    first, last = ranks[0], ranks[-1]
+    step = ranks[1] - first if len(ranks) > 1 else 1
+    if last - first != step * (len(ranks) - 1):
+        return None
+    spaced = range(first, last + 1, step)
+    # Without a gap the bounds say it all; spaced otherwise, each rank is checked (in C).
+    return spaced if step == 1 or all(map(operator.eq, ranks, spaced)) else None
 
 
 def _received(result, shared: SharedValues) -> tuple:
