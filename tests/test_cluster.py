@@ -151,6 +151,26 @@ def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):
     assert worker_pid != client_pid
 
 
+def test_a_second_local_cluster_says_nothing_about_ports(synth_job):
+    """dask's default HTTP port (8787) held by another local cluster (a second frtrace run)
+    must not turn into a warning on stderr."""
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    import socket
+
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 8787))
+        holder.listen(1)
+    except OSError:
+        pass  # held already: as good for this test
+    try:
+        done = frtrace_process([synth_job, "--format", "json", "--scheduler", "local:1"])
+    finally:
+        holder.close()
+    assert done.returncode == 1 and done.stderr == ""
+    assert json.loads(done.stdout)["suspect_ranks"] == [5]
+
+
 def test_a_worker_that_dies_is_one_line_and_the_rest_is_analysed(tmp_path):
     directory = write_job(tmp_path / "job", nccl_hang_dumps(world=8, culprit=6))
     (result,) = in_cluster([[directory, "--format", "json", "--scheduler", "{scheduler}"]],

@@ -76,8 +76,12 @@ class DaskRunner:
         cluster = None
         try:
             if workers is not None:
+                # No dashboard, and the scheduler's HTTP server on a free port: its default,
+                # 8787, is taken by any other local cluster (a second frtrace run), and
+                # dask then warns on stderr.
                 cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                   dashboard_address=None, silence_logs=logging.CRITICAL)
+                                                   dashboard_address=None, silence_logs=logging.CRITICAL,
+                                                   scheduler_kwargs={"dashboard_address": ":0"})
                 client = distributed.Client(cluster)
             else:
                 client = distributed.Client(address)
