@@ -72,6 +72,22 @@ def test_each_plain_twin_alone_finds_what_the_fast_path_finds(tmp_path, path):
     assert fast == plain
 
 
+# The loader's fast paths: they build each rank's table, which the tests above read.
+LOADING_PATHS = [path for path in sorted(fast_paths()) if path.startswith("frtrace.table.batches:")]
+
+
+@pytest.mark.parametrize("path", LOADING_PATHS)
+@pytest.mark.parametrize("fault, options", JOBS)
+def test_the_loaders_fast_paths_read_what_their_plain_twins_read(tmp_path, path, fault, options):
+    write_synth_job(tmp_path, generate(16, 2, 2, steps=3, fault=fault, seed=5, **options))
+    fast = load_dumps([tmp_path], workers=1)
+    with plain_twins([path]):
+        plain = load_dumps([tmp_path], workers=1)
+    assert [(d.rank, d.warnings, tuple(d.entries)) for d in fast.dumps] == \
+        [(d.rank, d.warnings, tuple(d.entries)) for d in plain.dumps]
+    assert len(fast.dumps) >= 15
+
+
 def test_plain_twins_swap_in_and_back():
     from frtrace.match import matcher
     from frtrace.table.seq_map import SeqMap

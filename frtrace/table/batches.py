@@ -55,25 +55,62 @@ def settle_table_batches(table: EntryTable) -> bool:
     marker_codes = {code for code, static in enumerate(table.statics) if static.name.is_coalesced_marker}
     if not marker_codes:
         return False
-    facts = table.batch_facts_reader()
+    markers = list(compress(range(len(table)), map(marker_codes.__contains__, table.codes)))
+    statics, codes = table.statics, table.codes
     ops: list[int] = []
     their_markers: list[int] = []
     p2p_markers: list[int] = []
-    for position in compress(range(len(table)), map(marker_codes.__contains__, table.codes)):
-        start = _batch_start(facts, position)
+    for position, start in zip(markers, _batch_starts(table, markers)):
         if start == position:
             continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
-        if facts(start)[2][1]:  # the batch's ops are P2P
+        if statics[codes[start]].name.is_p2p:  # the batch's ops are P2P
             p2p_markers.append(position)
         ops.extend(range(start, position))
         their_markers.extend(repeat(position, position - start))
-    states = [table.field_at(name, ops) for name in ("state", "retired", "time_started_ns", "time_completed_ns")]
+    # Only an op whose state (a static field, judged once per static row) is `scheduled`
+    # can lack events of its own: the other fields are read for those alone.
+    scheduled = [static.state == "scheduled" for static in statics]
+    is_scheduled = list(map(scheduled.__getitem__, map(codes.__getitem__, ops)))
+    waiting, waiting_markers = list(compress(ops, is_scheduled)), list(compress(their_markers, is_scheduled))
+    states = [table.field_at(name, waiting) for name in ("state", "retired", "time_started_ns", "time_completed_ns")]
     unsettled = list(map(operator.not_, map(says_more_than_scheduled, *states)))
-    table.copy_fields(list(compress(ops, unsettled)), list(compress(their_markers, unsettled)), SETTLED_FIELDS)
+    table.copy_fields(list(compress(waiting, unsettled)), list(compress(waiting_markers, unsettled)), SETTLED_FIELDS)
     p2p_names: dict[OpName, OpName] = {}
     names = [p2p_names.setdefault(name, name._replace(is_p2p=True)) for name in table.field_at("name", p2p_markers)]
     table.set_static(p2p_markers, "name", names)
     return bool(ops or p2p_markers)
+
+
+def _batch_starts(table: EntryTable, markers: Sequence[int]) -> list[int]:
+    """`_batch_start` of each marker row of `markers`, read off the table's codes and
+    sequence number columns (settling is half of what the loader does after decoding,
+    when half of a rank's entries are batched): a row's group, P2P flag and marker flag
+    come with its code, and a run stops at the first row whose code or number differs."""
+    statics, codes = table.statics, table.codes
+    kinds = [(static.pg_name, static.name.is_p2p) for static in statics]
+    is_marker = [static.name.is_coalesced_marker for static in statics]
+    collective_seq, p2p_seq = table.number_readers()
+    starts = []
+    for position in markers:
+        start = position
+        before = codes[position - 1] if position else -1
+        if position and kinds[before][0] == kinds[codes[position]][0] and not is_marker[before]:
+            # A P2P batch: the run under the previous op's P2P number, markers included; a
+            # collective batch: the run of collectives under the marker's own number.
+            p2p = kinds[before][1]
+            wanted, numbers = kinds[before], p2p_seq if p2p else collective_seq
+            number = numbers(position - 1 if p2p else position)
+            while start and kinds[codes[start - 1]] == wanted and numbers(start - 1) == number \
+                    and (p2p or not is_marker[codes[start - 1]]):
+                start -= 1
+        starts.append(start)
+    return starts
+
+
+def _batch_starts_plain(table: EntryTable, markers: Sequence[int]) -> list[int]:
+    """_batch_starts' plain twin: each marker's batch found through `batch_facts`."""
+    facts = table.batch_facts_reader()
+    return [_batch_start(facts, position) for position in markers]
 
 
 def batch_facts(entry: Entry) -> BatchFacts:
@@ -192,3 +229,7 @@ def _ops_of_finished_batches(entries: Sequence[Entry]) -> list[int]:
         if len(ops) >= 2 and key not in marked and entries[ops[-1]].record_id + 1 not in held:
             finished.extend(ops)
     return finished
+
+
+# Fast paths beside their plain twins (see frtrace.testing.twins).
+PLAIN_TWINS = {"_batch_starts": _batch_starts_plain}

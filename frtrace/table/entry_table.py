@@ -459,6 +459,15 @@ class EntryTable(Sequence[Entry]):
             return pg_name, name.is_coalesced_marker, (pg_name, name.is_p2p, p2p_seq.read(row) if name.is_p2p else seq), seq
         return facts
 
+    def number_readers(self) -> tuple[Callable[[int], Value], Callable[[int], Value]]:
+        """The collective_seq_id and the p2p_seq_id of the entry at a row: two functions
+        of the row (an array's own lookup where the column stores the values as they are)."""
+        return self._reader("collective_seq_id"), self._reader("p2p_seq_id")
+
+    def _reader(self, name: str) -> Callable[[int], Value]:
+        column = self._columns[_COLUMN_OF[name]]
+        return column.read if column.decode else column.values.__getitem__
+
     def batch_key(self, row: int) -> BatchId:
         """standing.batch_key of the entry at `row`, without building the Entry."""
         static = self._statics[self._codes[row]]

@@ -14,7 +14,7 @@ import importlib
 from typing import Callable, Iterable, Iterator, Optional
 
 # The modules whose fast paths have plain twins.
-MODULES = ("frtrace.table.entry_table", "frtrace.table.seq_map", "frtrace.match.matcher")
+MODULES = ("frtrace.table.entry_table", "frtrace.table.seq_map", "frtrace.table.batches", "frtrace.match.matcher")
 
 
 def fast_paths() -> dict[str, Callable[..., object]]:
