@@ -188,7 +188,12 @@ _BOOL_CODES = {meant: stored for stored, meant in _BOOLS.items()}
 
 def _all_alike(values: Sequence[Value]) -> bool:
     """Every value equal to the first, and of its type (1, 1.0 and True are equal)."""
-    first = values[0]
+    first, last = values[0], values[-1]
+    if last is not first and (type(last) is not type(first) or last != first):
+        return False  # as a rule: the values of a column that differ, differ at its ends
+    if isinstance(values, array) and values.typecode in INT_RANGES:
+        # compared whole in C (memcmp), where counting would make an int of each value
+        return values == array(values.typecode, [first]) * len(values)
     if first is None or isinstance(values, array):
         return values.count(first) == len(values)
     return values.count(first) == len(values) and set(map(type, values)) == {type(first)} \
@@ -231,6 +236,8 @@ def column_of(values: Sequence[Value]) -> _Column:
         return _Column(_Same(values[0], len(values)))
     if isinstance(values, array) and values.typecode in INT_RANGES:  # narrowed already (narrowest_int_array)
         return _Column(values)
+    if values and type(values[0]) is bool and list(map(type, values)).count(bool) == len(values):  # `retired`
+        return _Column(array("b", bytes(values)), _BOOLS)
     values = list(values)
     kinds = set(map(type, values))
     has_none = _NONE in kinds
