@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from typing import Callable, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
@@ -57,16 +57,15 @@ def settle_table_batches(table: EntryTable) -> bool:
         return False
     markers = list(compress(range(len(table)), map(marker_codes.__contains__, table.codes)))
     statics, codes = table.statics, table.codes
-    ops: list[int] = []
-    their_markers: list[int] = []
-    p2p_markers: list[int] = []
-    for position, start in zip(markers, _batch_starts(table, markers)):
-        if start == position:
-            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
-        if statics[codes[start]].name.is_p2p:  # the batch's ops are P2P
-            p2p_markers.append(position)
-        ops.extend(range(start, position))
-        their_markers.extend(repeat(position, position - start))
+    starts = _batch_starts(table, markers)
+    # Each batch's ops, and the marker each takes its state from, laid out in C. A marker
+    # with no ops before it (they fell off the ring buffer) has none, and is left be.
+    ops = list(chain.from_iterable(map(range, starts, markers)))
+    their_markers = list(chain.from_iterable(map(repeat, markers, map(operator.sub, markers, starts))))
+    # The markers closing a batch whose ops are P2P (its first op's flag, read off its code).
+    p2p_of_code = [static.name.is_p2p for static in statics]
+    closes_p2p = map(operator.and_, map(operator.ne, starts, markers), map(p2p_of_code.__getitem__, map(codes.__getitem__, starts)))
+    p2p_markers = list(compress(markers, closes_p2p))
     # Only an op whose state (a static field, judged once per static row) is `scheduled`
     # can lack events of its own: the other fields are read for those alone.
     scheduled = [static.state == "scheduled" for static in statics]
@@ -87,21 +86,27 @@ def _batch_starts(table: EntryTable, markers: Sequence[int]) -> list[int]:
     when half of a rank's entries are batched): a row's group, P2P flag and marker flag
     come with its code, and a run stops at the first row whose code or number differs."""
     statics, codes = table.statics, table.codes
-    kinds = [(static.pg_name, static.name.is_p2p) for static in statics]
-    is_marker = [static.name.is_coalesced_marker for static in statics]
+    # A number per (group, P2P flag) a code holds; in the runs of a collective batch, which
+    # markers end, a marker's code counts as no kind (-1).
+    kind_numbers: dict[tuple[str, bool], int] = {}
+    kinds = [kind_numbers.setdefault((static.pg_name, static.name.is_p2p), len(kind_numbers)) for static in statics]
+    collective_kinds = [-1 if static.name.is_coalesced_marker else kind for static, kind in zip(statics, kinds)]
+    groups = [static.pg_name for static in statics]
+    p2p = [static.name.is_p2p for static in statics]
     collective_seq, p2p_seq = table.number_readers()
     starts = []
     for position in markers:
         start = position
-        before = codes[position - 1] if position else -1
-        if position and kinds[before][0] == kinds[codes[position]][0] and not is_marker[before]:
+        before = codes[position - 1] if position else 0
+        if position and groups[before] == groups[codes[position]] and collective_kinds[before] >= 0:
             # A P2P batch: the run under the previous op's P2P number, markers included; a
             # collective batch: the run of collectives under the marker's own number.
-            p2p = kinds[before][1]
-            wanted, numbers = kinds[before], p2p_seq if p2p else collective_seq
-            number = numbers(position - 1 if p2p else position)
-            while start and kinds[codes[start - 1]] == wanted and numbers(start - 1) == number \
-                    and (p2p or not is_marker[codes[start - 1]]):
+            if p2p[before]:
+                run_kinds, numbers, number = kinds, p2p_seq, p2p_seq(position - 1)
+            else:
+                run_kinds, numbers, number = collective_kinds, collective_seq, collective_seq(position)
+            kind = kinds[before]
+            while start and run_kinds[codes[start - 1]] == kind and numbers(start - 1) == number:
                 start -= 1
         starts.append(start)
     return starts
