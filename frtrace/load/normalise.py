@@ -96,10 +96,11 @@ class _Normaliser:
     validated field by field.
     """
 
-    def __init__(self, memo: Optional[BatchMemo] = None, budget: Optional[int] = None) -> None:
+    def __init__(self, memo: Optional[BatchMemo] = None, budget: Optional[int] = None, pickled: bool = False) -> None:
         # `budget`: how many list items (in entries' lists, each time an entry names one)
         # reading this file may cost; None for no limit (JSON writes every item out)
         self.budget = budget
+        self.repeats_unchecked = pickled  # see refuse_repeated_entries
         self.strings: dict = {}
         self.groups: dict = {}
         memo = BatchMemo() if memo is None else memo
@@ -124,6 +125,15 @@ class _Normaliser:
         if self.budget < 0:
             raise DecodeError("its entries name the same lists over and over (pickle memo references): reading "
                               f"them would take more than {MAX_ITEMS_PER_PICKLE_BYTE} list items per byte of the pickle")
+
+    def refuse_repeated_entries(self, raw_entries: list, in_order: bool = False) -> None:
+        """DecodeError when the entries of a pickle name one entry object twice (pickle memo
+        references; see _raw_entries). Called before anything is spent on the entries, once
+        per file; entries whose record ids (ints) strictly increase (`in_order`) are distinct
+        objects already, and the check costs nothing then."""
+        if self.repeats_unchecked and not in_order:
+            _refuse_repeated_entries(raw_entries)
+        self.repeats_unchecked = False
 
     def spend_on_rows(self, rows: list) -> None:
         """Spend what reading the static fields of `rows` (tuples of entry_columns._ROW_FIELDS)
@@ -521,7 +531,9 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_byt
     """The `entries` list, None when the dump has none; DecodeError when it holds no entry
     at all, since such a rank would otherwise look like one that issued nothing, or more
     than `max_entries`, or (a pickle of `pickle_bytes`) more than its bytes can honestly
-    hold: more than one entry per MIN_PICKLE_BYTES_PER_ENTRY, or one entry object twice."""
+    hold: more than one entry per MIN_PICKLE_BYTES_PER_ENTRY, or one entry object twice
+    (that is checked by `_Normaliser.refuse_repeated_entries` before any entry is read,
+    unless the entries hold no dict at all)."""
     if raw_entries is None:
         return None
     if not isinstance(raw_entries, list):
@@ -532,11 +544,16 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_byt
     if pickle_bytes is not None and len(raw_entries) * MIN_PICKLE_BYTES_PER_ENTRY > pickle_bytes:
         raise DecodeError(f"holds {len(raw_entries):,} entries in {pickle_bytes:,} bytes of pickle, more than one per "
                           f"{MIN_PICKLE_BYTES_PER_ENTRY} bytes (pickle memo references repeating entries?)")
-    if pickle_bytes is not None and len(set(map(id, raw_entries))) < len(raw_entries):
-        raise DecodeError("names one entry more than once (pickle memo references): torch writes each entry once")
     if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
+        if pickle_bytes is not None:
+            _refuse_repeated_entries(raw_entries)
         raise DecodeError("entries holds no entry dicts")
     return raw_entries
+
+
+def _refuse_repeated_entries(raw_entries: list) -> None:
+    if len(set(map(id, raw_entries))) < len(raw_entries):
+        raise DecodeError("names one entry more than once (pickle memo references): torch writes each entry once")
 
 
 def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True) -> tuple:
@@ -545,6 +562,7 @@ def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True
     columns = columns_from_raw(raw_entries, norm, splits)
     if columns is not None:
         return columns, 0
+    norm.refuse_repeated_entries(raw_entries)
     entries, dropped = _entries_one_by_one(raw_entries, norm, splits)
     return columns_from_entries(entries), dropped
 
@@ -631,7 +649,8 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
         raw, clock, clipped = cupti.as_c10d(raw)
         writer = cupti.WRITER
     raw_entries = _raw_entries(raw.get("entries"), max_entries, pickle_bytes)
-    norm = _Normaliser(memo, None if pickle_bytes is None else MAX_ITEMS_PER_PICKLE_BYTE * pickle_bytes)
+    norm = _Normaliser(memo, None if pickle_bytes is None else MAX_ITEMS_PER_PICKLE_BYTE * pickle_bytes,
+                       pickled=pickle_bytes is not None)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
     columns, dropped = _normalise_entries(raw_entries or [], norm, _may_hold_splits(raw.get("version")))
     dump = RankDump(

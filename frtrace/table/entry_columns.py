@@ -89,6 +89,8 @@ class Normaliser(Protocol):
 
     def stack(self, value: Any) -> tuple[Frame, ...]: ...
 
+    def refuse_repeated_entries(self, raw_entries: list[RawEntry], in_order: bool) -> None: ...
+
     def spend_on_rows(self, rows: list[tuple[Any, ...]]) -> None: ...
 
     def spend_on_shapes(self, *sizes_columns: Sequence[Any]) -> None: ...
@@ -406,6 +408,10 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
         if column is None:
             return None
         fields[name] = column
+    # Strictly increasing ids (ints, as checked) are distinct, and so are the entries that
+    # hold them; else a pickle naming one entry twice is refused before its rows are read.
+    in_order = all(map(operator.lt, record_ids, record_ids[1:]))
+    norm.refuse_repeated_entries(raw_entries, in_order)
     if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
         return None
     row_fields = _ROW_FIELDS + (_split_fields_held(raw_entries) if splits else ())
@@ -419,7 +425,7 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
         fields["retired"], fields["time_created_ns"], _zero_means_none(fields["time_discovered_started_ns"]),
         _zero_means_none(fields["time_discovered_completed_ns"]), fields["duration_ms"], fields["timeout_ms"], stacks,
     ]
-    if not all(map(operator.lt, record_ids, record_ids[1:])):
+    if not in_order:
         # Record ids order a rank's entries; ties (corrupt ids) keep file order.
         order = sorted(range(len(record_ids)), key=record_ids.__getitem__)
         columns = [_reordered(column, order) for column in columns]
