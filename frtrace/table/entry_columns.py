@@ -207,6 +207,12 @@ def _zero_means_none(column: Column) -> Column:
     return [value or None for value in column]
 
 
+def _bools(column: Column) -> bool:
+    """Every value a bool or None (a list counts types faster than a set grows)."""
+    kinds = list(map(type, column))
+    return kinds.count(bool) + kinds.count(_NONE) == len(kinds)
+
+
 def _floats(column: Column) -> bool:
     if _all_none(column):  # no durations (timing off)
         return True
@@ -365,7 +371,7 @@ def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], no
     `row_fields` (_ROW_FIELDS, and SPLIT_FIELDS when the dump holds them)."""
     # `is_p2p` is the one field where equal raw values are judged apart (1 == True, but only
     # True makes a P2P op): equality between rows is only trusted when it holds bools.
-    if not set(map(type, fields["is_p2p"])) <= {bool, _NONE}:
+    if not _bools(fields["is_p2p"]):
         return None
     # The op name is part of what picks a row's example, so the two hold equal names already
     # (and only str names pass the check of the rows interned below).
@@ -412,7 +418,7 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
     # hold them; else a pickle naming one entry twice is refused before its rows are read.
     in_order = all(map(operator.lt, record_ids, record_ids[1:]))
     norm.refuse_repeated_entries(raw_entries, in_order)
-    if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
+    if not (_bools(fields["retired"]) and _floats(fields["duration_ms"])):
         return None
     row_fields = _ROW_FIELDS + (_split_fields_held(raw_entries) if splits else ())
     static = _static_columns(fields, _rows(raw_entries, row_fields), norm, row_fields)
