@@ -21,7 +21,7 @@ import operator
 import struct
 from array import array
 from itertools import count, repeat
-from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 from frtrace.model import SHAPE_FIELDS, Entry, Frame, OpName, Shapes
 from frtrace.table.entry_table import INT_RANGES, STATIC_FIELDS, EntryTable, Value
@@ -79,6 +79,7 @@ class Normaliser(Protocol):
     groups: dict[Any, tuple[str, str]]
     names: dict[Any, OpName]
     shapes: dict[Any, Shapes]
+    clean_shapes: dict[Any, Shapes]
     strings: dict[Any, str]
 
     def _validated_process_group(self, pg: Any, pg_id: Optional[int]) -> tuple[str, str]: ...
@@ -334,8 +335,39 @@ def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes
             keys = [(*key, split_key(a), split_key(b)) for key, a, b in zip(keys, raw[4], raw[5])]
         except TypeError:
             return None
-    # Validate the raw values of each key's first entry, as the entry-by-entry path does.
-    return _interned(keys, norm.shapes, lambda _, at: norm.shape_record(*(column[at] for column in raw)))
+    # Validate the raw values of each key's first entry, as the entry-by-entry path does,
+    # or take the record validated for an equal key in an earlier file where the values
+    # are all of the types that validate without a warning.
+    known = norm.clean_shapes if typed_as_validated(raw[0] + raw[2], raw[1] + raw[3], itertools.chain(*raw[4:])) else {}
+
+    def make(key: Any, at: int) -> Shapes:
+        shapes = known.get(key)
+        if shapes is None:
+            return norm.shape_record(*(column[at] for column in raw))
+        return norm.shapes.setdefault(shapes, shapes)
+    return _interned(keys, norm.shapes, make)
+
+
+def typed_as_validated(sizes: Iterable[Any], dtypes: Iterable[Any], splits: Iterable[Any]) -> bool:
+    """Whether shape values are all of the types the loader's `shape_record` validates
+    without a warning: sizes lists (or tuples) of lists of ints, dtypes strings or lists,
+    split sizes lists of ints, any of them None. Then a shape record validated before
+    under an equal key (BatchMemo.clean_shapes) is what validating them would give: a bool
+    or a float equals an int, and a dict makes the key its keys make, but these fail here.
+    Checked in C, a set of types at a time."""
+    sizes, splits = list(sizes), list(splits)
+    return (set(map(type, sizes)) <= _LISTS_OR_NONE
+            and set(map(type, itertools.chain.from_iterable(filter(None, sizes)))) <= _LISTS
+            and set(map(type, itertools.chain.from_iterable(itertools.chain.from_iterable(filter(None, sizes))))) <= _INT
+            and set(map(type, splits)) <= _LISTS_OR_NONE
+            and set(map(type, itertools.chain.from_iterable(filter(None, splits)))) <= _INT
+            and set(map(type, dtypes)) <= _DTYPES_OR_NONE)
+
+
+_LISTS = {list, tuple}
+_LISTS_OR_NONE = {list, tuple, _NONE}
+_INT = {int}
+_DTYPES_OR_NONE = {str, list, tuple, _NONE}
 
 
 def split_key(value: Any) -> object:
