@@ -305,9 +305,10 @@ class _Normaliser:
             key, cached = None, None
         if cached is not None:
             return cached
-        if key is not None and key in self.clean_stacks:
-            stack = self.stacks[key] = self.clean_stacks[key]
-            return stack
+        clean = self.clean_stacks.get(key) if key is not None else None
+        if clean is not None:  # (one lookup: a tuple of frames is hashed anew each time)
+            self.stacks[key] = clean
+            return clean
         warned = self.warned
         stack = self._validated_stack(value)
         if key is not None:

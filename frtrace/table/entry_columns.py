@@ -437,7 +437,7 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
     """The entries of one dump as columns, oldest first, checked and interned exactly as the
     entry-by-entry path would; None when anything is unusual (that path then handles it).
     The split sizes of format 2.11 (SPLIT_FIELDS) are read only with `splits`."""
-    if not raw_entries or set(map(type, raw_entries)) != {dict}:
+    if not raw_entries or list(map(type, raw_entries)).count(dict) != len(raw_entries):
         return None
     fields = _fields(raw_entries, _COLUMN_FIELDS)
     record_ids = fields["record_id"]  # as read: cheaper to compare than the array's values
