@@ -338,7 +338,8 @@ def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes
     # Validate the raw values of each key's first entry, as the entry-by-entry path does,
     # or take the record validated for an equal key in an earlier file where the values
     # are all of the types that validate without a warning.
-    known = norm.clean_shapes if typed_as_validated(raw[0] + raw[2], raw[1] + raw[3], itertools.chain(*raw[4:])) else {}
+    sizes, dtypes, splits = itertools.chain(raw[0], raw[2]), itertools.chain(raw[1], raw[3]), itertools.chain(*raw[4:])
+    known = norm.clean_shapes if typed_as_validated(sizes, dtypes, splits) else {}
 
     def make(key: Any, at: int) -> Shapes:
         shapes = known.get(key)
