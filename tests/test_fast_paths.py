@@ -17,7 +17,7 @@ from frtrace.match.analysis import finish_analysis
 from frtrace.match.matcher import match
 from frtrace.report.render import render_json
 from frtrace.testing.synth import Fault, generate
-from frtrace.testing.twins import fast_paths, plain_twins
+from frtrace.testing.twins import LOADING_MODULES, MODULES, fast_paths, plain_twins
 
 JOBS = [
     (Fault("hang", rank=3, group="dp", step=1), {"p2p": "mixed"}),
@@ -62,7 +62,7 @@ def test_the_fast_paths_find_what_their_plain_twins_find(tmp_path, fault, option
     assert fast == plain
 
 
-@pytest.mark.parametrize("path", sorted(fast_paths()))
+@pytest.mark.parametrize("path", sorted(fast_paths(MODULES)))
 def test_each_plain_twin_alone_finds_what_the_fast_path_finds(tmp_path, path):
     loaded, layout = _loaded(tmp_path, Fault("skip_op", rank=7, group="tp", step=1),
                              {"p2p": "batched", "coalesced_events": "marker", "buffer_size": 150})
@@ -73,7 +73,7 @@ def test_each_plain_twin_alone_finds_what_the_fast_path_finds(tmp_path, path):
 
 
 # The loader's fast paths: they build each rank's table, which the tests above read.
-LOADING_PATHS = [path for path in sorted(fast_paths()) if path.startswith("frtrace.table.batches:")]
+LOADING_PATHS = sorted(fast_paths(LOADING_MODULES))
 
 
 @pytest.mark.parametrize("path", LOADING_PATHS)
