@@ -55,7 +55,7 @@ def settle_table_batches(table: EntryTable) -> bool:
     marker_codes = {code for code, static in enumerate(table.statics) if static.name.is_coalesced_marker}
     if not marker_codes:
         return False
-    markers = list(compress(range(len(table)), map(marker_codes.__contains__, table.codes)))
+    markers = _rows_holding(table.codes, marker_codes)
     statics, codes = table.statics, table.codes
     starts = _batch_starts(table, markers)
     # Each batch's ops, and the marker each takes its state from, laid out in C. A marker
@@ -78,6 +78,21 @@ def settle_table_batches(table: EntryTable) -> bool:
     names = [p2p_names.setdefault(name, name._replace(is_p2p=True)) for name in table.field_at("name", p2p_markers)]
     table.set_static(p2p_markers, "name", names)
     return bool(ops or p2p_markers)
+
+
+def _rows_holding(codes: Sequence[int], wanted: set[int]) -> list[int]:
+    """The rows whose code is in `wanted`, in order: each found by the array's own search
+    in C, from the last (markers are one row in ten or so; testing each row costs more)."""
+    rows: list[int] = []
+    for code in wanted:
+        at = -1
+        try:
+            while True:
+                at = codes.index(code, at + 1)
+                rows.append(at)
+        except ValueError:
+            pass
+    return sorted(rows) if len(wanted) > 1 else rows
 
 
 def _batch_starts(table: EntryTable, markers: Sequence[int]) -> list[int]:
