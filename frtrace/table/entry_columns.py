@@ -288,15 +288,14 @@ def _examples(owners: Sequence[Any], rows: Sequence[tuple[Value, ...]]) -> Optio
     first_at: dict[Any, int] = {}
     try:
         example_of = list(map(first_at.setdefault, owners, count()))
-        alike = list(map(operator.eq, rows, map(rows.__getitem__, example_of)))
+        # The rows unlike the first of their owner, a few in most dumps.
+        todo = list(itertools.compress(count(), map(operator.ne, rows, map(rows.__getitem__, example_of))))
     except Exception:  # noqa: BLE001 - unhashable or hostile values; the slow path judges them
         return None
     needed = set(first_at.values())
-    if all(alike):  # as a rule
+    if not todo:  # as a rule
         return example_of, sorted(needed)
-    # The rows unlike the first of their owner, a few in most dumps: a round each, in which
-    # the first of them (of each owner) is the example of the rest.
-    todo = list(itertools.compress(count(), map(operator.not_, alike)))
+    # A round each, in which the first of them (of each owner) is the example of the rest.
     for _round in range(1, _EXAMPLE_ROUNDS):
         if len(todo) * 16 < len(rows):
             break
