@@ -258,6 +258,28 @@ def test_a_stack_with_an_odd_frame_is_reported_in_every_file_that_holds_it(tmp_p
     assert all(d.entries[0].frames[0].name == "?" for d in loaded.dumps)
 
 
+ODD_SIZES = {"bool": [[True, 8]], "float": [[1.0, 8.0]], "dict": [{1: 0, 8: 0}]}
+
+
+@pytest.mark.parametrize("odd", sorted(ODD_SIZES))
+@pytest.mark.parametrize("path", ["columns", "entry_by_entry"])
+def test_odd_sizes_equal_to_sizes_validated_in_an_earlier_file_are_reported(tmp_path, odd, path):
+    # Shape records validated cleanly in one file are reused for the next files of a batch,
+    # looked up by their raw values: [[True, 8]], [[1.0, 8.0]] and [{1: 0, 8: 0}] make the
+    # key [[1, 8]] makes, but only [[1, 8]] is a list of shapes.
+    job = generate(8, 2, 2, steps=2)
+    for rank, dump in job.dumps.items():
+        entries = [dict(entry) for entry in dump["entries"]]
+        entries[0]["input_sizes"] = [[1, 8]] if rank == 0 else ODD_SIZES[odd]
+        if path == "entry_by_entry" and rank:
+            entries[1]["time_created_ns"] = float(entries[1]["time_created_ns"])
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(encode_dump({**dump, "entries": entries}, "pickle"))
+    loaded = load_dumps([tmp_path], workers=1)
+    assert len(loaded.dumps) == 8
+    assert [any("input_sizes is not a list of shapes" in w for w in d.warnings) for d in loaded.dumps] == \
+        [d.rank != 0 for d in loaded.dumps]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_every_rank_list_is_kept_once(tmp_path, workers):
     # Each rank lists the whole world in its default group; one tuple must serve them all.

@@ -17,7 +17,7 @@ from frtrace.match.analysis import finish_analysis
 from frtrace.match.matcher import match
 from frtrace.report.render import render_json
 from frtrace.testing.synth import Fault, generate
-from frtrace.testing.twins import fast_paths, plain_twins
+from frtrace.testing.twins import LOADING_MODULES, MODULES, fast_paths, plain_twins
 
 JOBS = [
     (Fault("hang", rank=3, group="dp", step=1), {"p2p": "mixed"}),
@@ -62,7 +62,7 @@ def test_the_fast_paths_find_what_their_plain_twins_find(tmp_path, fault, option
     assert fast == plain
 
 
-@pytest.mark.parametrize("path", sorted(fast_paths()))
+@pytest.mark.parametrize("path", sorted(fast_paths(MODULES)))
 def test_each_plain_twin_alone_finds_what_the_fast_path_finds(tmp_path, path):
     loaded, layout = _loaded(tmp_path, Fault("skip_op", rank=7, group="tp", step=1),
                              {"p2p": "batched", "coalesced_events": "marker", "buffer_size": 150})
@@ -70,6 +70,22 @@ def test_each_plain_twin_alone_finds_what_the_fast_path_finds(tmp_path, path):
     with plain_twins([path]):
         plain = _match_and_report(loaded, layout)
     assert fast == plain
+
+
+# The loader's fast paths: they build each rank's table, which the tests above read.
+LOADING_PATHS = sorted(fast_paths(LOADING_MODULES))
+
+
+@pytest.mark.parametrize("path", LOADING_PATHS)
+@pytest.mark.parametrize("fault, options", JOBS)
+def test_the_loaders_fast_paths_read_what_their_plain_twins_read(tmp_path, path, fault, options):
+    write_synth_job(tmp_path, generate(16, 2, 2, steps=3, fault=fault, seed=5, **options))
+    fast = load_dumps([tmp_path], workers=1)
+    with plain_twins([path]):
+        plain = load_dumps([tmp_path], workers=1)
+    assert [(d.rank, d.warnings, tuple(d.entries)) for d in fast.dumps] == \
+        [(d.rank, d.warnings, tuple(d.entries)) for d in plain.dumps]
+    assert len(fast.dumps) >= 15
 
 
 def test_plain_twins_swap_in_and_back():

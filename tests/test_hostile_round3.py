@@ -14,7 +14,7 @@ import pickle
 import struct
 
 import pytest
-from helpers import assert_no_traceback, entry, healthy_dumps, memo_reference_dump, pickle_text, run_cli, stderr_lines, write_job
+from helpers import assert_no_traceback, dump, entry, healthy_dumps, memo_reference_dump, pickle_text, run_cli, stderr_lines, write_job
 
 from frtrace.load.normalise import MAX_ITEMS_PER_PICKLE_BYTE, MIN_PICKLE_BYTES_PER_ENTRY
 
@@ -64,6 +64,19 @@ def _entries_by_reference(count: int, long_get: bool) -> bytes:
 def test_one_entry_named_twice_is_refused_whatever_the_size(tmp_path, long_get):
     directory = write_job(tmp_path / "job", healthy_dumps(4))
     (directory / "rank_2").write_bytes(gzip.compress(_entries_by_reference(3_000, long_get)))
+    assert_only_rank_2_lost(directory, "names one entry more than once")
+
+
+@pytest.mark.parametrize("odd", [False, True], ids=["column_path", "entry_by_entry"])
+def test_one_entry_named_twice_among_others_is_refused(tmp_path, odd):
+    # Among entries of their own, one named again further on: the column path (or, with a
+    # float time in one entry, the entry-by-entry path) refuses the file before reading it.
+    entries = [entry(seq) for seq in range(1, 40)]
+    if odd:
+        entries[5]["time_created_ns"] = 1.5e18
+    entries.insert(30, entries[12])
+    directory = write_job(tmp_path / "job", healthy_dumps(4))
+    (directory / "rank_2").write_bytes(pickle.dumps(dump(entries, ranks=range(4)), protocol=2))
     assert_only_rank_2_lost(directory, "names one entry more than once")
 
 

@@ -26,6 +26,7 @@ from frtrace.table.entry_columns import (
     columns_from_raw,
     entry_table,
     split_key,
+    typed_as_validated,
 )
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
@@ -77,12 +78,15 @@ class _Unreadable(Exception):
 class BatchMemo:
     """What reading one file teaches about the next files of the same batch (a worker's
     batch, or an in-process load): stacks validated without a warning, which validating
-    again would give alike and say nothing about (~40 µs each), op names parsed from
+    again would give alike and say nothing about (~40 µs each), shape records likewise
+    (looked up by their raw key, and taken where the raw values are of the types that
+    validate without a warning: ~8 µs each, a dozen or so a file), op names parsed from
     profiling names (a pure function of the string, never a warning: ~5 µs each, a dozen
     or so a file), and parsed rank lists (every rank lists the whole world: 6 ms to parse
     at 16,384 ranks)."""
 
     clean_stacks: dict = field(default_factory=dict)
+    clean_shapes: dict = field(default_factory=dict)
     op_names: dict = field(default_factory=dict)
     rank_lists: dict = field(default_factory=dict)
 
@@ -96,10 +100,11 @@ class _Normaliser:
     validated field by field.
     """
 
-    def __init__(self, memo: Optional[BatchMemo] = None, budget: Optional[int] = None) -> None:
+    def __init__(self, memo: Optional[BatchMemo] = None, budget: Optional[int] = None, pickled: bool = False) -> None:
         # `budget`: how many list items (in entries' lists, each time an entry names one)
         # reading this file may cost; None for no limit (JSON writes every item out)
         self.budget = budget
+        self.repeats_unchecked = pickled  # see refuse_repeated_entries
         self.strings: dict = {}
         self.groups: dict = {}
         memo = BatchMemo() if memo is None else memo
@@ -108,6 +113,7 @@ class _Normaliser:
         self.frames: dict = {}
         self.stacks: dict = {}
         self.clean_stacks: dict = memo.clean_stacks
+        self.clean_shapes: dict = memo.clean_shapes
         self.rank_lists: dict = memo.rank_lists
         self.warnings: Counter = Counter()
         self.warned = 0
@@ -124,6 +130,15 @@ class _Normaliser:
         if self.budget < 0:
             raise DecodeError("its entries name the same lists over and over (pickle memo references): reading "
                               f"them would take more than {MAX_ITEMS_PER_PICKLE_BYTE} list items per byte of the pickle")
+
+    def refuse_repeated_entries(self, raw_entries: list, in_order: bool = False) -> None:
+        """DecodeError when the entries of a pickle name one entry object twice (pickle memo
+        references; see _raw_entries). Called before anything is spent on the entries, once
+        per file; entries whose record ids (ints) strictly increase (`in_order`) are distinct
+        objects already, and the check costs nothing then."""
+        if self.repeats_unchecked and not in_order:
+            _refuse_repeated_entries(raw_entries)
+        self.repeats_unchecked = False
 
     def spend_on_rows(self, rows: list) -> None:
         """Spend what reading the static fields of `rows` (tuples of entry_columns._ROW_FIELDS)
@@ -252,6 +267,15 @@ class _Normaliser:
             key, cached = None, None
         if cached is not None:
             return cached
+        clean = self.clean_shapes.get(key) if key is not None else None
+        if clean is not None and typed_as_validated((input_sizes, output_sizes), (input_dtypes, output_dtypes),
+                                                    (input_splits, output_splits)):
+            # Equal raw values of the types validation passes: validating them would give
+            # this record again, without a word (a bool or a float equals an int, and a dict
+            # makes the key its keys make: those are validated).
+            shapes = self.shapes[key] = self.shapes.setdefault(clean, clean)
+            return shapes
+        warned = self.warned
         sizes_in, sizes_out = self.sizes(input_sizes, "input_sizes"), self.sizes(output_sizes, "output_sizes")
         fields = (
             sizes_in,
@@ -267,6 +291,8 @@ class _Normaliser:
         shapes = self.shapes.setdefault(shapes, shapes)
         if key is not None:
             self.shapes[key] = shapes
+            if self.warned == warned:
+                self.clean_shapes[key] = shapes
         return shapes
 
     def stack(self, value) -> tuple:
@@ -279,9 +305,10 @@ class _Normaliser:
             key, cached = None, None
         if cached is not None:
             return cached
-        if key is not None and key in self.clean_stacks:
-            stack = self.stacks[key] = self.clean_stacks[key]
-            return stack
+        clean = self.clean_stacks.get(key) if key is not None else None
+        if clean is not None:  # (one lookup: a tuple of frames is hashed anew each time)
+            self.stacks[key] = clean
+            return clean
         warned = self.warned
         stack = self._validated_stack(value)
         if key is not None:
@@ -521,7 +548,9 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_byt
     """The `entries` list, None when the dump has none; DecodeError when it holds no entry
     at all, since such a rank would otherwise look like one that issued nothing, or more
     than `max_entries`, or (a pickle of `pickle_bytes`) more than its bytes can honestly
-    hold: more than one entry per MIN_PICKLE_BYTES_PER_ENTRY, or one entry object twice."""
+    hold: more than one entry per MIN_PICKLE_BYTES_PER_ENTRY, or one entry object twice
+    (that is checked by `_Normaliser.refuse_repeated_entries` before any entry is read,
+    unless the entries hold no dict at all)."""
     if raw_entries is None:
         return None
     if not isinstance(raw_entries, list):
@@ -532,11 +561,16 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_byt
     if pickle_bytes is not None and len(raw_entries) * MIN_PICKLE_BYTES_PER_ENTRY > pickle_bytes:
         raise DecodeError(f"holds {len(raw_entries):,} entries in {pickle_bytes:,} bytes of pickle, more than one per "
                           f"{MIN_PICKLE_BYTES_PER_ENTRY} bytes (pickle memo references repeating entries?)")
-    if pickle_bytes is not None and len(set(map(id, raw_entries))) < len(raw_entries):
-        raise DecodeError("names one entry more than once (pickle memo references): torch writes each entry once")
     if raw_entries and not any(isinstance(item, dict) for item in raw_entries):
+        if pickle_bytes is not None:
+            _refuse_repeated_entries(raw_entries)
         raise DecodeError("entries holds no entry dicts")
     return raw_entries
+
+
+def _refuse_repeated_entries(raw_entries: list) -> None:
+    if len(set(map(id, raw_entries))) < len(raw_entries):
+        raise DecodeError("names one entry more than once (pickle memo references): torch writes each entry once")
 
 
 def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True) -> tuple:
@@ -545,6 +579,7 @@ def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True
     columns = columns_from_raw(raw_entries, norm, splits)
     if columns is not None:
         return columns, 0
+    norm.refuse_repeated_entries(raw_entries)
     entries, dropped = _entries_one_by_one(raw_entries, norm, splits)
     return columns_from_entries(entries), dropped
 
@@ -631,7 +666,8 @@ def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: O
         raw, clock, clipped = cupti.as_c10d(raw)
         writer = cupti.WRITER
     raw_entries = _raw_entries(raw.get("entries"), max_entries, pickle_bytes)
-    norm = _Normaliser(memo, None if pickle_bytes is None else MAX_ITEMS_PER_PICKLE_BYTE * pickle_bytes)
+    norm = _Normaliser(memo, None if pickle_bytes is None else MAX_ITEMS_PER_PICKLE_BYTE * pickle_bytes,
+                       pickled=pickle_bytes is not None)
     comm_lib = raw.get("comm_lib_version", raw.get("nccl_version", raw.get("xccl_version", "")))
     columns, dropped = _normalise_entries(raw_entries or [], norm, _may_hold_splits(raw.get("version")))
     dump = RankDump(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from typing import Callable, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
@@ -55,25 +55,82 @@ def settle_table_batches(table: EntryTable) -> bool:
     marker_codes = {code for code, static in enumerate(table.statics) if static.name.is_coalesced_marker}
     if not marker_codes:
         return False
-    facts = table.batch_facts_reader()
-    ops: list[int] = []
-    their_markers: list[int] = []
-    p2p_markers: list[int] = []
-    for position in compress(range(len(table)), map(marker_codes.__contains__, table.codes)):
-        start = _batch_start(facts, position)
-        if start == position:
-            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
-        if facts(start)[2][1]:  # the batch's ops are P2P
-            p2p_markers.append(position)
-        ops.extend(range(start, position))
-        their_markers.extend(repeat(position, position - start))
-    states = [table.field_at(name, ops) for name in ("state", "retired", "time_started_ns", "time_completed_ns")]
+    markers = _rows_holding(table.codes, marker_codes)
+    statics, codes = table.statics, table.codes
+    starts = _batch_starts(table, markers)
+    # Each batch's ops, and the marker each takes its state from, laid out in C. A marker
+    # with no ops before it (they fell off the ring buffer) has none, and is left be.
+    ops = list(chain.from_iterable(map(range, starts, markers)))
+    their_markers = list(chain.from_iterable(map(repeat, markers, map(operator.sub, markers, starts))))
+    # The markers closing a batch whose ops are P2P (its first op's flag, read off its code).
+    p2p_of_code = [static.name.is_p2p for static in statics]
+    closes_p2p = map(operator.and_, map(operator.ne, starts, markers), map(p2p_of_code.__getitem__, map(codes.__getitem__, starts)))
+    p2p_markers = list(compress(markers, closes_p2p))
+    # Only an op whose state (a static field, judged once per static row) is `scheduled`
+    # can lack events of its own: the other fields are read for those alone.
+    scheduled = [static.state == "scheduled" for static in statics]
+    is_scheduled = list(map(scheduled.__getitem__, map(codes.__getitem__, ops)))
+    waiting, waiting_markers = list(compress(ops, is_scheduled)), list(compress(their_markers, is_scheduled))
+    states = [table.field_at(name, waiting) for name in ("state", "retired", "time_started_ns", "time_completed_ns")]
     unsettled = list(map(operator.not_, map(says_more_than_scheduled, *states)))
-    table.copy_fields(list(compress(ops, unsettled)), list(compress(their_markers, unsettled)), SETTLED_FIELDS)
+    table.copy_fields(list(compress(waiting, unsettled)), list(compress(waiting_markers, unsettled)), SETTLED_FIELDS)
     p2p_names: dict[OpName, OpName] = {}
     names = [p2p_names.setdefault(name, name._replace(is_p2p=True)) for name in table.field_at("name", p2p_markers)]
     table.set_static(p2p_markers, "name", names)
     return bool(ops or p2p_markers)
+
+
+def _rows_holding(codes: Sequence[int], wanted: set[int]) -> list[int]:
+    """The rows whose code is in `wanted`, in order: each found by the array's own search
+    in C, from the last (markers are one row in ten or so; testing each row costs more)."""
+    rows: list[int] = []
+    for code in wanted:
+        at = -1
+        try:
+            while True:
+                at = codes.index(code, at + 1)
+                rows.append(at)
+        except ValueError:
+            pass
+    return sorted(rows) if len(wanted) > 1 else rows
+
+
+def _batch_starts(table: EntryTable, markers: Sequence[int]) -> list[int]:
+    """`_batch_start` of each marker row of `markers`, read off the table's codes and
+    sequence number columns (settling is half of what the loader does after decoding,
+    when half of a rank's entries are batched): a row's group, P2P flag and marker flag
+    come with its code, and a run stops at the first row whose code or number differs."""
+    statics, codes = table.statics, table.codes
+    # A number per (group, P2P flag) a code holds; in the runs of a collective batch, which
+    # markers end, a marker's code counts as no kind (-1).
+    kind_numbers: dict[tuple[str, bool], int] = {}
+    kinds = [kind_numbers.setdefault((static.pg_name, static.name.is_p2p), len(kind_numbers)) for static in statics]
+    collective_kinds = [-1 if static.name.is_coalesced_marker else kind for static, kind in zip(statics, kinds)]
+    groups = [static.pg_name for static in statics]
+    p2p = [static.name.is_p2p for static in statics]
+    collective_seq, p2p_seq = table.number_readers()
+    starts = []
+    for position in markers:
+        start = position
+        before = codes[position - 1] if position else 0
+        if position and groups[before] == groups[codes[position]] and collective_kinds[before] >= 0:
+            # A P2P batch: the run under the previous op's P2P number, markers included; a
+            # collective batch: the run of collectives under the marker's own number.
+            if p2p[before]:
+                run_kinds, numbers, number = kinds, p2p_seq, p2p_seq(position - 1)
+            else:
+                run_kinds, numbers, number = collective_kinds, collective_seq, collective_seq(position)
+            kind = kinds[before]
+            while start and run_kinds[codes[start - 1]] == kind and numbers(start - 1) == number:
+                start -= 1
+        starts.append(start)
+    return starts
+
+
+def _batch_starts_plain(table: EntryTable, markers: Sequence[int]) -> list[int]:
+    """_batch_starts' plain twin: each marker's batch found through `batch_facts`."""
+    facts = table.batch_facts_reader()
+    return [_batch_start(facts, position) for position in markers]
 
 
 def batch_facts(entry: Entry) -> BatchFacts:
@@ -192,3 +249,7 @@ def _ops_of_finished_batches(entries: Sequence[Entry]) -> list[int]:
         if len(ops) >= 2 and key not in marked and entries[ops[-1]].record_id + 1 not in held:
             finished.extend(ops)
     return finished
+
+
+# Fast paths beside their plain twins (see frtrace.testing.twins).
+PLAIN_TWINS = {"_batch_starts": _batch_starts_plain}

@@ -18,9 +18,10 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import struct
 from array import array
 from itertools import count, repeat
-from typing import Any, Callable, NamedTuple, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Protocol, Sequence, TypeVar
 
 from frtrace.model import SHAPE_FIELDS, Entry, Frame, OpName, Shapes
 from frtrace.table.entry_table import INT_RANGES, STATIC_FIELDS, EntryTable, Value
@@ -50,8 +51,8 @@ SPLIT_FIELDS = ("input_split_sizes", "output_split_sizes")
 # shapes, state, stack), which every rank shares (see SharedValues).
 _STATIC_POSITIONS = tuple(Entry._fields.index(f) for f in STATIC_FIELDS)
 _EXAMPLE_ROUNDS = 6  # see _examples
-# Int array widths, narrowest first, each with its lowest value (kept for None).
-_WIDTHS = tuple((typecode, low) for typecode, (low, _) in INT_RANGES.items())
+# Int array widths, narrowest first, each with its lowest value (kept for None), packed.
+_WIDTHS = tuple((typecode, struct.pack(typecode, low)) for typecode, (low, _) in INT_RANGES.items())
 
 
 class Coded(NamedTuple):
@@ -78,6 +79,7 @@ class Normaliser(Protocol):
     groups: dict[Any, tuple[str, str]]
     names: dict[Any, OpName]
     shapes: dict[Any, Shapes]
+    clean_shapes: dict[Any, Shapes]
     strings: dict[Any, str]
 
     def _validated_process_group(self, pg: Any, pg_id: Optional[int]) -> tuple[str, str]: ...
@@ -87,6 +89,8 @@ class Normaliser(Protocol):
     def shape_record(self, input_sizes: Any, input_dtypes: Any, output_sizes: Any, output_dtypes: Any) -> Shapes: ...
 
     def stack(self, value: Any) -> tuple[Frame, ...]: ...
+
+    def refuse_repeated_entries(self, raw_entries: list[RawEntry], in_order: bool) -> None: ...
 
     def spend_on_rows(self, rows: list[tuple[Any, ...]]) -> None: ...
 
@@ -147,21 +151,31 @@ def _int_column(column: Column) -> "Optional[array[int]]":
 
     Passes in C: the types (bools and int subclasses are not `int`), then a conversion
     per width, narrowest first, which stops at the first value that does not fit (its own
-    bounds check: no min and max first); the table keeps the array as it is."""
+    bounds check: no min and max first); the table keeps the array as it is. `struct`
+    packs ints twice as fast as `array` converts them, and the packed bytes are searched
+    for the lowest value faster than the ints are compared with it."""
     if list(map(type, column)).count(int) != len(column):  # a list counts faster than a set grows
         return None
     for typecode, lowest in _WIDTHS:
         try:
-            ints = array(typecode, column)
-        except OverflowError:
+            packed = struct.pack(f"{len(column)}{typecode}", *column)
+        except (struct.error, OverflowError):
             continue
-        if lowest not in column:
-            return ints
+        if not _holds_item(packed, lowest):
+            return array(typecode, packed)
     # Only int64's lowest value itself gets here, which the others keep for None: kept as is.
     try:
         return array("q", column)
     except OverflowError:
         return None
+
+
+def _holds_item(packed: bytes, item: bytes) -> bool:
+    """Whether `packed` (items of len(item) bytes each) holds `item` as one of its items."""
+    at = packed.find(item)
+    while at >= 0 and at % len(item):  # found across two items
+        at = packed.find(item, at + 1)
+    return at >= 0
 
 
 def _optional_int_column(column: Column) -> Optional[Sequence[Optional[int]]]:
@@ -192,6 +206,12 @@ def _zero_means_none(column: Column) -> Column:
     if _all_none(column) or 0 not in column:
         return column
     return [value or None for value in column]
+
+
+def _bools(column: Column) -> bool:
+    """Every value a bool or None (a list counts types faster than a set grows)."""
+    kinds = list(map(type, column))
+    return kinds.count(bool) + kinds.count(_NONE) == len(kinds)
 
 
 def _floats(column: Column) -> bool:
@@ -268,15 +288,14 @@ def _examples(owners: Sequence[Any], rows: Sequence[tuple[Value, ...]]) -> Optio
     first_at: dict[Any, int] = {}
     try:
         example_of = list(map(first_at.setdefault, owners, count()))
-        alike = list(map(operator.eq, rows, map(rows.__getitem__, example_of)))
+        # The rows unlike the first of their owner, a few in most dumps.
+        todo = list(itertools.compress(count(), map(operator.ne, rows, map(rows.__getitem__, example_of))))
     except Exception:  # noqa: BLE001 - unhashable or hostile values; the slow path judges them
         return None
     needed = set(first_at.values())
-    if all(alike):  # as a rule
+    if not todo:  # as a rule
         return example_of, sorted(needed)
-    # The rows unlike the first of their owner, a few in most dumps: a round each, in which
-    # the first of them (of each owner) is the example of the rest.
-    todo = list(itertools.compress(count(), map(operator.not_, alike)))
+    # A round each, in which the first of them (of each owner) is the example of the rest.
     for _round in range(1, _EXAMPLE_ROUNDS):
         if len(todo) * 16 < len(rows):
             break
@@ -315,8 +334,40 @@ def _shapes(fields: dict[str, Column], norm: Normaliser) -> Optional[list[Shapes
             keys = [(*key, split_key(a), split_key(b)) for key, a, b in zip(keys, raw[4], raw[5])]
         except TypeError:
             return None
-    # Validate the raw values of each key's first entry, as the entry-by-entry path does.
-    return _interned(keys, norm.shapes, lambda _, at: norm.shape_record(*(column[at] for column in raw)))
+    # Validate the raw values of each key's first entry, as the entry-by-entry path does,
+    # or take the record validated for an equal key in an earlier file where the values
+    # are all of the types that validate without a warning.
+    sizes, dtypes, splits = itertools.chain(raw[0], raw[2]), itertools.chain(raw[1], raw[3]), itertools.chain(*raw[4:])
+    known = norm.clean_shapes if typed_as_validated(sizes, dtypes, splits) else {}
+
+    def make(key: Any, at: int) -> Shapes:
+        shapes = known.get(key)
+        if shapes is None:
+            return norm.shape_record(*(column[at] for column in raw))
+        return norm.shapes.setdefault(shapes, shapes)
+    return _interned(keys, norm.shapes, make)
+
+
+def typed_as_validated(sizes: Iterable[Any], dtypes: Iterable[Any], splits: Iterable[Any]) -> bool:
+    """Whether shape values are all of the types the loader's `shape_record` validates
+    without a warning: sizes lists (or tuples) of lists of ints, dtypes strings or lists,
+    split sizes lists of ints, any of them None. Then a shape record validated before
+    under an equal key (BatchMemo.clean_shapes) is what validating them would give: a bool
+    or a float equals an int, and a dict makes the key its keys make, but these fail here.
+    Checked in C, a set of types at a time."""
+    sizes, splits = list(sizes), list(splits)
+    return (set(map(type, sizes)) <= _LISTS_OR_NONE
+            and set(map(type, itertools.chain.from_iterable(filter(None, sizes)))) <= _LISTS
+            and set(map(type, itertools.chain.from_iterable(itertools.chain.from_iterable(filter(None, sizes))))) <= _INT
+            and set(map(type, splits)) <= _LISTS_OR_NONE
+            and set(map(type, itertools.chain.from_iterable(filter(None, splits)))) <= _INT
+            and set(map(type, dtypes)) <= _DTYPES_OR_NONE)
+
+
+_LISTS = {list, tuple}
+_LISTS_OR_NONE = {list, tuple, _NONE}
+_INT = {int}
+_DTYPES_OR_NONE = {str, list, tuple, _NONE}
 
 
 def split_key(value: Any) -> object:
@@ -352,7 +403,7 @@ def _static_columns(fields: dict[str, Column], rows: list[tuple[Value, ...]], no
     `row_fields` (_ROW_FIELDS, and SPLIT_FIELDS when the dump holds them)."""
     # `is_p2p` is the one field where equal raw values are judged apart (1 == True, but only
     # True makes a P2P op): equality between rows is only trusted when it holds bools.
-    if not set(map(type, fields["is_p2p"])) <= {bool, _NONE}:
+    if not _bools(fields["is_p2p"]):
         return None
     # The op name is part of what picks a row's example, so the two hold equal names already
     # (and only str names pass the check of the rows interned below).
@@ -386,7 +437,7 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
     """The entries of one dump as columns, oldest first, checked and interned exactly as the
     entry-by-entry path would; None when anything is unusual (that path then handles it).
     The split sizes of format 2.11 (SPLIT_FIELDS) are read only with `splits`."""
-    if not raw_entries or set(map(type, raw_entries)) != {dict}:
+    if not raw_entries or list(map(type, raw_entries)).count(dict) != len(raw_entries):
         return None
     fields = _fields(raw_entries, _COLUMN_FIELDS)
     record_ids = fields["record_id"]  # as read: cheaper to compare than the array's values
@@ -395,7 +446,11 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
         if column is None:
             return None
         fields[name] = column
-    if not (set(map(type, fields["retired"])) <= {bool, _NONE} and _floats(fields["duration_ms"])):
+    # Strictly increasing ids (ints, as checked) are distinct, and so are the entries that
+    # hold them; else a pickle naming one entry twice is refused before its rows are read.
+    in_order = all(map(operator.lt, record_ids, record_ids[1:]))
+    norm.refuse_repeated_entries(raw_entries, in_order)
+    if not (_bools(fields["retired"]) and _floats(fields["duration_ms"])):
         return None
     row_fields = _ROW_FIELDS + (_split_fields_held(raw_entries) if splits else ())
     static = _static_columns(fields, _rows(raw_entries, row_fields), norm, row_fields)
@@ -408,7 +463,7 @@ def columns_from_raw(raw_entries: list[RawEntry], norm: Normaliser, splits: bool
         fields["retired"], fields["time_created_ns"], _zero_means_none(fields["time_discovered_started_ns"]),
         _zero_means_none(fields["time_discovered_completed_ns"]), fields["duration_ms"], fields["timeout_ms"], stacks,
     ]
-    if not all(map(operator.lt, record_ids, record_ids[1:])):
+    if not in_order:
         # Record ids order a rank's entries; ties (corrupt ids) keep file order.
         order = sorted(range(len(record_ids)), key=record_ids.__getitem__)
         columns = [_reordered(column, order) for column in columns]

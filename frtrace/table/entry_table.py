@@ -188,7 +188,12 @@ _BOOL_CODES = {meant: stored for stored, meant in _BOOLS.items()}
 
 def _all_alike(values: Sequence[Value]) -> bool:
     """Every value equal to the first, and of its type (1, 1.0 and True are equal)."""
-    first = values[0]
+    first, last = values[0], values[-1]
+    if last is not first and (type(last) is not type(first) or last != first):
+        return False  # as a rule: the values of a column that differ, differ at its ends
+    if isinstance(values, array) and values.typecode in INT_RANGES:
+        # compared whole in C (memcmp), where counting would make an int of each value
+        return values == array(values.typecode, [first]) * len(values)
     if first is None or isinstance(values, array):
         return values.count(first) == len(values)
     return values.count(first) == len(values) and set(map(type, values)) == {type(first)} \
@@ -231,6 +236,8 @@ def column_of(values: Sequence[Value]) -> _Column:
         return _Column(_Same(values[0], len(values)))
     if isinstance(values, array) and values.typecode in INT_RANGES:  # narrowed already (narrowest_int_array)
         return _Column(values)
+    if values and type(values[0]) is bool and list(map(type, values)).count(bool) == len(values):  # `retired`
+        return _Column(array("b", bytes(values)), _BOOLS)
     values = list(values)
     kinds = set(map(type, values))
     has_none = _NONE in kinds
@@ -458,6 +465,15 @@ class EntryTable(Sequence[Entry]):
             seq = collective_seq.read(row)
             return pg_name, name.is_coalesced_marker, (pg_name, name.is_p2p, p2p_seq.read(row) if name.is_p2p else seq), seq
         return facts
+
+    def number_readers(self) -> tuple[Callable[[int], Value], Callable[[int], Value]]:
+        """The collective_seq_id and the p2p_seq_id of the entry at a row: two functions
+        of the row (an array's own lookup where the column stores the values as they are)."""
+        return self._reader("collective_seq_id"), self._reader("p2p_seq_id")
+
+    def _reader(self, name: str) -> Callable[[int], Value]:
+        column = self._columns[_COLUMN_OF[name]]
+        return column.read if column.decode else column.values.__getitem__
 
     def batch_key(self, row: int) -> BatchId:
         """standing.batch_key of the entry at `row`, without building the Entry."""

@@ -13,14 +13,16 @@ import contextlib
 import importlib
 from typing import Callable, Iterable, Iterator, Optional
 
-# The modules whose fast paths have plain twins.
+# The modules whose fast paths have plain twins: those the analysis runs once the dumps
+# are loaded, and those loading runs (each rank's table is built with them).
 MODULES = ("frtrace.table.entry_table", "frtrace.table.seq_map", "frtrace.match.matcher")
+LOADING_MODULES = ("frtrace.table.batches",)
 
 
-def fast_paths() -> dict[str, Callable[..., object]]:
-    """"module:name" (a function, or Class.method) -> its plain twin, for every module."""
+def fast_paths(modules: Iterable[str] = MODULES + LOADING_MODULES) -> dict[str, Callable[..., object]]:
+    """"module:name" (a function, or Class.method) -> its plain twin, for every module of `modules`."""
     found: dict[str, Callable[..., object]] = {}
-    for module_name in MODULES:
+    for module_name in modules:
         module = importlib.import_module(module_name)
         for name, twin in module.PLAIN_TWINS.items():
             found[f"{module_name}:{name}"] = twin
