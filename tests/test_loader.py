@@ -133,3 +133,18 @@ def test_small_dumps_stay_in_the_page_cache(monkeypatch):
     advised = _advice_recorder(monkeypatch)
     loaded = load_dumps([FIXTURES / "hang_never_arrives"])
     assert len(loaded.dumps) == 4 and advised == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_bool_frame_line_is_reported_whatever_was_read_before(tmp_path, workers):
+    """A frame line True equals 1: a stack an earlier file of the batch held clean with line 1
+    must not let the bool through unreported, so that what a file is told does not depend on
+    which files shared its batch (one batch with 1 worker, several with 2)."""
+    clean = [{"name": "step", "filename": "train.py", "line": 1}]
+    odd = [{"name": "step", "filename": "train.py", "line": True}]
+    for rank in (0, 1, 2, 3):
+        frames = clean if rank in (0, 1) else odd
+        write_pickle(tmp_path / f"nccl_trace_rank_{rank}", dump([entry(1, frames=frames), entry(2, frames=frames)]))
+    loaded = load_dumps([tmp_path], workers=workers)
+    warned = {d.rank for d in loaded.dumps if any("frame line is not an integer" in w for w in d.warnings)}
+    assert warned == {2, 3}

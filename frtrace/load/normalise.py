@@ -306,7 +306,10 @@ class _Normaliser:
         if cached is not None:
             return cached
         clean = self.clean_stacks.get(key) if key is not None else None
-        if clean is not None:  # (one lookup: a tuple of frames is hashed anew each time)
+        # A bool or a float equals an int (True == 1): a stack that an earlier file of the
+        # batch held clean with line 1 is validated again where this one says True, or what
+        # a file is told would depend on which files shared its batch.
+        if clean is not None and not _BOOL_OR_FLOAT & set(map(type, chain.from_iterable(key))):
             self.stacks[key] = clean
             return clean
         warned = self.warned
@@ -334,6 +337,9 @@ class _Normaliser:
             frames.append(self.frames.setdefault(frame, frame))
         stack = tuple(frames)
         return self.stacks.setdefault(stack, stack)
+
+
+_BOOL_OR_FLOAT = {bool, float}
 
 
 def _is_list(value) -> bool:
