@@ -70,7 +70,7 @@ def one(mode: str, directory: str, workers: int) -> dict:
         analysis = analyze([directory], workers=workers, scheduler=scheduler)
         report = render_json(analysis, diagnose(analysis))
     seconds = time.perf_counter() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before parsing the report here
     parsed = json.loads(report)
     return {"mode": mode, "seconds": seconds, "connect_seconds": connect_seconds, "client_peak_mb": peak_mb,
             "md5": hashlib.md5(report.encode()).hexdigest(), "ranks": len(parsed["inputs"]["ranks_found"]),
