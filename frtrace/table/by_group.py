@@ -28,8 +28,13 @@ class GroupPart(NamedTuple):
 GroupParts = dict[str, GroupPart]
 
 
+# Most groups batch no P2P op: one empty set serves them all (and a worker's batch of
+# results, pickled together, sends it once).
+NO_BATCHES: frozenset[int] = frozenset()
+
+
 def deal_by_group(table: EntryTable) -> GroupParts:
     """The parts of `table` for each group name it holds entries of."""
     return {name: GroupPart(SeqMap(table, rows.collectives), RowList(table, rows.p2p),
-                            frozenset(table.field_at("p2p_seq_id", rows.p2p_markers)))
+                            frozenset(table.field_at("p2p_seq_id", rows.p2p_markers)) if rows.p2p_markers else NO_BATCHES)
             for name, rows in table.rows_by_group().items()}
