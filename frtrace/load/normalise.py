@@ -309,7 +309,7 @@ class _Normaliser:
         # A bool or a float equals an int (True == 1): a stack that an earlier file of the
         # batch held clean with line 1 is validated again where this one says True, or what
         # a file is told would depend on which files shared its batch.
-        if clean is not None and not _BOOL_OR_FLOAT & set(map(type, chain.from_iterable(key))):
+        if clean is not None and key is not None and not _BOOL_OR_FLOAT & set(map(type, chain.from_iterable(key))):
             self.stacks[key] = clean
             return clean
         warned = self.warned
