@@ -141,7 +141,10 @@ def on_cluster(
     one, or a functools.partial of one), whose result alone comes back. This process holds
     no entry, whatever the size of the job; the worker holds what `analyze` would.
 
-        status = frtrace.on_cluster("s3://bucket/dumps/", lambda_free_function, scheduler="tcp://10.0.0.5:8786")
+        def verdict_of(analysis):            # in a module the workers can import
+            return frtrace.diagnose(analysis).status
+
+        status = frtrace.on_cluster("s3://bucket/dumps/", verdict_of, scheduler="tcp://10.0.0.5:8786")
 
     Keywords as for `analyze`; `progress(done, total)` is called as the files are read.
     Raises `InputError` as `analyze` does, and when the worker holding the analysis dies.
