@@ -327,6 +327,8 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
 def _report_on_cluster(inputs: list, scheduler: str, request: ReportRequest, rank_ranges, progress: Progress,
                        started: float, exit_zero: bool, analyze_options: dict):
     """The run with --scheduler when only the report is asked for (see cli/remote.py)."""
+    # Once the files are read, a worker matches and diagnoses them: minutes at 100,000 ranks.
+    progress.after_reading = "matching and diagnosing on a worker of the dask cluster"
     outcome = on_cluster(inputs, functools.partial(report_on_worker, request), scheduler=scheduler,
                          progress=progress, **analyze_options)
     progress.clear()
