@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
+
+# A node of a graph (strong_components): anything hashable that sorts.
+Node = TypeVar("Node", bound=Any)
 
 
 def fold_ranks(ranks: Iterable[int]) -> str:
@@ -105,3 +108,56 @@ def install_hint(*extras: str) -> str:
     published = " / ".join(f"frtrace[{extra}]" for extra in extras)
     return (f"install the {names} extra: pip install {commands} in a checkout of frtrace "
             f"({published} once it is released on PyPI)")
+
+
+def strong_components(graph: Mapping[Node, Iterable[Node]]) -> list[list[Node]]:
+    """Tarjan's strongly connected components of `graph` (node -> the nodes it points to),
+    iteratively (a blocked pipeline can chain thousands of ranks: no recursion limit);
+    edges to nodes outside it are ignored. Nodes are visited in sorted order, so the
+    components come out the same on every run."""
+    index: dict[Node, int] = {}
+    low: dict[Node, int] = {}
+    stack: list[Node] = []
+    on_stack: set[Node] = set()
+    components: list[list[Node]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, neighbours = work[-1]
+            advanced = False
+            for nxt in neighbours:
+                if nxt not in graph:
+                    continue
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(component)
+    return components

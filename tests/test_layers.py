@@ -10,6 +10,7 @@ import ast
 from pathlib import Path
 
 import frtrace
+from frtrace.util import strong_components
 
 PACKAGE_ROOT = Path(frtrace.__file__).parent
 
@@ -46,38 +47,8 @@ def _import_graph() -> dict[str, set[str]]:
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for other in sorted(graph[node]):
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in on_stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                components.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return components
+    """Strongly connected components of more than one module."""
+    return sorted(sorted(component) for component in strong_components(graph) if len(component) > 1)
 
 
 def test_no_import_cycle():
@@ -155,3 +126,8 @@ def test_the_internal_read_finder_finds_internal_reads():
     )
     assert sorted(internal_reads(source, TABLE_ONLY | {"_rows"})) == [
         "1: import _new_entry", "4: seq_map._rows", "4: table.codes", "4: table.statics"]
+
+
+def test_the_cycle_finder_keeps_separate_cycles_apart_and_ignores_edges_out():
+    graph = {"a": {"b"}, "b": {"a", "x"}, "c": {"d"}, "d": {"c"}, "e": {"a"}}  # x is no node
+    assert _cycles(graph) == [["a", "b"], ["c", "d"]]

@@ -23,6 +23,7 @@ from frtrace.match.matcher import MatchResult, P2PMatch
 from frtrace.model import Entry
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.seq_map import row_completed
+from frtrace.util import strong_components
 
 _CHANNEL = attrgetter("src", "dst")
 
@@ -70,7 +71,7 @@ class Waits:
         outside the set: nothing else holds them up (a mismatched pair, a link or device
         that stopped, or ops still running when the job was dumped). Sorted lists."""
         cycles = []
-        for component in _strong_components({r: self.on.get(r, frozenset()) for r in self.posted}):
+        for component in strong_components({r: self.on.get(r, frozenset()) for r in self.posted}):
             if len(component) < 2:
                 continue
             inside = set(component)
@@ -142,54 +143,3 @@ def _open(table: Optional[EntryTable], row: int) -> Optional[bool]:
     if table is None:
         return None
     return not row_completed(table, row)
-
-
-def _strong_components(graph: dict[int, frozenset[int]]) -> list[list[int]]:
-    """Tarjan's strongly connected components of `graph`, iteratively (a blocked
-    pipeline can chain thousands of ranks); edges to nodes outside it are ignored."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    stack: list[int] = []
-    on_stack: set[int] = set()
-    components: list[list[int]] = []
-    counter = 0
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, neighbours = work[-1]
-            advanced = False
-            for nxt in neighbours:
-                if nxt not in graph:
-                    continue
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-    return components
