@@ -43,7 +43,7 @@ from frtrace.load.safe_decode import (
     decode_dump_bytes,
     may_nest_too_deeply,
 )
-from frtrace.match.matcher import deal
+from frtrace.table.by_group import deal_by_group
 from frtrace.model import Entry, LoadIssue, PgConfig, Shapes
 from frtrace.table.rank_dump import RankDump
 
@@ -74,7 +74,7 @@ def _one_entry_dump(count: int, seq: int = 1) -> RankDump:
 
 def test_many_entries_under_one_sequence_number_are_dealt_in_linear_time():
     # 300,000 entries in one batch: growing the batch tuple per entry copies 4.5e10 pointers.
-    dealt = deal(_one_entry_dump(300_000))
+    dealt = deal_by_group(_one_entry_dump(300_000).entries)
     (batch,) = dealt["0"].by_sequence.values()
     assert len(batch) == 300_000 and batch[0].index == 0 and batch[-1].index == 299_999
 

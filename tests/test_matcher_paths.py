@@ -1,7 +1,7 @@
 """The matcher's shortcuts must not change what it finds.
 
-Entries are dealt into their groups while the loader still reads other files (`deal`,
-run from `pipeline.analyze`), and one rank may record one group under two names; the
+Entries are dealt into their groups by the loader's workers (`table/by_group.py`
+`deal_by_group`), and one rank may record one group under two names; the
 streams built either way must hold the same entries in the rank's own order.
 """
 
@@ -14,7 +14,8 @@ from helpers import write_synth_job
 from frtrace.load.layout import build_layout
 from frtrace.load.loader import load_dumps
 from frtrace.match.analysis import analyze
-from frtrace.match.matcher import _rank_streams, deal, match
+from frtrace.match.matcher import _rank_streams, match
+from frtrace.table.by_group import deal_by_group
 from frtrace.table.entry_table import EntryTable
 from frtrace.testing.synth import Fault, generate
 
@@ -51,7 +52,7 @@ def test_a_group_recorded_under_two_names_keeps_the_rank_order(tmp_path):
     mine = [e for e in dump.entries if e.pg_name == busiest]
     dump.entries = EntryTable.from_entries([e._replace(pg_name="ab"[i % 2]) for i, e in enumerate(mine)])
     assert len(dump.entries) > 4
-    stream = _rank_streams(dump, _OneGroupTwoNames(), deal(dump))[0]
+    stream = _rank_streams(dump, _OneGroupTwoNames(), deal_by_group(dump.entries))[0]
     collectives = [e for e in dump.entries if not e.name.is_p2p]
     assert [e for batch in stream.collectives.values() for e in batch] == collectives
     assert list(stream.collectives) == list(dict.fromkeys(e.collective_seq_id for e in collectives))

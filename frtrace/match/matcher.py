@@ -38,7 +38,7 @@ from frtrace.model import (
     Shapes,
     numel,
 )
-from frtrace.table.by_group import GroupPart, GroupParts, deal_by_group
+from frtrace.table.by_group import GroupParts, deal_by_group
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import (
@@ -262,43 +262,31 @@ def _gaps_are_unknown(dump: RankDump) -> bool:
     return dump.unreadable_entries > 0
 
 
-# One rank's entries of one process group name (see table/by_group.py).
-DealtEntries = GroupPart
-
-
-def deal(dump: RankDump) -> GroupParts:
-    """pg_name -> DealtEntries for one rank.
-
-    Needs no layout, so the loader's workers run it on each dump they decode (see
-    `DealtDumps`); no Entry is built."""
-    return deal_by_group(dump.entries)
-
-
 class DealtDumps:
-    """`deal(dump)` of each dump dealt while loading (`add`, the loader's `on_dump`), for
+    """The group parts (table/by_group.py) of each dump dealt while loading (`add`, the loader's `on_dump`), for
     `match` to take up: found by the dump itself (its rank, then the very object), so a
     dump changed or replaced since is dealt again."""
 
     __slots__ = ("_of_rank",)
 
     def __init__(self) -> None:
-        self._of_rank: dict[int, list[tuple[RankDump, dict[str, DealtEntries]]]] = defaultdict(list)
+        self._of_rank: dict[int, list[tuple[RankDump, GroupParts]]] = defaultdict(list)
 
     def add(self, dump: RankDump, parts: Optional[GroupParts] = None) -> None:
         """Keep `dump` dealt: `parts` when a loader worker dealt it already."""
-        self._of_rank[dump.rank].append((dump, deal(dump) if parts is None else parts))
+        self._of_rank[dump.rank].append((dump, deal_by_group(dump.entries) if parts is None else parts))
 
-    def of(self, dump: RankDump) -> Optional[dict[str, DealtEntries]]:
-        """deal(dump), when it was dealt here; else None."""
+    def of(self, dump: RankDump) -> Optional[GroupParts]:
+        """The dump's group parts, when it was dealt here; else None."""
         return next((dealt for held, dealt in self._of_rank.get(dump.rank, ()) if held is dump), None)
 
 
-def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[dict[str, DealtEntries]] = None,
+def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = None,
                   only_active: bool = False) -> dict[int, RankStream]:
-    """group id -> RankStream for one rank (from `deal(dump)` when given); `only_active`:
+    """group id -> RankStream for one rank (from its group parts `dealt` when given); `only_active`:
     the job's dumps keep only active entries."""
     if dealt is None:
-        dealt = deal(dump)
+        dealt = deal_by_group(dump.entries)
     names_of: dict[int, list[str]] = defaultdict(list)  # gid -> the pg names the rank records it under
     for name in dealt:
         gid = layout.group_of(name, dump.rank)
