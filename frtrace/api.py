@@ -156,6 +156,8 @@ def on_cluster(
     try:
         remote = dispatch_load(inputs, runner, prefix, max_bytes=_size(max_file_size), progress=progress,
                                all_generations=all_generations)
+        # The parts go as an argument of their own: dask hands the task the results of the
+        # Futures in a plain list, which it would not look for inside the RemoteLoad.
         return runner.run_task(_analysed_then, remote._replace(parts=[]), remote.parts, then, inputs, world_size,
                                group_world_size)
     finally:

@@ -22,3 +22,8 @@ def status_and_worker_pid(analysis) -> tuple:
     """What frtrace.on_cluster runs on the worker in tests: the verdict, and where it ran."""
     diagnosis = frtrace.diagnose(analysis)
     return diagnosis.status, list(diagnosis.suspect_ranks), os.getpid()
+
+
+def die(analysis) -> None:
+    """What frtrace.on_cluster runs in a test where the worker holding the analysis dies."""
+    os._exit(1)

@@ -171,6 +171,28 @@ def test_a_second_local_cluster_says_nothing_about_ports(synth_job):
     assert json.loads(done.stdout)["suspect_ranks"] == [5]
 
 
+def test_the_worker_holding_the_analysis_dying_is_an_input_error(synth_job):
+    pytest.importorskip("distributed", reason="frtrace[dask] is not installed")
+    code = textwrap.dedent(f"""
+        import logging, os, sys
+        from distributed import LocalCluster
+        import frtrace, cluster_tasks
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.CRITICAL)
+        try:
+            frtrace.on_cluster({str(synth_job)!r}, cluster_tasks.die, scheduler=cluster.scheduler_address)
+        except frtrace.InputError as exc:
+            print("InputError:", exc)
+        sys.stdout.flush()
+        os._exit(0)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=SECONDS,
+                          env=_env(DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == ("InputError: the analysis on the dask cluster failed: the worker "
+                                                    "holding it died (out of memory? it holds every rank's entries)")
+
+
 def test_a_worker_that_dies_is_one_line_and_the_rest_is_analysed(tmp_path):
     directory = write_job(tmp_path / "job", nccl_hang_dumps(world=8, culprit=6))
     (result,) = in_cluster([[directory, "--format", "json", "--scheduler", "{scheduler}"]],

@@ -179,14 +179,19 @@ class DaskRunner:
     def run_task(self, function, *args):
         """`function(*args)` run as one task on a worker of this cluster; its result here.
         Raises what the function raised; InputError when its worker died."""
+        import distributed
+
         future = self.client.submit(function, *args, pure=False)
         try:
             return future.result()
+        except distributed.KilledWorker:
+            raise InputError("the analysis on the dask cluster failed: the worker holding it died "
+                             "(out of memory? it holds every rank's entries)") from None
         except Exception as exc:
+            if future.status == "error":  # raised by `function` itself (an InputError, a bug)
+                raise
             problem, lost = _classify_failure(exc, self.address)
-            if lost is not None or "died" in problem:
-                raise InputError(f"the analysis on the dask cluster failed: {lost or 'the worker holding it died'}") from None
-            raise
+            raise InputError(f"the analysis on the dask cluster failed: {lost or problem}") from None
 
     def close(self) -> None:
         for part in (self.client, self.cluster):
