@@ -156,25 +156,23 @@ def on_cluster(
     try:
         remote = dispatch_load(inputs, runner, prefix, max_bytes=_size(max_file_size), progress=progress,
                                all_generations=all_generations)
-        # The parts go as an argument of their own: dask hands the task the results of the
-        # Futures in a plain list, which it would not look for inside the RemoteLoad.
-        return runner.run_task(_analysed_then, remote._replace(parts=[]), remote.parts, then, inputs, world_size,
-                               group_world_size)
+        # dask hands the task the results of the Futures among `remote.parts`, where it runs.
+        return runner.run_task(_analysed_then, remote, then, inputs, world_size, group_world_size)
     finally:
         runner.close()
 
 
-def _analysed_then(remote: RemoteLoad, parts: list, then: Callable[[Analysis], Result], inputs: list,
+def _analysed_then(remote: RemoteLoad, then: Callable[[Analysis], Result], inputs: list,
                    world_size: Optional[int], group_world_size: Optional[int]) -> Result:
     """On the worker (see on_cluster): the parts arrive as the batches' results."""
     with cyclic_gc_paused():  # as the command line runs: millions of objects, no cycles
-        analysis = _usable(analyze_remote(remote._replace(parts=parts), world_size=world_size,
-                                          ft_group_world_size=group_world_size), inputs)
+        analysis = _usable(analyze_remote(remote, world_size=world_size, ft_group_world_size=group_world_size),
+                           inputs)
         result = then(analysis)
     # Freeing every entry takes seconds at thousands of ranks: done by a thread of its own,
     # after the result has gone back.
-    held = [analysis, parts, remote]
-    del analysis, parts, remote
+    held = [analysis, remote]
+    del analysis, remote
     threading.Thread(target=held.clear, name="frtrace-release", daemon=True).start()
     return result
 
