@@ -274,7 +274,7 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     match = matches[index]
     issued, missing = match.issued, match.not_issued
     have = any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq))
-    elsewhere = _BlockedElsewhere(facts.blocked_in, (view.group.name, False))
+    elsewhere = _BlockedElsewhere(facts.blocked_entry, (view.group.name, False))
     tie = len(issued) == len(missing)
     ahead = (tie and not have and all(rank in elsewhere for rank in missing)
              and all(facts.waits.closure([rank]) & set(issued) for rank in missing))
@@ -286,7 +286,7 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
 def _idle(facts: Facts, ranks: tuple[int, ...]) -> bool:
     """Every one of `ranks` finished every op it issued: it waits in nothing, it stopped
     issuing (a host-side hang), so it is behind, whatever the count of ranks says."""
-    return facts.reliable and bool(ranks) and not any(rank in facts.blocked_in for rank in ranks)
+    return facts.reliable and bool(ranks) and not any(rank in facts.blocked_entry for rank in ranks)
 
 
 def _presence_evidence(view: GroupView, match: CollectiveMatch) -> dict[str, Any]:
@@ -354,15 +354,15 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
 
 
 class _BlockedElsewhere(Container[int]):
-    """The ranks blocked in an op other than `place`: a view of `blocked_in`, since a set
-    per group would cost ranks x groups."""
+    """The ranks blocked in an op other than `place` ((group name, is_p2p)): a view of
+    `Facts.blocked_entry`, since a set per group would cost ranks x groups."""
 
-    __slots__ = ("blocked_in", "place")
+    __slots__ = ("blocked", "place")
 
-    def __init__(self, blocked_in: dict[int, tuple[str, bool]], place: tuple[str, bool]):
-        self.blocked_in = blocked_in
+    def __init__(self, blocked: dict[int, Entry], place: tuple[str, bool]):
+        self.blocked = blocked
         self.place = place
 
     def __contains__(self, rank: object) -> bool:
-        where = self.blocked_in.get(rank)  # type: ignore[call-overload]
-        return where is not None and where != self.place
+        entry = self.blocked.get(rank)  # type: ignore[call-overload]
+        return entry is not None and (entry.pg_name, entry.is_p2p) != self.place

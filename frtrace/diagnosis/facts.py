@@ -50,8 +50,6 @@ class Facts:
     # rank -> the entry of the op it is blocked in (`standing.blocked_at` of its dump in
     # `seen`), read once for every rule that asks; empty without completion states
     blocked_entry: dict[int, Entry]
-    # rank -> (group name, is_p2p) of that op
-    blocked_in: dict[int, tuple[str, bool]]
     _families: dict[tuple[str, int], list[GroupView]]
     # group id -> index in its matches of the first op members disagree on or some never
     # issued (None: they agree on all they hold); read by the divergence and frontier rules
@@ -74,11 +72,10 @@ class Facts:
         # The device view leaves out only ops queued behind the one a rank is blocked in:
         # it is blocked in the same op as its whole dump says.
         blocked = blocked_entries(analysis.device_dumps) if analysis.reliable else {}
-        blocked_in = {rank: (entry.pg_name, entry.is_p2p) for rank, entry in blocked.items()}
         index = analysis.device.index
         divergence_at = {view.group.id: _first_divergence(index.collectives_of.get(view.group.id, []), analysis.reliable)
                          for view in analysis.device.views}
-        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked, blocked_in,
+        return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked,
                    dict(families), divergence_at)
 
     @property
