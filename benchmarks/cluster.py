@@ -10,9 +10,11 @@ render_json in-process, and reports its wall time, its own peak RSS (RUSAGE_SELF
 not the workers), and the md5 of the JSON report, which must be the same for every mode. Modes
 (`--modes`, default all): `pool` (--workers N local processes); `dask` (a LocalCluster of N
 worker processes, started inside the measurement: its start-up is included and reported apart;
-the entries come back to this process, as with -o, --timeline, --html or --logs); `remote` (the
-same cluster, with only the report asked for: it is made on a worker, `frtrace.api.on_cluster`,
-and this process holds no entry). Also measured once: the
+the entries come back to this process, as with --logs); `remote` (the same cluster, the report
+made on a worker, `frtrace.api.on_cluster`, as the CLI runs --scheduler: this process holds no
+entry). With `--with-files`, each mode also writes a SQLite database and a timeline (as `-o
+db.sqlite --timeline trace.json`: under `remote` they are made on the worker and only their bytes
+come back), and their md5s join the report's. Also measured once: the
 bytes that travel per rank (a job to a worker; a worker's result back, pickled as both paths
 send it). Prints a markdown table; standard library plus frtrace (and dask for `dask`).
 """
@@ -32,19 +34,24 @@ import time
 from pathlib import Path
 
 
-# pool: the local process pool; dask: --scheduler with an output that needs the entries
-# (-o, --timeline, --html, --logs), which come back to this process; remote: --scheduler
-# with only the report asked for, made on the cluster (frtrace.api.on_cluster).
+# pool: the local process pool; dask: the entries read on a cluster come back to this
+# process (as --scheduler with --logs); remote: --scheduler as the CLI runs it, the report
+# and the files made on the cluster (frtrace.api.on_cluster).
 MODES = ("pool", "dask", "remote")
 
 
-def one(mode: str, directory: str, workers: int) -> dict:
+def one(mode: str, directory: str, workers: int, files_to: str = "") -> dict:
     from frtrace.api import on_cluster
-    from frtrace.cli.remote import ReportRequest, report_on_worker
+    from frtrace.cli.remote import OutputRequest, ReportRequest, report_on_worker
     from frtrace.cli.render import RenderOptions
     from frtrace.diagnosis import diagnose
+    from frtrace.export.outputs import write_made_output, write_output
+    from frtrace.export.paths import DATABASE, TIMELINE, plan_output
     from frtrace.match.analysis import analyze
     from frtrace.report.render import render_json
+
+    targets = tuple(plan_output(Path(files_to) / f"{mode}.{name}", kind, force=True)
+                    for name, kind in (("sqlite", DATABASE), ("trace.json", TIMELINE))) if files_to else ()
 
     started = time.perf_counter()
     connect_seconds = 0.0
@@ -63,18 +70,36 @@ def one(mode: str, directory: str, workers: int) -> dict:
 
         cluster.DaskRunner.connect = timed_connect
         scheduler = f"local:{workers}"
-    if mode == "remote":  # as the CLI runs --scheduler without -o/--timeline/--html/--logs
-        request = ReportRequest("json", False, RenderOptions(), False)
-        report = on_cluster([directory], functools.partial(report_on_worker, request), scheduler=scheduler).report
+    if mode == "remote":  # as the CLI runs --scheduler without --logs
+        request = ReportRequest("json", False, RenderOptions(), False, OutputRequest(targets))
+        def receive(outcome, files):  # as the CLI writes the files made on the worker
+            for made in outcome.outputs:
+                write_made_output(made.target, files.read(made.file))
+                files.discard(made.file)
+
+        report = on_cluster([directory], functools.partial(report_on_worker, request), scheduler=scheduler,
+                            receive=receive).report
     else:
         analysis = analyze([directory], workers=workers, scheduler=scheduler)
-        report = render_json(analysis, diagnose(analysis))
+        diagnosis = diagnose(analysis)
+        for target in targets:
+            write_output(target, target.kind, analysis, diagnosis)
+        report = render_json(analysis, diagnosis)
     seconds = time.perf_counter() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before parsing the report here
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before parsing or hashing anything here
+    files_md5 = "".join(_md5_of_file(target.path)[:4] for target in targets)
     parsed = json.loads(report)
     return {"mode": mode, "seconds": seconds, "connect_seconds": connect_seconds, "client_peak_mb": peak_mb,
-            "md5": hashlib.md5(report.encode()).hexdigest(), "ranks": len(parsed["inputs"]["ranks_found"]),
+            "md5": hashlib.md5(report.encode()).hexdigest()[:8] + files_md5, "ranks": len(parsed["inputs"]["ranks_found"]),
             "suspects": parsed["suspect_ranks"]}
+
+
+def _md5_of_file(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def transfer_bytes(directory: str, sample: int = 64) -> dict:
@@ -99,28 +124,30 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--with-files", metavar="DIR", default="",
+                        help="also write a SQLite database and a timeline into DIR (overwritten)")
     parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.directory, args.workers)))
+        print(json.dumps(one(args.one, args.directory, args.workers, args.with_files)))
         return 0
     rows = []
     for repeat in range(args.repeat):
         for mode in args.modes:
             done = subprocess.run([sys.executable, __file__, args.directory, "--workers", str(args.workers),
-                                   "--one", mode], capture_output=True, text=True)
+                                   "--with-files", args.with_files, "--one", mode], capture_output=True, text=True)
             if done.returncode:
                 print(done.stderr, file=sys.stderr)
                 return 1
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"[{time.strftime('%H:%M:%S')}] {rows[-1]}", file=sys.stderr, flush=True)
     sizes = transfer_bytes(args.directory)
-    print(f"| run | mode | ranks | seconds (dask start-up) | client peak MB | report md5 |")
+    print(f"| run | mode | ranks | seconds (dask start-up) | client peak MB | md5 (report{', files' * bool(args.with_files)}) |")
     print("|---|---|---|---|---|---|")
     for index, row in enumerate(rows):
         startup = f" ({row['connect_seconds']:.1f})" if row["mode"] != "pool" else ""
         print(f"| {index // len(args.modes) + 1} | {row['mode']} | {row['ranks']} | {row['seconds']:.1f}{startup} | "
-              f"{row['client_peak_mb']:.0f} | {row['md5'][:8]} |")
+              f"{row['client_peak_mb']:.0f} | {row['md5']} |")
     print(f"\nper rank: file {sizes['file_bytes_per_rank'] / 1024:.0f} KiB, job sent {sizes['job_bytes_per_rank']:.0f} B, "
           f"result back {sizes['result_bytes_per_rank'] / 1024:.1f} KiB")
     print("identical reports:", len({row["md5"] for row in rows}) == 1)

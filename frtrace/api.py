@@ -50,6 +50,7 @@ from frtrace.util import cyclic_gc_paused, parse_size
 from frtrace.wording import printable
 
 if TYPE_CHECKING:
+    from frtrace.load.cluster import WorkerFiles
     from frtrace.report.progress_diff import ProgressDiff
 
 __all__ = [
@@ -133,6 +134,7 @@ def on_cluster(
     all_generations: bool = False,
     group_world_size: Optional[int] = None,
     progress: Optional[Progress] = None,
+    receive: Optional[Callable[[Result, "WorkerFiles"], None]] = None,
 ) -> Result:
     """`then(analyze(...))`, with the dumps read and analysed on the Dask cluster at
     `scheduler` (an address, or `"local:N"`): what `analyze(..., scheduler=)` does, except
@@ -148,8 +150,13 @@ def on_cluster(
 
     Keywords as for `analyze`; `progress(done, total)` is called as the files are read.
     Raises `InputError` as `analyze` does, and when the worker holding the analysis dies.
+
+    Files `then` makes on its worker (frtrace.load.cluster.file_on_this_worker names one
+    in its result) are read back by `receive(result, files)`, called here before the
+    cluster is let go: `files.read(file)` yields a file's bytes a piece at a time, and
+    `files.discard(file)` removes it from the worker.
     """
-    from frtrace.load.cluster import DaskRunner  # dask is imported only when asked for
+    from frtrace.load.cluster import DaskRunner, WorkerFiles  # dask is imported only when asked for
 
     inputs = input_list(path_or_paths)
     runner = DaskRunner.connect(scheduler)
@@ -157,7 +164,10 @@ def on_cluster(
         remote = dispatch_load(inputs, runner, prefix, max_bytes=_size(max_file_size), progress=progress,
                                all_generations=all_generations)
         # dask hands the task the results of the Futures among `remote.parts`, where it runs.
-        return runner.run_task(_analysed_then, remote, then, inputs, world_size, group_world_size)
+        result = runner.run_task(_analysed_then, remote, then, inputs, world_size, group_world_size)
+        if receive is not None:
+            receive(result, WorkerFiles(runner))
+        return result
     finally:
         runner.close()
 

@@ -118,6 +118,14 @@ def test_j_with_an_output_or_format_is_a_usage_error(job, tmp_path, no_analysis,
     assert not (tmp_path / extra[1]).exists()
 
 
+def test_j_with_a_scheduler_says_it_reads_here(job):
+    plain = run(["-j", job])
+    result = run(["-j", job, "--scheduler", "tcp://192.0.2.1:8786"])  # never contacted
+    assert result.exit_code == plain.exit_code == 0 and result.stdout == plain.stdout
+    assert result.stderr == ("frtrace: note: -j reads the selected ranks' files in local worker processes "
+                             "(--workers); --scheduler only applies to the analysis\n")
+
+
 def test_selected_ranks_and_pg_filters_without_j_or_timeline_are_noted(job):
     result = run([job, "--selected-ranks", "0", "--pg-filters", "tp"])
     assert result.exit_code == 0

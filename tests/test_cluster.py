@@ -53,6 +53,8 @@ IN_CLUSTER = textwrap.dedent("""
         received.extend(batch)
         return take(batch, *args)
     loader.take_batch = frcluster.take_batch = counted
+    if os.environ.get("TEST_PIECE"):  # files made on a worker come back in pieces of this many bytes
+        frcluster.FILE_PIECE = int(os.environ["TEST_PIECE"])
     out = []
     for args in json.loads(sys.argv[1]):
         args = [a.replace("{scheduler}", cluster.scheduler_address) for a in args]
@@ -111,22 +113,33 @@ def test_local_cluster_of_worker_processes_through_the_cli(synth_job):
     assert done.stderr == ""
 
 
-def test_only_the_report_comes_back_unless_an_output_needs_the_entries(synth_job, tmp_path):
+def test_no_entry_comes_back_to_the_client_only_the_report_and_the_files(synth_job, tmp_path):
     local = run_cli([synth_job, "--format", "json", "--workers", "2"])
     local_ranks = run_cli([synth_job, "--ranks", "--workers", "2"])
-    report_only, ranks_only, with_database = in_cluster(
+    files = ("db.sqlite", "db.pkl", "trace.json", "report.html")
+    local_files = tmp_path / "local"
+    local_files.mkdir()
+    local_written = run_cli([synth_job, "--format", "json", "--workers", "2", "--selected-ranks", "4-7",
+                             "-o", local_files / "db.sqlite", "--timeline", local_files / "trace.json",
+                             "--html", local_files / "report.html"])
+    run_cli([synth_job, "--workers", "2", "-o", local_files / "db.pkl"])
+    report_only, ranks_only, written, pickled = in_cluster(
         [[synth_job, "--format", "json", "--scheduler", "{scheduler}"],
          [synth_job, "--ranks", "--scheduler", "{scheduler}"],
-         [synth_job, "--format", "json", "--scheduler", "{scheduler}", "-o", tmp_path / "db.sqlite"]],
-        TEST_PROCESSES="1")
-    # The report is made on a worker: not one dump travels to the process that asked.
-    assert report_only["received"] == 0 and ranks_only["received"] == 0
+         [synth_job, "--format", "json", "--scheduler", "{scheduler}", "--selected-ranks", "4-7",
+          "-o", tmp_path / "db.sqlite", "--timeline", tmp_path / "trace.json", "--html", tmp_path / "report.html"],
+         [synth_job, "--scheduler", "{scheduler}", "-o", tmp_path / "db.pkl"]],
+        TEST_PROCESSES="1", TEST_PIECE="100000")
+    # The report and the files are made on a worker: not one dump travels to the process that asked.
+    assert [run["received"] for run in (report_only, ranks_only, written, pickled)] == [0, 0, 0, 0]
     assert (report_only["code"], report_only["stdout"]) == (local.exit_code, local.stdout)
     assert (ranks_only["code"], ranks_only["stdout"]) == (local_ranks.exit_code, local_ranks.stdout)
-    # The database needs every entry here: they come back, and the report is the same.
-    assert with_database["received"] == 64
-    assert (with_database["code"], with_database["stdout"]) == (local.exit_code, local.stdout)
-    assert (tmp_path / "db.sqlite").stat().st_size > 0
+    assert (written["code"], written["stdout"]) == (local_written.exit_code, local_written.stdout) == (1, local.stdout)
+    # The same notes, naming the same paths but for the folder, and the same bytes written.
+    assert written["stderr"].replace(str(tmp_path), "DIR") == local_written.stderr.replace(str(local_files), "DIR")
+    assert "wrote DIR/trace.json" in written["stderr"].replace(str(tmp_path), "DIR")
+    for name in files:
+        assert (tmp_path / name).read_bytes() == (local_files / name).read_bytes(), name
 
 
 def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):

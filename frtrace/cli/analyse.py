@@ -45,7 +45,14 @@ from frtrace.cli.output import (
 )
 from frtrace.cli.progress import Progress
 from frtrace.cli.raw import RawOptions, _print_raw_entries
-from frtrace.cli.remote import ReportRequest, analysis_notes, report_on_worker
+from frtrace.cli.remote import (
+    MadeOutput,
+    OutputRequest,
+    RemoteReport,
+    ReportRequest,
+    analysis_notes,
+    report_on_worker,
+)
 from frtrace.cli.render import RANK_VIEWS, REPORTS, RenderOptions
 from frtrace.errors import InputError
 from frtrace.cli.logs_cli import (
@@ -194,6 +201,9 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
     progress = Progress.of(sys.stderr.isatty() and not quiet)
     if just_print:
         # No diagnosis, and only the files of the selected ranks (chosen by name) are read.
+        if scheduler is not None:
+            _note("note: -j reads the selected ranks' files in local worker processes (--workers); "
+                  "--scheduler only applies to the analysis")
         return _print_raw_entries(RawOptions(inputs, prefix, all_generations, rank_ranges, filters, print_stack, per_rank, last,
                                              world_size, workers or (os.cpu_count() or 1), max_file_size,
                                              group_world_size if transform_ft else None, verbose), started, progress)
@@ -201,11 +211,12 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
     options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
                             width=_text_width(), show_all=show_all)
     try:
-        if scheduler is not None and not targets and not log_paths:
-            # Only the report is asked for: made on the cluster, where the entries stay.
+        if scheduler is not None and not log_paths:
+            # The report and the files are made on the cluster, where the entries stay.
+            outputs = OutputRequest(tuple(targets), rank_ranges, tuple(filters), timeline_all)
             return _report_on_cluster(
-                inputs, scheduler, ReportRequest(fmt, ranks_only, options, verbose), rank_ranges, progress, started,
-                exit_zero, dict(prefix=prefix, world_size=world_size, max_file_size=max_file_size,
+                inputs, scheduler, ReportRequest(fmt, ranks_only, options, verbose, outputs), rank_ranges, progress,
+                started, exit_zero, dict(prefix=prefix, world_size=world_size, max_file_size=max_file_size,
                                 group_world_size=group_world_size if transform_ft else None,
                                 all_generations=all_generations))
         analysis = analyze(
@@ -305,9 +316,9 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
     progress = progress or Progress()
     failed = []
     for target in targets:
-        what = WRITTEN_AS.get(target.format, target.format)
-        progress.phase(f"writing {target.path} ({what})")  # a database of thousands of ranks takes a while
+        progress.phase(f"writing {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
         try:
+            # A database of thousands of ranks takes a while.
             write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters,
                          timeline_all=timeline_all)
         except OutputError as exc:
@@ -315,26 +326,65 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
             continue
         finally:
             progress.clear()
-        _note(f"wrote {target.path} ({what})")
-        if target.kind == TIMELINE:
-            # The same choice write_timeline made: what the trace leaves out, and how to get it.
-            note = choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note
-            if note:
-                _note(note)
+        # The same choice write_timeline made: what the trace leaves out, and how to get it.
+        _note_written(target, choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note
+                      if target.kind == TIMELINE else None)
     return failed
+
+
+def _write_made_outputs(made: tuple[MadeOutput, ...], files, progress: Progress) -> list:
+    """Write the files a cluster's worker made (cli/remote.py), read back from it a piece at
+    a time (`files`: load.cluster.WorkerFiles), as _write_outputs writes them here; the
+    OutputErrors of those that failed."""
+    from frtrace.export.outputs import write_made_output
+
+    failed = []
+    for output in made:
+        if output.file is None:
+            failed.append(OutputError(output.error or f"{output.target.path}: not made"))
+            continue
+        progress.phase(f"writing {output.target.path} ({WRITTEN_AS.get(output.target.format, output.target.format)})")
+        try:
+            write_made_output(output.target, files.read(output.file))
+        except OutputError as exc:
+            failed.append(exc)
+            continue
+        finally:
+            files.discard(output.file)
+            progress.clear()
+        _note_written(output.target, output.note)
+    return failed
+
+
+def _note_written(target, timeline_note: Optional[str]) -> None:
+    _note(f"wrote {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
+    if timeline_note:
+        _note(timeline_note)
 
 
 def _report_on_cluster(inputs: list, scheduler: str, request: ReportRequest, rank_ranges, progress: Progress,
                        started: float, exit_zero: bool, analyze_options: dict):
-    """The run with --scheduler when only the report is asked for (see cli/remote.py)."""
+    """The run with --scheduler, unless logs are read too (see cli/remote.py)."""
     # Once the files are read, a worker matches and diagnoses them: minutes at 100,000 ranks.
     progress.after_reading = "matching and diagnosing on a worker of the dask cluster"
+    failed: list = []
+
+    def receive(outcome: RemoteReport, files) -> None:
+        # What a local run says once the analysis is done; the files are read back while
+        # the cluster still holds them.
+        progress.clear()
+        for note in outcome.notes:
+            _note(note)
+        _selected_job_ranks(rank_ranges, outcome.job_ranks)
+        failed.extend(_write_made_outputs(outcome.outputs, files, progress))
+
     outcome = on_cluster(inputs, functools.partial(report_on_worker, request), scheduler=scheduler,
-                         progress=progress, **analyze_options)
-    progress.clear()
-    for note in outcome.notes:
-        _note(note)
+                         progress=progress, receive=receive, **analyze_options)
     load_seconds = time.monotonic() - started
-    _selected_job_ranks(rank_ranges, outcome.job_ranks)
     _emit(outcome.report)
+    if failed:
+        # The report is out; the run still failed to do all it was asked (as a local run).
+        for problem in failed:
+            _say(f"error: {problem}")
+        return _finish(EXIT_INPUT, request.verbose, started, load_seconds)
     return _finish(EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[outcome.status], request.verbose, started, load_seconds)

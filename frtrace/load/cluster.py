@@ -14,6 +14,10 @@ files as unreadable dumps, and losing the scheduler leaves the files not yet rea
 each cause is one note. A scheduler that cannot be reached, or without workers, is an
 InputError before anything is read.
 
+A task may also leave a file on its worker's disk (`file_on_this_worker`: an output made
+where the analysis is); `WorkerFiles` reads it back here piece by piece, each piece a task
+on that worker, so the process that asked holds one piece at a time, and removes it.
+
 dask is imported here only, and this module only when `--scheduler` is given.
 """
 
@@ -23,7 +27,7 @@ import concurrent.futures
 import logging
 import os
 from collections import deque
-from typing import Optional
+from typing import Iterator, NamedTuple, Optional
 
 from frtrace.load.loader import InputError, _load_batch_for_transfer, job_batches, take_batch
 from frtrace.load.safe_decode import _one_line
@@ -37,6 +41,80 @@ WORKER_WAIT_SECONDS = 60.0
 # Batches in flight per worker thread: enough to keep it busy while this process deals
 # the results it already has, few enough that finished batches do not pile up here.
 IN_FLIGHT_PER_THREAD = 3
+# A file left on a worker comes back in pieces of this size (see WorkerFiles), each within
+# this many seconds: a piece is a local read there, and a task bound to a worker that left
+# the cluster would otherwise wait for it forever.
+FILE_PIECE = 16 << 20
+PIECE_SECONDS = 300.0
+
+
+class WorkerFile(NamedTuple):
+    """A file a task left on the disk of the worker that ran it (file_on_this_worker)."""
+
+    worker: str  # that worker's address
+    path: str
+    size: int
+
+
+def file_on_this_worker(path: str) -> WorkerFile:
+    """Name `path`, a file on this machine, for `WorkerFiles` to read back: called in a
+    task, on a worker (outside one, the worker's address is empty)."""
+    import distributed
+
+    try:
+        address = distributed.get_worker().address
+    except ValueError:  # not in a dask task
+        address = ""
+    return WorkerFile(address, path, os.path.getsize(path))
+
+
+def _read_piece(path: str, offset: int, size: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(size)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class WorkerFiles:
+    """Reads back, here, the files tasks left on their workers (see the module doc)."""
+
+    def __init__(self, runner: "DaskRunner") -> None:
+        self._runner = runner
+
+    def read(self, file: WorkerFile) -> Iterator[bytes]:
+        """The bytes of `file`, a piece at a time, in order. OSError when its worker is
+        gone or the file is no longer whole (it was made for this run only)."""
+        for offset in range(0, file.size, FILE_PIECE):
+            piece = self._on(file, _read_piece, file.path, offset, FILE_PIECE)
+            if len(piece) != min(FILE_PIECE, file.size - offset):
+                raise OSError(f"the file made on dask worker {file.worker} changed while it was read")
+            yield piece
+
+    def discard(self, file: WorkerFile) -> None:
+        """Remove `file` from its worker's disk (nothing when the worker is gone)."""
+        try:
+            self._on(file, _remove, file.path)
+        except OSError:
+            pass
+
+    def _on(self, file: WorkerFile, function, *args):
+        """`function(*args)` run on `file`'s worker; OSError when that cannot be done."""
+        if file.worker not in self._runner.worker_addresses():
+            raise OSError(f"dask worker {file.worker}, which made it, has left the cluster")
+        future = self._runner.client.submit(function, *args, workers=[file.worker], allow_other_workers=False,
+                                            pure=False)
+        try:
+            return future.result(timeout=PIECE_SECONDS)
+        except OSError:
+            raise
+        except Exception as exc:
+            raise OSError(f"dask worker {file.worker}, which made it, did not send it ({_reason(exc)})") from None
 
 
 def _dask():
@@ -99,13 +177,20 @@ class DaskRunner:
         return runner
 
     def threads(self) -> int:
+        return max(1, sum(w.get("nthreads", 1) for w in self._workers().values()))
+
+    def worker_addresses(self) -> set[str]:
+        """The addresses of the workers in the cluster now."""
+        return set(self._workers())
+
+    def _workers(self) -> dict:
         try:
             info = self.client.scheduler_info(n_workers=-1)
         except TypeError:  # older distributed
             info = self.client.scheduler_info()
         except Exception:
-            return 1
-        return max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
+            return {}
+        return info.get("workers", {})
 
     def __call__(self, jobs: list, progress, shared, on_dump=None) -> tuple:
         """`(results in job order, notes)`: a RankDump or LoadIssue per job (see module doc)."""
