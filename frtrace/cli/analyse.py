@@ -149,7 +149,7 @@ def _default_dump_dir() -> Path:
 @click.option("--transform-ft", "--transform_ft", is_flag=True, help="torchft dumps: group ranks in pg_config are local to each replica group.")
 @click.option("--group-world-size", "--group_world_size", type=click.IntRange(min=1), help="With --transform-ft: ranks per replica group.")
 @click.option("--all-generations", is_flag=True, help="Read every dump found together, even of several incidents (by default only the newest complete generation).")
-@click.option("--scheduler", metavar="ADDRESS", help="Read the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers. Needs the dask extra (pip install '.[dask]' in a checkout of frtrace).")
+@click.option("--scheduler", metavar="ADDRESS", help="Read and analyse the dumps on a Dask cluster: a scheduler address (tcp://host:8786), or local[:N] for N local workers; only the report and the files asked for come back. Needs the dask extra (pip install '.[dask]' in a checkout of frtrace).")
 @click.option("--logs", "logs", multiple=True, type=click.Path(exists=True, path_type=str), help="The job's logs as evidence too (a file, gzip'd or not, or a directory of per-rank or per-node logs); repeatable. A log file or log directory given as DIR_OR_FILE is read the same way.")
 @run_options("On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
