@@ -126,6 +126,13 @@ def test_j_with_a_scheduler_says_it_reads_here(job):
                              "(--workers); --scheduler only applies to the analysis\n")
 
 
+def test_an_output_beside_a_url_input_is_planned_not_a_crash(tmp_path):
+    """-o is checked before anything is read, against the inputs' folders: a URL has none."""
+    result = run(["gs://bucket/job", "-o", tmp_path / "db.sqlite", "--timeline", tmp_path / "nccl_trace_rank_0.json"])
+    assert result.exit_code == 2 and "internal error" not in result.stderr
+    assert result.stderr.startswith("frtrace: error: reading gs:// URLs needs a package that is not installed")
+
+
 def test_selected_ranks_and_pg_filters_without_j_or_timeline_are_noted(job):
     result = run([job, "--selected-ranks", "0", "--pg-filters", "tp"])
     assert result.exit_code == 0

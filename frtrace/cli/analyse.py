@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, Union
 
 import click
 
@@ -64,12 +64,17 @@ from frtrace.cli.logs_cli import (
     run_logs_only,
     split_log_inputs,
 )
-from frtrace.export.paths import DATABASE, HTML, TIMELINE, OutputError, plan_output
+from frtrace.export.paths import DATABASE, HTML, TIMELINE, OutputError, OutputTarget, plan_output
 from frtrace.load.layout import MAX_WORLD_SIZE
 from frtrace.load.sources import as_input, is_url
 from frtrace.report.raw_view import DEFAULT_LAST, SIDE_BY_SIDE_MAX
 from frtrace.util import ranks_in
 from frtrace.wording import printable
+
+if TYPE_CHECKING:
+    from frtrace.api import Analysis
+    from frtrace.diagnosis import Diagnosis as Findings
+    from frtrace.load.cluster import WorkerFiles
 
 DUMP_PATH_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
@@ -153,9 +158,13 @@ def _default_dump_dir() -> Path:
 @click.option("--logs", "logs", multiple=True, type=click.Path(exists=True, path_type=str), help="The job's logs as evidence too (a file, gzip'd or not, or a directory of per-rank or per-node logs); repeatable. A log file or log directory given as DIR_OR_FILE is read the same way.")
 @run_options("On stderr: ignored files, odd fields of every dump, and a timing line.")
 @click.version_option(__version__, "--version", prog_name="frtrace")
-def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, show_all, force, prefix, fmt, color, just_print, per_rank,
-            last, selected_ranks, pg_filters, print_stack, mismatch_cap, allow_incomplete_ranks, world_size, transform_ft,
-            group_world_size, all_generations, workers, scheduler, max_file_size, exit_zero, logs, quiet, verbose, debug):
+def frtrace(dump_dirs: tuple[str, ...], dirs: tuple[str, ...], output: Optional[Path], timeline: Optional[Path],
+            timeline_all: bool, html: Optional[Path], ranks_only: bool, show_all: bool, force: bool, prefix: Optional[str],
+            fmt: str, color: str, just_print: bool, per_rank: Optional[bool], last: Optional[int],
+            selected_ranks: Optional[tuple[range, ...]], pg_filters: Optional[tuple[str, ...]], print_stack: bool,
+            mismatch_cap: Optional[int], allow_incomplete_ranks: bool, world_size: Optional[int], transform_ft: bool,
+            group_world_size: Optional[int], all_generations: bool, workers: Optional[int], scheduler: Optional[str],
+            max_file_size: int, exit_zero: bool, logs: tuple[str, ...], quiet: bool, verbose: bool, debug: bool) -> NoReturn:
     """Find the rank, process group and collective behind a hung PyTorch job
     from its Flight Recorder dumps (one file per rank).
 
@@ -196,7 +205,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
     log_run = LogRun(fmt, ranks_only, mismatch_cap, world_size, html, force, exit_zero, verbose)
     if not inputs:  # logs only: frtrace job.log, frtrace --logs DIR
         refuse_dump_only_options(output, timeline, just_print)
-        return _finish(run_logs_only(log_paths, log_run, _emit, _fail, _note, _styler(), started), False, started, 0.0)
+        _finish(run_logs_only(log_paths, log_run, _emit, _fail, _note, _styler(), started), False, started, 0.0)
 
     progress = Progress.of(sys.stderr.isatty() and not quiet)
     if just_print:
@@ -204,7 +213,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         if scheduler is not None:
             _note("note: -j reads the selected ranks' files in local worker processes (--workers); "
                   "--scheduler only applies to the analysis")
-        return _print_raw_entries(RawOptions(inputs, prefix, all_generations, rank_ranges, filters, print_stack, per_rank, last,
+        _print_raw_entries(RawOptions(inputs, prefix, all_generations, rank_ranges, filters, print_stack, per_rank, last,
                                              world_size, workers or (os.cpu_count() or 1), max_file_size,
                                              group_world_size if transform_ft else None, verbose), started, progress)
 
@@ -214,7 +223,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         if scheduler is not None and not log_paths:
             # The report and the files are made on the cluster, where the entries stay.
             outputs = OutputRequest(tuple(targets), rank_ranges, tuple(filters), timeline_all)
-            return _report_on_cluster(
+            _report_on_cluster(
                 inputs, scheduler, ReportRequest(fmt, ranks_only, options, verbose, outputs), rank_ranges, progress,
                 started, exit_zero, dict(prefix=prefix, world_size=world_size, max_file_size=max_file_size,
                                 group_world_size=group_world_size if transform_ft else None,
@@ -229,7 +238,7 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         log_dirs = logs_in_dump_inputs(inputs)  # no dump there: directories of logs?
         if log_dirs and len(log_dirs) == len(inputs):
             refuse_dump_only_options(output, timeline, False)
-            return _finish(run_logs_only(log_paths + log_dirs, log_run, _emit, _fail, _note, _styler(), started,
+            _finish(run_logs_only(log_paths + log_dirs, log_run, _emit, _fail, _note, _styler(), started,
                                          no_job_error=str(exc)), False, started, 0.0)
         _fail(str(exc))
     progress.clear()
@@ -256,12 +265,13 @@ def frtrace(dump_dirs, dirs, output, timeline, timeline_all, html, ranks_only, s
         # The report is out; the run still failed to do all it was asked.
         for problem in failed:
             _say(f"error: {problem}")
-        return _finish(EXIT_INPUT, verbose, started, load_seconds)
+        _finish(EXIT_INPUT, verbose, started, load_seconds)
     code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[diagnosis.status]
-    return _finish(code, verbose, started, load_seconds)
+    _finish(code, verbose, started, load_seconds)
 
 
-def _check_option_combinations(just_print: bool, output, timeline, explicit_format: bool, selected_ranks, pg_filters,
+def _check_option_combinations(just_print: bool, output: Optional[Path], timeline: Optional[Path], explicit_format: bool,
+                               selected_ranks: Optional[tuple[range, ...]], pg_filters: Optional[tuple[str, ...]],
                                print_stack: bool) -> None:
     """Refuse what would be silently dropped; note what only narrows another option."""
     if just_print:
@@ -281,8 +291,8 @@ def _check_option_combinations(just_print: bool, output, timeline, explicit_form
 OUTPUT_FLAGS = {DATABASE: "-o", TIMELINE: "--timeline", HTML: "--html"}
 
 
-def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list,
-                  html: Optional[Path] = None) -> list:
+def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool, inputs: list[Union[str, Path]],
+                  html: Optional[Path] = None) -> list[OutputTarget]:
     targets = [plan_output(path, kind, force=force, input_roots=inputs)
                for path, kind in ((output, DATABASE), (timeline, TIMELINE), (html, HTML)) if path is not None]
     for i, first in enumerate(targets):
@@ -292,7 +302,7 @@ def _plan_outputs(output: Optional[Path], timeline: Optional[Path], force: bool,
     return targets
 
 
-def _selected_job_ranks(rank_ranges: Optional[tuple], job_ranks: tuple) -> Optional[list]:
+def _selected_job_ranks(rank_ranges: Optional[tuple[range, ...]], job_ranks: Sequence[int]) -> Optional[list[int]]:
     if rank_ranges is None:
         return None
     ranks = ranks_in(rank_ranges, job_ranks)
@@ -305,8 +315,9 @@ def _selected_job_ranks(rank_ranges: Optional[tuple], job_ranks: tuple) -> Optio
 WRITTEN_AS = {"pickle": "pickle of (types, db)", "SQLite": "SQLite database; -o NAME.pkl writes a pickle"}
 
 
-def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], filters: list,
-                   timeline_all: bool = False, progress: Optional[Progress] = None) -> list:
+def _write_outputs(targets: list[OutputTarget], analysis: Analysis, diagnosis: Findings, ranks: Optional[list[int]],
+                   filters: list[str], timeline_all: bool = False,
+                   progress: Optional[Progress] = None) -> list[OutputError]:
     """Write each output; the OutputErrors of those that failed (the report still follows)."""
     # Imported when asked for (as the `diff` command's modules are): most runs write no
     # file, and every run pays for what it imports before the first dump is read.
@@ -314,7 +325,7 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
     from frtrace.export.timeline import choose_ranks
 
     progress = progress or Progress()
-    failed = []
+    failed: list[OutputError] = []
     for target in targets:
         progress.phase(f"writing {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
         try:
@@ -332,13 +343,13 @@ def _write_outputs(targets: list, analysis, diagnosis, ranks: Optional[list], fi
     return failed
 
 
-def _write_made_outputs(made: tuple[MadeOutput, ...], files, progress: Progress) -> list:
+def _write_made_outputs(made: tuple[MadeOutput, ...], files: "WorkerFiles", progress: Progress) -> list[OutputError]:
     """Write the files a cluster's worker made (cli/remote.py), read back from it a piece at
     a time (`files`: load.cluster.WorkerFiles), as _write_outputs writes them here; the
     OutputErrors of those that failed."""
     from frtrace.export.outputs import write_made_output
 
-    failed = []
+    failed: list[OutputError] = []
     for output in made:
         if output.file is None:
             failed.append(OutputError(output.error or f"{output.target.path}: not made"))
@@ -356,20 +367,21 @@ def _write_made_outputs(made: tuple[MadeOutput, ...], files, progress: Progress)
     return failed
 
 
-def _note_written(target, timeline_note: Optional[str]) -> None:
+def _note_written(target: OutputTarget, timeline_note: Optional[str]) -> None:
     _note(f"wrote {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
     if timeline_note:
         _note(timeline_note)
 
 
-def _report_on_cluster(inputs: list, scheduler: str, request: ReportRequest, rank_ranges, progress: Progress,
-                       started: float, exit_zero: bool, analyze_options: dict):
+def _report_on_cluster(inputs: list[Union[str, Path]], scheduler: str, request: ReportRequest,
+                       rank_ranges: Optional[tuple[range, ...]], progress: Progress, started: float, exit_zero: bool,
+                       analyze_options: dict[str, Any]) -> NoReturn:
     """The run with --scheduler, unless logs are read too (see cli/remote.py)."""
     # Once the files are read, a worker matches and diagnoses them: minutes at 100,000 ranks.
     progress.after_reading = "matching and diagnosing on a worker of the dask cluster"
-    failed: list = []
+    failed: list[OutputError] = []
 
-    def receive(outcome: RemoteReport, files) -> None:
+    def receive(outcome: RemoteReport, files: "WorkerFiles") -> None:
         # What a local run says once the analysis is done; the files are read back while
         # the cluster still holds them.
         progress.clear()
@@ -386,5 +398,5 @@ def _report_on_cluster(inputs: list, scheduler: str, request: ReportRequest, ran
         # The report is out; the run still failed to do all it was asked (as a local run).
         for problem in failed:
             _say(f"error: {problem}")
-        return _finish(EXIT_INPUT, request.verbose, started, load_seconds)
-    return _finish(EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[outcome.status], request.verbose, started, load_seconds)
+        _finish(EXIT_INPUT, request.verbose, started, load_seconds)
+    _finish(EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[outcome.status], request.verbose, started, load_seconds)

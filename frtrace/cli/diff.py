@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import NoReturn, Optional
 
 import click
 
@@ -45,7 +46,8 @@ dumped in only one of the two).
 @input_options
 @report_options(list(DIFF_REPORTS), "Exit 0 after a report even when ranks made no progress (errors still exit 2).")
 @run_options("On stderr: ignored files and a timing line.")
-def frtrace_diff(old, new, prefix, fmt, color, workers, max_file_size, exit_zero, quiet, verbose, debug):
+def frtrace_diff(old: str, new: str, prefix: Optional[str], fmt: str, color: str, workers: Optional[int], max_file_size: int,
+                 exit_zero: bool, quiet: bool, verbose: bool, debug: bool) -> NoReturn:
     """Which ranks and process groups made no progress between two Flight Recorder
     dump sets of one job (OLD, then NEW, each a dump directory, file, archive or
     URL): stuck in the op they already waited in, or idle; and which moved on.
@@ -75,4 +77,4 @@ def frtrace_diff(old, new, prefix, fmt, color, workers, max_file_size, exit_zero
             _note(note)
     _emit(DIFF_REPORTS[fmt](result, RenderOptions(color=_styler() is not None)))
     code = EXIT_HEALTHY if exit_zero else EXIT_BY_STATUS[result.status]
-    return _finish(code, verbose, started, time.monotonic() - started)
+    _finish(code, verbose, started, time.monotonic() - started)

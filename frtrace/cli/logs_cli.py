@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
 import click
 
@@ -49,7 +49,7 @@ class LogRun(NamedTuple):
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".log.gz", ".txt.gz", ".out.gz", ".err.gz", ".log.bz2", ".log.xz")
 
 
-def split_log_inputs(inputs: list, logs: tuple) -> tuple[list, list]:
+def split_log_inputs(inputs: list[Union[str, Path]], logs: tuple[str, ...]) -> tuple[list[Union[str, Path]], list[Path]]:
     """(dump inputs, log paths): files named like logs that read as text logs move to the
     logs; `--logs` paths are logs. Directories and other files stay dump inputs (see
     logs_in_dump_inputs)."""
@@ -63,14 +63,14 @@ def split_log_inputs(inputs: list, logs: tuple) -> tuple[list, list]:
     return dump_inputs, log_paths
 
 
-def logs_in_dump_inputs(inputs: list) -> list:
+def logs_in_dump_inputs(inputs: list[Union[str, Path]]) -> list[Path]:
     """The directories holding logs and the log files among dump inputs: asked only once no
     dump was found in them, so that dumps are read exactly as before."""
     return [item for item in inputs if isinstance(item, Path)
             and ((item.is_dir() and has_log_files(item)) or (item.is_file() and is_log_file(item)))]
 
 
-def read_evidence(log_paths: list, world_size: Optional[int], fail: Callable[[str], None]) -> LogEvidence:
+def read_evidence(log_paths: list[Path], world_size: Optional[int], fail: Callable[[str], None]) -> LogEvidence:
     try:
         return read_logs(log_paths, world_size=world_size)
     except LogInputError as exc:
@@ -78,7 +78,7 @@ def read_evidence(log_paths: list, world_size: Optional[int], fail: Callable[[st
         raise  # fail exits; this keeps the type checker honest
 
 
-def add_logs(analysis: Analysis, diagnosis: Diagnosis, log_paths: list, world_size: Optional[int],
+def add_logs(analysis: Analysis, diagnosis: Diagnosis, log_paths: list[Path], world_size: Optional[int],
              fail: Callable[[str], None], note: Callable[[str], None]) -> tuple[Diagnosis, LogEvidence]:
     """The dump diagnosis with the logs' evidence added (frtrace.diagnosis.logs.with_dumps)."""
     evidence = read_evidence(log_paths, world_size or analysis.layout.world_size, fail)
@@ -87,8 +87,8 @@ def add_logs(analysis: Analysis, diagnosis: Diagnosis, log_paths: list, world_si
     return with_dumps(analysis, diagnosis, evidence), evidence
 
 
-def run_logs_only(log_paths: list, run: LogRun, emit: Callable[[str], None], fail: Callable[[str], None],
-                  note: Callable[[str], None], styler, started: float, no_job_error: str = "") -> int:
+def run_logs_only(log_paths: list[Path], run: LogRun, emit: Callable[[str], None], fail: Callable[[str], None],
+                  note: Callable[[str], None], styler: Optional[Callable[..., str]], started: float, no_job_error: str = "") -> int:
     """Read the logs, diagnose, print the report; the exit code (0/1/3, 2 on errors).
     Logs with no line of a distributed job in them fail with `no_job_error` (or say so)."""
     html_target = None
@@ -132,7 +132,7 @@ def run_logs_only(log_paths: list, run: LogRun, emit: Callable[[str], None], fai
     return 0 if run.exit_zero else {"healthy": 0, "faults": 1, "inconclusive": 3}[diagnosis.status]
 
 
-def refuse_dump_only_options(output, timeline, just_print: bool) -> None:
+def refuse_dump_only_options(output: Optional[Path], timeline: Optional[Path], just_print: bool) -> None:
     """-o, --timeline and -j need dumps."""
     given = [flag for flag, value in (("-o", output), ("--timeline", timeline), ("-j", just_print)) if value]
     if given:

@@ -14,7 +14,8 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any, Optional
+from types import FrameType
+from typing import Any, NoReturn, Optional, Union
 
 import click
 
@@ -66,7 +67,7 @@ cli = AnalysisFirstGroup(
 )
 
 
-def main(argv: Optional[list] = None) -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     """Console entry point; internal errors become one line unless --debug is given.
     Ends the process (see _exit_now)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -107,7 +108,7 @@ class Interrupted(BaseException):
         self.code = 128 + signum
 
 
-def _on_stop_signal(main_pid: int, signum: int, frame) -> None:
+def _on_stop_signal(main_pid: int, signum: int, frame: Optional[FrameType]) -> None:
     if os.getpid() != main_pid:
         # A forked loader worker (Ctrl-C reaches the whole process group): the main
         # process does the reporting; a worker just ends, without a traceback.
@@ -141,7 +142,7 @@ def _handle_stop_signals() -> None:
             continue
 
 
-def _exit_now(code) -> None:
+def _exit_now(code: Union[int, str, None]) -> NoReturn:
     # Tearing the interpreter down frees every object one by one: 15 s after a
     # 16,384-rank run, for a process that is ending anyway. Outputs are closed by now.
     if code is not None and not isinstance(code, int):

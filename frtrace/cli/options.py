@@ -29,7 +29,11 @@ CONTEXT_SETTINGS = {
 }
 
 
-class SizeType(click.ParamType):
+# click's ParamType takes the type it converts to from click 8.4 on; the older ones that
+# pyproject allows cannot be subscripted at run time (hence the ignores below).
+
+
+class SizeType(click.ParamType):  # type: ignore[type-arg]
     """A number of bytes: `100`, `1.5k`, `512M`, `4G`."""
 
     name = "size"
@@ -43,12 +47,12 @@ class SizeType(click.ParamType):
             self.fail(f"takes a size such as 512M or 4G, not {value!r}", param, ctx)
 
 
-class RankRangesType(click.ParamType):
+class RankRangesType(click.ParamType):  # type: ignore[type-arg]
     """Rank numbers and ranges (`0 1`, `0-3,8`) as a tuple of ranges, never expanded."""
 
     name = "ranks"
 
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> tuple:
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> tuple[range, ...]:
         if isinstance(value, tuple):
             return value
         from frtrace.util import parse_rank_ranges
@@ -59,12 +63,12 @@ class RankRangesType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class GroupNamesType(click.ParamType):
+class GroupNamesType(click.ParamType):  # type: ignore[type-arg]
     """Process group names or descriptions (`tp dp`, `tp,dp`) as a tuple."""
 
     name = "groups"
 
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> tuple:
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> tuple[str, ...]:
         if isinstance(value, tuple):
             return value
         names = tuple(str(value).replace(",", " ").split())

@@ -23,7 +23,7 @@ import sys
 import termios
 import time
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn, Optional
+from typing import Callable, Iterable, NoReturn, Optional, TextIO
 
 import click
 
@@ -91,7 +91,7 @@ def _text_width() -> int:
     return shutil.get_terminal_size().columns if _isatty(sys.stdout) else DEFAULT_WIDTH
 
 
-def _isatty(stream) -> bool:
+def _isatty(stream: Optional[TextIO]) -> bool:
     try:
         return bool(stream is not None and stream.isatty())
     except (ValueError, AttributeError):
@@ -150,7 +150,7 @@ class PipeWatch:
         self.waited = 0.0
 
     @classmethod
-    def of(cls, stream) -> "PipeWatch":
+    def of(cls, stream: TextIO) -> "PipeWatch":
         try:
             fd = stream.fileno()
             return cls(fd if stat.S_ISFIFO(os.fstat(fd).st_mode) else None)
@@ -236,11 +236,11 @@ def _finish(code: int, verbose: bool, started: float, load_seconds: float) -> No
     sys.exit(_settled(code))
 
 
-def _emit_block(lines) -> None:
+def _emit_block(lines: Iterable[str]) -> None:
     _emit("".join(line + "\n" for line in lines) + "\n")
 
 
-def _emit_lines(lines: list) -> None:
+def _emit_lines(lines: list[str]) -> None:
     """Write lines in slices: the reader sees the first ones before the last are joined."""
     for start in range(0, len(lines), 256):
         _emit("".join(line + "\n" for line in lines[start:start + 256]))

@@ -11,11 +11,13 @@ import functools
 import shutil
 import sys
 import time
-from typing import NamedTuple, Optional
+from pathlib import Path
+from typing import NamedTuple, NoReturn, Optional, Union
 
 from frtrace.cli.output import EXIT_HEALTHY, _emit, _emit_block, _emit_lines, _fail, _finish, _note
 from frtrace.cli.progress import Progress
 from frtrace.errors import InputError
+from frtrace.load.discovery import RankFile
 from frtrace.load.loader import discover_dump_files, iter_dump_files, select_files
 from frtrace.load.sources import as_input
 from frtrace.match.analysis import match_files
@@ -33,11 +35,11 @@ from frtrace.util import fold_ranks, ranks_in
 
 
 class RawOptions(NamedTuple):
-    inputs: list
+    inputs: list[Union[str, Path]]
     prefix: Optional[str]
     all_generations: bool
-    rank_ranges: Optional[tuple]
-    filters: list
+    rank_ranges: Optional[tuple[range, ...]]
+    filters: list[str]
     print_stack: bool
     per_rank: Optional[bool]  # None: chosen by the number of ranks and the terminal's width
     last: Optional[int]
@@ -48,7 +50,7 @@ class RawOptions(NamedTuple):
     verbose: bool
 
 
-def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Progress] = None):
+def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Progress] = None) -> NoReturn:
     """-j: the side-by-side table for a few ranks, else one block per rank, written as
     each rank's file is read. Reads only the files of the selected ranks; no diagnosis."""
     try:
@@ -71,14 +73,14 @@ def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Prog
         present = [rank for rank, _ in found.files]
         _note(f"note: --selected-ranks: no dump file of those ranks (files for ranks {fold_ranks(present)})")
         _emit("No entries match the selected ranks and groups.\n")
-        return _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
+        _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
     if opts.per_rank is False and len(files) > SIDE_BY_SIDE_MAX:
         _fail(f"--side-by-side shows at most {SIDE_BY_SIDE_MAX} ranks, not {len(files)} "
               "(choose them with --selected-ranks, or leave it out for one block per rank)")
     if opts.per_rank or len(files) > SIDE_BY_SIDE_MAX:
         for issue in found.refused:  # archive members refused by name or kind (the table's load says them)
             _note(f"skipped {issue}")
-        return _print_rank_blocks(files, opts, started)
+        _print_rank_blocks(files, opts, started)
     progress = progress or Progress()
     loaded, layout, matches = match_files(files, found, world_size=opts.world_size, workers=opts.workers,
                                           max_bytes=opts.max_bytes, progress=progress,
@@ -89,7 +91,7 @@ def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Prog
         _note(f"skipped {issue}")
     if not loaded.dumps:
         _fail("no usable dump among " + ", ".join(str(path) for _, path in files[:3]))
-    ranks: Optional[list] = None
+    ranks: Optional[list[int]] = None
     if opts.rank_ranges is not None:
         ranks = ranks_in(opts.rank_ranges, layout.ranks_found + layout.ranks_missing)
     if opts.print_stack and not any(d.has_frames for d in loaded.dumps):
@@ -104,18 +106,18 @@ def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Prog
         by_rank.update({rank: issue for rank, issue in zip(loaded.failed_ranks, loaded.errors)})
         for rank, _ in files:
             _emit_block(rank_block_lines(rank, by_rank[rank], opts.filters, _last(opts.last), stacks))
-        return _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)
+        _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)
     if opts.last is not None:
         _note("note: --last only applies to the per-rank blocks (--per-rank); the table shows every entry")
     _emit_lines(lines)
-    return _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)
+    _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)
 
 
 def _last(last: Optional[int]) -> int:
     return DEFAULT_LAST if last is None else last
 
 
-def _print_rank_blocks(files: list, opts: RawOptions, started: float):
+def _print_rank_blocks(files: list[RankFile], opts: RawOptions, started: float) -> NoReturn:
     """One block per rank, each written (and flushed) as soon as that rank's file is read.
     Without stacks the loader's workers render the blocks: only their text travels."""
     stacks = StackNumbers() if opts.print_stack else None
@@ -135,10 +137,10 @@ def _print_rank_blocks(files: list, opts: RawOptions, started: float):
         _note("note: --print-stack-trace: these dumps hold no stack frames (taken with stacks off, or JSON)")
     if failed == len(files):
         _fail("no usable dump among " + ", ".join(str(path) for _, path in files[:3]))
-    return _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
+    _finish(EXIT_HEALTHY, opts.verbose, started, time.monotonic() - started)
 
 
-def _note_ranks_without_files(files: list, rank_ranges: Optional[tuple]) -> None:
+def _note_ranks_without_files(files: list[RankFile], rank_ranges: Optional[tuple[range, ...]]) -> None:
     """Ranks below the highest one found (and selected) that have no dump file."""
     present = {rank for rank, _ in files}
     top = max(present)

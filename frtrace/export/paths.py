@@ -16,7 +16,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Optional, Sequence
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence, Union
 
 from frtrace.errors import OutputError  # raised here, caught by the API's callers
 from frtrace.load.discovery import DUMP_NAME_HINTS, parse_rank_from_name
@@ -68,10 +68,12 @@ def _parent(path: Path) -> Path:
     return path.parent if str(path.parent) else Path(".")
 
 
-def _inside(path: Path, roots: Iterable[Path]) -> Optional[Path]:
+def _inside(path: Path, roots: Iterable[Union[str, Path]]) -> Optional[Path]:
     """The input root (a directory, or a file's directory) that `path` lies in, if any."""
     real = os.path.realpath(_parent(path))
     for root in roots:
+        if not isinstance(root, Path):  # a URL (as_input keeps those as text): no local file lies in it
+            continue
         directory = root if root.is_dir() else _parent(root)
         real_root = os.path.realpath(directory)
         if os.path.commonpath([real, real_root]) == real_root:
@@ -85,7 +87,7 @@ def looks_like_dump_name(name: str) -> bool:
     return parsed is not None and any(hint in parsed[0].lower() for hint in DUMP_NAME_HINTS)
 
 
-def plan_output(path: Path, kind: str, *, force: bool, input_roots: Sequence[Path] = ()) -> OutputTarget:
+def plan_output(path: Path, kind: str, *, force: bool, input_roots: Sequence[Union[str, Path]] = ()) -> OutputTarget:
     """Check an output path before anything is read; OutputError says what is wrong."""
     path = Path(path)
     _refuse_dump_lookalike(path, input_roots)
@@ -104,7 +106,7 @@ def plan_output(path: Path, kind: str, *, force: bool, input_roots: Sequence[Pat
     return OutputTarget(path, kind, fmt, force)
 
 
-def _refuse_dump_lookalike(path: Path, input_roots: Sequence[Path]) -> None:
+def _refuse_dump_lookalike(path: Path, input_roots: Sequence[Union[str, Path]]) -> None:
     """--force promises never to replace a dump: neither one that is there (in any naming
     family), nor a new file the next run would read as a rank's dump."""
     if os.path.lexists(path) and classify_file(path) is FileKind.DUMP:

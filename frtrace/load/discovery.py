@@ -13,7 +13,7 @@ import stat
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional, Sequence
+from typing import Iterable, NamedTuple, Optional, Sequence, Union
 
 from frtrace.errors import InputError  # raised here, caught by the API's callers
 from frtrace.load.generations import (
@@ -207,11 +207,15 @@ def _classify(path) -> FileKind:
     return classify_file(path)
 
 
+# A dump file found for a rank: a local path, or an object in a store or an archive member.
+RankFile = tuple[int, Union[Path, Source]]
+
+
 class Discovery(NamedTuple):
-    files: list  # [(rank, path)] sorted by rank
-    skipped: list  # LoadIssue for each file not taken
+    files: list[RankFile]  # sorted by rank
+    skipped: list[LoadIssue]  # for each file not taken
     prefix: str  # the naming family, digits shown as N
-    notes: list  # one line each for the user: several generations found, which one is read
+    notes: list[str]  # one line each for the user: several generations found, which one is read
     # archive members refused by name or type, archives cut short: LoadIssue each (errors, not skips)
     refused: tuple = ()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from frtrace.load.discovery import RankFile
 from frtrace.load.layout import Layout, build_layout
 from frtrace.load.loader import (
     DEFAULT_MAX_FILE_BYTES,
@@ -144,7 +145,7 @@ def load_layout(
 
 
 def match_files(
-    files: list[tuple[int, str]],
+    files: list[RankFile],
     found: Discovery,
     *,
     world_size: Optional[int] = None,
