@@ -55,7 +55,7 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def parse_rank_ranges(text: str, limit: int) -> tuple:
+def parse_rank_ranges(text: str, limit: int) -> tuple[range, ...]:
     """`(range(0, 2), range(8, 9))` for `'0 1,8'` or `'0-1 8'`: ranges, never expanded, so
     `0-100000000` costs nothing. ValueError (with a message for the user) for anything
     that is not rank numbers below `limit`."""
@@ -75,7 +75,7 @@ def parse_rank_ranges(text: str, limit: int) -> tuple:
     return tuple(ranges)
 
 
-def ranks_in(ranges: Iterable[range], ranks: Iterable[int]) -> list:
+def ranks_in(ranges: Iterable[range], ranks: Iterable[int]) -> list[int]:
     """The sorted `ranks` that fall in any of `ranges`."""
     ranges = tuple(ranges)
     return sorted(rank for rank in set(ranks) if any(rank in span for span in ranges))

@@ -73,7 +73,7 @@ def frame_origin(frame: Frame) -> str:
     return USER
 
 
-def call_frame(frames: tuple) -> tuple[Optional[Frame], tuple]:
+def call_frame(frames: tuple[Frame, ...]) -> tuple[Optional[Frame], tuple[Frame, ...]]:
     """(the user's call site, the frames skipped above it, innermost first). The innermost
     frame of the user's own code; with none, the innermost installed package's frame, then
     the standard library's; with none of those either, the outermost frame."""
