@@ -175,3 +175,30 @@ def test_a_file_whose_worker_left_is_one_error_naming_the_output(tmp_path):
                                  "it, has left the cluster)")
     assert list(tmp_path.iterdir()) == []
     files.discard(WorkerFile("tcp://10.0.0.9:4000", "/tmp/x", 10))  # nothing to do, and no error
+
+
+class Interrupt(BaseException):
+    """A stop signal arriving while a file is read back (cli.main raises one of these)."""
+
+
+def test_files_made_on_a_worker_are_removed_even_when_stopped_half_way(job, tmp_path):
+    from frtrace.cli.progress import Progress
+    from frtrace.cli.remote import MadeOutput
+    from frtrace.load.cluster import WorkerFile
+
+    made_files = []
+    for name in ("a.json", "b.json"):
+        path = tmp_path / f"made-{name}"
+        path.write_bytes(b"{}")
+        made_files.append(MadeOutput(plan_output(tmp_path / name, TIMELINE, force=False),
+                                     WorkerFile("", str(path), 2), None, None))
+
+    class StoppedFiles(FilesHere):
+        def read(self, file):
+            raise Interrupt()
+
+    files = StoppedFiles()
+    with pytest.raises(Interrupt):
+        analyse._write_made_outputs(tuple(made_files), files, Progress())
+    assert sorted(files.discarded) == sorted(str(tmp_path / f"made-{n}") for n in ("a.json", "b.json"))
+    assert not (tmp_path / "a.json").exists()

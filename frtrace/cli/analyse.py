@@ -346,24 +346,29 @@ def _write_outputs(targets: list[OutputTarget], analysis: Analysis, diagnosis: F
 def _write_made_outputs(made: tuple[MadeOutput, ...], files: "WorkerFiles", progress: Progress) -> list[OutputError]:
     """Write the files a cluster's worker made (cli/remote.py), read back from it a piece at
     a time (`files`: load.cluster.WorkerFiles), as _write_outputs writes them here; the
-    OutputErrors of those that failed."""
+    OutputErrors of those that failed. Every file made is removed from the worker, even
+    when this stops half way (an interrupt)."""
     from frtrace.export.outputs import write_made_output
 
     failed: list[OutputError] = []
-    for output in made:
-        if output.file is None:
-            failed.append(OutputError(output.error or f"{output.target.path}: not made"))
-            continue
-        progress.phase(f"writing {output.target.path} ({WRITTEN_AS.get(output.target.format, output.target.format)})")
-        try:
-            write_made_output(output.target, files.read(output.file))
-        except OutputError as exc:
-            failed.append(exc)
-            continue
-        finally:
-            files.discard(output.file)
-            progress.clear()
-        _note_written(output.target, output.note)
+    try:
+        for output in made:
+            if output.file is None:
+                failed.append(OutputError(output.error or f"{output.target.path}: not made"))
+                continue
+            progress.phase(f"writing {output.target.path} ({WRITTEN_AS.get(output.target.format, output.target.format)})")
+            try:
+                write_made_output(output.target, files.read(output.file))
+            except OutputError as exc:
+                failed.append(exc)
+                continue
+            finally:
+                progress.clear()
+            _note_written(output.target, output.note)
+    finally:
+        for output in made:
+            if output.file is not None:
+                files.discard(output.file)
     return failed
 
 
