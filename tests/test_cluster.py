@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import nccl_hang_dumps, run_cli, stderr_lines, write_job, write_synth_job
+from helpers import deep_tuple_key_dump, healthy_dumps, nccl_hang_dumps, run_cli, stderr_lines, write_job, write_synth_job
 
 import frtrace
 from frtrace.testing.synth import Fault, generate
@@ -140,6 +140,20 @@ def test_no_entry_comes_back_to_the_client_only_the_report_and_the_files(synth_j
     assert "wrote DIR/trace.json" in written["stderr"].replace(str(tmp_path), "DIR")
     for name in files:
         assert (tmp_path / name).read_bytes() == (local_files / name).read_bytes(), name
+
+
+def test_a_pickle_that_crashes_its_decoder_costs_only_its_file_on_a_cluster(tmp_path):
+    """Workers decode in children they keep (load/cluster_worker.py): the crash of one,
+    on a pickle nested a million deep, costs that file; the batches after it are decoded
+    by a new child, and the report is the local run's."""
+    directory = write_job(tmp_path / "job", healthy_dumps(40))
+    (directory / "rank_7").write_bytes(deep_tuple_key_dump(1_000_000))
+    local = run_cli([directory, "--format", "json", "--workers", "2"])
+    (remote,) = in_cluster([[directory, "--format", "json", "--scheduler", "{scheduler}"]], TEST_PROCESSES="1")
+    assert local.exit_code == remote["code"] == 3
+    assert remote["stdout"] == local.stdout
+    assert json.loads(remote["stdout"])["inputs"]["ranks_missing"] == [7]
+    assert remote["stderr"] == local.stderr and "nested too deeply" in remote["stderr"]
 
 
 def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):

@@ -3,7 +3,7 @@
 `DaskRunner.connect(address)` connects to a dask.distributed scheduler
 (`tcp://10.0.0.5:8786`), or starts a LocalCluster for `local` / `local:N`; the runner
 then takes the loader's jobs and returns the same per-rank results the local process
-pool does, in job order: each task is `loader._load_batch_for_transfer` on a few jobs,
+pool does, in job order: each task is `cluster_worker.load_batch_on_worker` on a few jobs,
 run by a worker that reads the files itself (a local or shared path, an object in a
 store through fsspec with the worker's own credentials, an archive member), and sends
 back the compact entry tables. Matching and diagnosis stay with the caller.
@@ -27,7 +27,7 @@ import concurrent.futures
 import logging
 import os
 from collections import deque
-from typing import Iterator, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 from frtrace.load.loader import InputError, _load_batch_for_transfer, job_batches, take_batch
 from frtrace.load.safe_decode import _one_line
@@ -142,7 +142,9 @@ class DaskRunner:
 
     def __init__(self, client, cluster, address: str):
         self.client, self.cluster, self.address = client, cluster, address
-        self.task = _load_batch_for_transfer  # what a worker runs on a batch of jobs
+        # What a worker runs on a batch of jobs (and whether to deal them by group).
+        self.task: Callable[[list, bool], list] = _load_batch_for_transfer
+        self._plugin: Optional[str] = None  # the name of the workers' plugin this run registered
 
     @classmethod
     def connect(cls, address: str) -> "DaskRunner":
@@ -174,7 +176,20 @@ class DaskRunner:
         except Exception:
             runner.close()
             raise InputError(f"no dask worker joined the scheduler at {address} within {WORKER_WAIT_SECONDS:.0f} s") from None
+        runner._keep_decoder_children()
         return runner
+
+    def _keep_decoder_children(self) -> None:
+        """Have each worker keep decoder children across batches (cluster_worker.py); where
+        the plugin cannot be registered, each batch forks a child of its own, as before."""
+        from frtrace.load.cluster_worker import DecoderChildren, load_batch_on_worker
+
+        try:
+            self.client.register_plugin(DecoderChildren())
+        except Exception:  # an older scheduler or worker: the task still works without it
+            return
+        self.task = load_batch_on_worker
+        self._plugin = DecoderChildren.name
 
     def threads(self) -> int:
         return max(1, sum(w.get("nthreads", 1) for w in self._workers().values()))
@@ -279,6 +294,12 @@ class DaskRunner:
             raise InputError(f"the analysis on the dask cluster failed: {lost or problem}") from None
 
     def close(self) -> None:
+        if self._plugin is not None and self.cluster is None:
+            # Another's cluster: its workers end this run's decoder children now.
+            try:
+                self.client.unregister_worker_plugin(self._plugin)
+            except Exception:  # the scheduler is gone: so are the workers' children, with them
+                pass
         for part in (self.client, self.cluster):
             if part is not None:
                 try:

@@ -258,7 +258,14 @@ def _exit_reason(exitcode: Optional[int]) -> str:
     return f"exit status {exitcode}"
 
 
-def _load_batch_for_transfer(jobs: list, deal: bool = False) -> list:
+# Decodes a batch of files read already (`jobs`, and the bytes or LoadIssue `read` for each)
+# in a single-threaded child process: `(results, None)`, or `(None, its exit code)` when
+# decoding killed the child. By default a child forked for the batch (see
+# _load_batch_for_transfer); a cluster's worker keeps one per thread (cluster.py).
+BatchDecoder = Callable[[list, list], tuple]
+
+
+def _load_batch_for_transfer(jobs: list, deal: bool = False, decoder: Optional[BatchDecoder] = None) -> list:
     """`load_one` for a few files in a worker process. Entries travel to the parent as
     EntryTables (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each. With `deal`, each dump travels as a
@@ -266,9 +273,10 @@ def _load_batch_for_transfer(jobs: list, deal: bool = False) -> list:
     process that receives thousands of dumps only puts the parts together.
 
     In a process running other threads (a dask worker), the files are read here, and
-    decoded in one forked single-threaded child per batch (see _decoding_is_capped)."""
+    decoded in a single-threaded child (see _decoding_is_capped): `decoder`, or one forked
+    for the batch."""
     if not _decoding_is_capped():
-        results = _batch_in_own_process(jobs)
+        results = _batch_in_own_process(jobs, decoder or _decode_in_forked_child)
     else:
         memo = BatchMemo()
         results = _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
@@ -288,13 +296,17 @@ class DealtDump(NamedTuple):
 OnDump = Callable[[RankDump, Optional[GroupParts]], None]
 
 
-def _batch_in_own_process(jobs: list) -> list:
+def _batch_in_own_process(jobs: list, decoder: BatchDecoder) -> list:
     read = [_read_source(*job[1:]) for job in jobs]
-    results, exitcode = _in_child(_decode_batch, jobs, read)
+    results, exitcode = decoder(jobs, read)
     if results is None:  # cannot happen short of a bug or the OOM killer: name the files
         reason = f"decoding crashed a separate process ({_exit_reason(exitcode)})"
         return [data if isinstance(data, LoadIssue) else LoadIssue(str(job[1]), reason) for job, data in zip(jobs, read)]
     return results
+
+
+def _decode_in_forked_child(jobs: list, read: list) -> tuple:
+    return _in_child(_decode_batch, jobs, read)
 
 
 def _decode_batch(jobs: list, read: list) -> list:

@@ -1,0 +1,65 @@
+"""What runs on a dask worker for `--scheduler`: the task that reads a batch of files,
+and the decoder children it decodes them in.
+
+Takes a batch of the loader's jobs; `load_batch_on_worker` returns what
+`loader._load_batch_for_transfer` returns for it. A dask worker runs other threads, so
+each batch is decoded in a single-threaded child (loader._decoding_is_capped): here, one
+of the `DecoderChildren` that the plugin of that name keeps on each worker, a forked child
+per worker thread that serves batch after batch (forked_server.ForkedServer), where
+forking one per batch cost about 40 ms a batch. A child that dies on a batch (a hostile
+pickle) costs that batch, as before; the next batch gets a new child.
+
+This module imports dask's `distributed`: only the cluster's workers, and the runner
+that registers the plugin (cluster.DaskRunner), import it.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import Any, Optional
+
+import distributed
+
+from frtrace.load.forked_server import ForkedServer
+from frtrace.load.loader import _decode_batch, _load_batch_for_transfer
+
+PLUGIN_NAME = "frtrace-decoder-children"
+
+
+class DecoderChildren(distributed.WorkerPlugin):
+    """The idle decoder children of one worker (see the module doc)."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self) -> None:
+        self._idle: Optional[queue.SimpleQueue[ForkedServer]] = None  # made on the worker (setup)
+
+    def setup(self, worker: Any) -> None:
+        self._idle = queue.SimpleQueue()
+
+    def teardown(self, worker: Any) -> None:
+        while self._idle is not None and not self._idle.empty():
+            self._idle.get_nowait().close()
+
+    def decode(self, jobs: list[Any], read: list[Any]) -> tuple[Any, Optional[int]]:
+        """`loader.BatchDecoder` on an idle child of this worker, or a new one."""
+        if self._idle is None:  # not set up: a child of its own for this batch, as without the plugin
+            self._idle = queue.SimpleQueue()
+        try:
+            server = self._idle.get_nowait()
+        except queue.Empty:
+            server = ForkedServer.start(_decode_batch)
+        outcome = server.call(jobs, read)
+        if server.alive:
+            self._idle.put(server)
+        return outcome
+
+
+def load_batch_on_worker(jobs: list[Any], deal: bool = False) -> list[Any]:
+    """The task a worker runs on a batch of jobs: `_load_batch_for_transfer`, decoding in
+    this worker's decoder children when the plugin is there."""
+    try:
+        children = distributed.get_worker().plugins.get(PLUGIN_NAME)
+    except ValueError:  # not on a worker (called directly)
+        children = None
+    return _load_batch_for_transfer(jobs, deal, children.decode if isinstance(children, DecoderChildren) else None)
