@@ -12,20 +12,20 @@ the same dumps give identical tables.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping
+from typing import Mapping, Optional
 
-from frtrace.match.matcher import CollectiveMatch, MatchResult, P2PMatch
-from frtrace.model import Collective, Database, Entry, NCCLCall, Traceback
+from frtrace.match.matcher import CollectiveMatch, GroupView, MatchResult, P2PMatch
+from frtrace.model import Collective, Database, Entry, Frame, NCCLCall, Traceback
 from frtrace.util import fold_ranks
 
 
 class _TracebackTable:
     def __init__(self) -> None:
-        self.ids: dict = {}
-        self.by_identity: dict = {}
-        self.rows: list = []
+        self.ids: dict[tuple[Frame, ...], int] = {}
+        self.by_identity: dict[int, int] = {}  # id() of a stack -> its id
+        self.rows: list[Traceback] = []
 
-    def id_for(self, frames: tuple):
+    def id_for(self, frames: tuple[Frame, ...]) -> Optional[int]:
         if not frames:
             return None
         # Stacks are interned per file, so most lookups hit by identity; equal stacks
@@ -51,7 +51,7 @@ def _describe_disagreement(match: CollectiveMatch) -> str:
     return f"{dis.kind}{' (tie)' if dis.tie else ''}: " + "; ".join(parts)
 
 
-def collective_state(match: CollectiveMatch) -> tuple:
+def collective_state(match: CollectiveMatch) -> tuple[str, Optional[str]]:
     """(state, problem) of one collective as the group saw it."""
     if match.disagreement is not None:
         return "mismatch", _describe_disagreement(match)
@@ -65,7 +65,7 @@ def collective_state(match: CollectiveMatch) -> tuple:
     return "in_flight", None
 
 
-def _majority_entry(calls: Mapping) -> Entry:
+def _majority_entry(calls: Mapping[int, tuple[Entry, ...]]) -> Entry:
     counts = Counter(entries[0].name.profiling_name for entries in calls.values())
     top = counts.most_common(1)[0][0]
     return next(entries[0] for _, entries in sorted(calls.items()) if entries[0].name.profiling_name == top)
@@ -82,7 +82,8 @@ def _call_row(call_id: int, collective_id: int, group_id: int, rank: int, entry:
     )
 
 
-def _p2p_rows(p2p: P2PMatch, collective_id: int, views) -> tuple:
+def _p2p_rows(p2p: P2PMatch, collective_id: int,
+              views: tuple[GroupView, ...]) -> tuple[Collective, list[tuple[int, Entry]]]:
     group = views[p2p.group_id].group
     ends = ((p2p.src, p2p.send), (p2p.dst, p2p.recv))  # each built once (see P2PMatch)
     present = [(rank, e) for rank, e in ends if e is not None]

@@ -17,7 +17,7 @@ import sqlite3
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, Union
 
 from frtrace.diagnosis import Diagnosis
 from frtrace.export.database import build_database
@@ -42,7 +42,7 @@ __all__ = ["OutputError", "OutputTarget", "make_output_file", "output_writer", "
 SQLITE_DISK_FULL = "database or disk is full"
 
 
-def table_types() -> dict:
+def table_types() -> dict[str, tuple[str, ...]]:
     """Field names of each Database table, stored next to the data in the pickle."""
     return {name: tuple(cls._fields) for name, cls in TABLE_TYPES.items()}  # type: ignore[attr-defined]  # NamedTuple classes
 
@@ -53,8 +53,8 @@ def _write_pickle(path: str, analysis: Analysis) -> None:
         pickle.dump((table_types(), db), handle, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def write_output(target, kind: str, analysis: Analysis, diagnosis: Diagnosis, *, force: bool = False,
-                 ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
+def write_output(target: Union[OutputTarget, str, os.PathLike[str]], kind: str, analysis: Analysis, diagnosis: Diagnosis,
+                 *, force: bool = False, ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
                  timeline_all: bool = False) -> Path:
     """Write a database (`kind="database"`), timeline (`kind="timeline"`) or HTML report (`kind="html"`) file to
     `target`: an OutputTarget, or a path to check here. A timeline draws the ranks

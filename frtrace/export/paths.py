@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Sequence, Union
 
-from frtrace.errors import OutputError  # raised here, caught by the API's callers
+from frtrace.errors import OutputError as OutputError  # raised here, caught by the API's callers (and re-exported)
 from frtrace.load.discovery import DUMP_NAME_HINTS, parse_rank_from_name
 from frtrace.load.sniff import FileKind, classify_file
 

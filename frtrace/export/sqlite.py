@@ -29,12 +29,14 @@ import os
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import Callable, Final, Iterable, Iterator, NamedTuple, Optional, Union
 
 from frtrace._version import __version__
+from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.export.database import build_database
 from frtrace.load.discovery import parse_rank_from_name
-from frtrace.model import Entry, NCCLCall
+from frtrace.match.analysis import Analysis
+from frtrace.model import Collective, Entry, Group, LoadResult, NCCLCall, Traceback
 from frtrace.table.standing import blocked_at
 from frtrace.wording import printable
 
@@ -191,23 +193,33 @@ CREATE INDEX findings_group ON findings(group_id);
 """
 
 # NCCLCall fields input_sizes, output_sizes, input_dtypes, output_dtypes: the
-# `ncclcalls` columns follow NCCLCall's field order, these four as JSON text.
-_CALL_SHAPES = slice(NCCLCall._fields.index("input_sizes"), NCCLCall._fields.index("output_dtypes") + 1)
+# `ncclcalls` columns follow NCCLCall's field order, these four as JSON text. Written as
+# numbers, so that mypy knows what each slice of a row holds; checked against the fields.
+_SHAPES_START: Final = 10
+_SHAPES_STOP: Final = 14  # the state, after them
+_AFTER_STATE: Final = 15
+assert NCCLCall._fields[_SHAPES_START:_AFTER_STATE] == ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
+                                                        "state")
 
 # Distinct shapes, dtype lists and rank lists are few and shared by many rows (the
 # loader interns them), so their JSON text is worth caching; the cap bounds memory on
 # pathological inputs where every row differs.
 _JSON_CACHE_LIMIT = 200_000
 _SQLITE_INT_LIMIT = 2**63
+# A value of a column as sqlite3 takes it, and a table's row.
+SqlValue = Union[None, int, float, str, bytes]
+Row = tuple[SqlValue, ...]
+# (rank, group id, record id): one rank's call in one group.
+CallKey = tuple[int, int, int]
 
 
 class _JsonText:
     """`json.dumps` of tuples, cached by value."""
 
     def __init__(self) -> None:
-        self.cache: dict = {}
+        self.cache: dict[tuple[object, ...], str] = {}
 
-    def __call__(self, value) -> Optional[str]:
+    def __call__(self, value: Optional[tuple[object, ...]]) -> Optional[str]:
         if value is None:
             return None
         text = self.cache.get(value)
@@ -218,7 +230,7 @@ class _JsonText:
         return text
 
 
-def _dumps(value) -> str:
+def _dumps(value: object) -> str:
     # Evidence is plain data; `default=str` keeps an odd value from failing the export.
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -251,7 +263,7 @@ def _relative(path: str, root: Optional[str]) -> str:
         return path
 
 
-def _meta_rows(analysis, diagnosis, root: Optional[str]) -> list:
+def _meta_rows(analysis: Analysis, diagnosis: Diagnosis, root: Optional[str]) -> list[Row]:
     layout = analysis.layout
     return [
         ("input_root", root),
@@ -266,7 +278,7 @@ def _meta_rows(analysis, diagnosis, root: Optional[str]) -> list:
     ]
 
 
-def _load_problems(load, root: Optional[str]) -> dict:
+def _load_problems(load: LoadResult, root: Optional[str]) -> dict[int, str]:
     """rank -> why its dump file could not be used, from the loader's errors."""
     problems: dict[int, str] = {}
     for issue in load.errors:
@@ -276,7 +288,7 @@ def _load_problems(load, root: Optional[str]) -> dict:
     return problems
 
 
-def _rank_rows(analysis, extra_ranks: Iterable[int], root: Optional[str]) -> Iterator[tuple]:
+def _rank_rows(analysis: Analysis, extra_ranks: Iterable[int], root: Optional[str]) -> Iterator[Row]:
     """One row per rank of the world, with or without a dump."""
     dumps = {d.rank: d for d in analysis.layout.usable(analysis.load.dumps)}
     problems = _load_problems(analysis.load, root)
@@ -301,25 +313,25 @@ def _rank_rows(analysis, extra_ranks: Iterable[int], root: Optional[str]) -> Ite
         )
 
 
-def _group_rows(groups: list, as_json: _JsonText) -> Iterator[tuple]:
+def _group_rows(groups: list[Group], as_json: _JsonText) -> Iterator[Row]:
     for g in groups:
         yield (g.id, g.name, g.desc, as_json(g.ranks), g.size, g.membership_source)
 
 
-def _traceback_rows(tracebacks: list) -> Iterator[tuple]:
+def _traceback_rows(tracebacks: list[Traceback]) -> Iterator[Row]:
     for tb in tracebacks:
         frames = [{"name": f.name, "filename": f.filename, "line": f.line} for f in tb.frames]
         yield (tb.id, len(frames), json.dumps(frames, separators=(",", ":")))
 
 
-def _frame_rows(tracebacks: list) -> Iterator[tuple]:
+def _frame_rows(tracebacks: list[Traceback]) -> Iterator[Row]:
     # depth 0 is the innermost frame, as in the dumps.
     for tb in tracebacks:
         for depth, frame in enumerate(tb.frames):
             yield (tb.id, depth, frame.name, frame.filename, frame.line)
 
 
-def _collective_rows(collectives: list, as_json: _JsonText) -> Iterator[tuple]:
+def _collective_rows(collectives: list[Collective], as_json: _JsonText) -> Iterator[Row]:
     for c in collectives:
         yield (
             c.id, c.group_id, c.kind, c.collective_seq_id, c.p2p_seq_id, c.op,
@@ -330,13 +342,14 @@ def _collective_rows(collectives: list, as_json: _JsonText) -> Iterator[tuple]:
         )
 
 
-def _call_rows(calls: list) -> Iterator[tuple]:
+def _call_rows(calls: list[NCCLCall]) -> Iterator[Row]:
     # The hot loop (one pass per row of ~10M): the row is the NCCLCall itself with its
     # four shape/dtype tuples swapped for JSON text. Those tuples are interned by the
     # loader, so their JSON is cached by object identity (the rows keep every object
     # alive until the export ends, so an id cannot be reused meanwhile); so is whether
     # the row's strings (profiling name, op, state: interned too) print as they are.
-    cache: dict = {}
+    # ids of the tuples and strings -> (the shapes' JSON, the strings made printable; None: as they are)
+    cache: dict[tuple[int, ...], tuple[tuple[str, ...], Optional[tuple[str, ...]]]] = {}
     dumps = json.dumps
     for c in calls:
         key = (id(c.input_sizes), id(c.output_sizes), id(c.input_dtypes), id(c.output_dtypes), id(c.profiling_name),
@@ -346,16 +359,16 @@ def _call_rows(calls: list) -> Iterator[tuple]:
             if len(cache) >= _JSON_CACHE_LIMIT:
                 cache.clear()
             escaped = tuple(map(printable, (c.profiling_name, c.op, c.state)))
-            cached = cache[key] = (tuple(dumps(v, separators=(",", ":")) for v in c[_CALL_SHAPES]),
+            cached = cache[key] = (tuple(dumps(v, separators=(",", ":")) for v in c[_SHAPES_START:_SHAPES_STOP]),
                                    None if escaped == (c.profiling_name, c.op, c.state) else escaped)
         shapes, texts = cached
         if texts is None:
-            yield c[:_CALL_SHAPES.start] + shapes + c[_CALL_SHAPES.stop:]
+            yield c[:_SHAPES_START] + shapes + c[_SHAPES_STOP:]
         else:
-            yield c[:5] + texts[:2] + c[7:_CALL_SHAPES.start] + shapes + texts[2:] + c[_CALL_SHAPES.stop + 1:]
+            yield c[:5] + texts[:2] + c[7:_SHAPES_START] + shapes + texts[2:] + c[_AFTER_STATE:]
 
 
-def _finding_rows(findings: list, collectives: list) -> Iterator[tuple]:
+def _finding_rows(findings: list[Finding], collectives: list[Collective]) -> Iterator[Row]:
     collective_ids = {(c.group_id, c.collective_seq_id): c.id for c in collectives if c.kind == "collective"}
     for index, f in enumerate(findings):
         collective_id = None
@@ -374,18 +387,18 @@ class _Position(NamedTuple):
 
     rank: int
     group_id: int
-    entries: tuple  # the rank's entries of the group, oldest first
+    entries: tuple[Entry, ...]  # the rank's entries of the group, oldest first
     blocked_index: int  # in `entries`: the oldest unfinished entry after the newest completed one (len: none)
     last_completed: Optional[Entry]
     blocked_here: bool  # the rank as a whole is blocked in `blocked`
 
 
-def _positions(analysis) -> list:
+def _positions(analysis: Analysis) -> list[_Position]:
     """One `_Position` per (rank with a dump, group it has entries of), by rank and group."""
     layout = analysis.layout
-    out = []
+    out: list[_Position] = []
     for dump in layout.usable(analysis.load.dumps):
-        by_group: dict = defaultdict(list)
+        by_group: defaultdict[int, list[Entry]] = defaultdict(list)
         for entry in dump.entries:
             gid = layout.group_of(entry.pg_name, dump.rank)
             if gid is not None:
@@ -401,9 +414,9 @@ def _positions(analysis) -> list:
     return out
 
 
-def _call_ids(calls: list, wanted: set) -> dict:
+def _call_ids(calls: list[NCCLCall], wanted: set[CallKey]) -> dict[CallKey, int]:
     """(rank, group id, record id) -> ncclcalls id, for the `wanted` keys only."""
-    found: dict = {}
+    found: dict[CallKey, int] = {}
     for c in calls:
         key = (c.global_rank, c.group_id, c.record_id)
         if key in wanted and key not in found:
@@ -411,18 +424,21 @@ def _call_ids(calls: list, wanted: set) -> dict:
     return found
 
 
-def _seq_ids(entry: Optional[Entry]) -> tuple:
+def _seq_ids(entry: Optional[Entry]) -> tuple[Optional[int], Optional[int]]:
     """(collective_seq_id, p2p_seq_id) with the one that does not number this op left NULL."""
     if entry is None:
         return None, None
     return (None, entry.p2p_seq_id) if entry.is_p2p else (entry.collective_seq_id, None)
 
 
-def _position_rows(positions: list, groups: list, calls: list) -> Iterator[tuple]:
-    def key(p, e):
-        return None if e is None else (p.rank, p.group_id, e.record_id)
+def _position_rows(positions: list[_Position], groups: list[Group], calls: list[NCCLCall]) -> Iterator[Row]:
+    def key(p: _Position, e: Entry) -> CallKey:
+        return (p.rank, p.group_id, e.record_id)
 
-    def blocked(p):
+    def call_id(p: _Position, e: Optional[Entry]) -> Optional[int]:
+        return None if e is None else ids.get(key(p, e))
+
+    def blocked(p: _Position) -> Optional[Entry]:
         return p.entries[p.blocked_index] if p.blocked_index < len(p.entries) else None
 
     wanted = {key(p, e) for p in positions for e in (blocked(p), p.last_completed, p.entries[-1]) if e is not None}
@@ -433,9 +449,9 @@ def _position_rows(positions: list, groups: list, calls: list) -> Iterator[tuple
         unfinished_after = sum(1 for e in p.entries[p.blocked_index + 1:] if not e.completed)
         yield (
             p.rank, p.group_id, group.name, group.desc, "blocked" if b is not None else "idle", int(p.blocked_here),
-            ids.get(key(p, b)), b and b.op, *_seq_ids(b), b and b.state,
+            call_id(p, b), b and b.op, *_seq_ids(b), b and b.state,
             b and b.time_created_ns, b and b.time_started_ns, unfinished_after,
-            ids.get(key(p, done)), done and done.op, *_seq_ids(done),
+            call_id(p, done), done and done.op, *_seq_ids(done),
             done and (done.time_completed_ns or done.time_created_ns),
             ids.get(key(p, p.entries[-1])), len(p.entries),
         )
@@ -444,13 +460,13 @@ def _position_rows(positions: list, groups: list, calls: list) -> Iterator[tuple
 # --------------------------------------------------------------------------- writer
 
 
-def _printable_row(row: tuple) -> tuple:
+def _printable_row(row: Row) -> Row:
     """The row with every string as `wording.printable` shows it: a dump's control and
     bidi characters reach no terminal that prints a query's result."""
     return tuple(printable(value) if type(value) is str else value for value in row)
 
 
-def _storable(value):
+def _storable(value: SqlValue) -> SqlValue:
     """A value SQLite can store as it is: text UTF-8 cannot hold (a lone surrogate from a
     JSON '\\udcff' escape, or a file name that is not UTF-8) gets that escape spelled out;
     an integer beyond 64 bits becomes a BLOB of its digits (see the module docstring)."""
@@ -461,7 +477,7 @@ def _storable(value):
     return value
 
 
-def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callable[[], Iterable[tuple]],
+def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callable[[], Iterable[Row]],
             escaped: bool = False) -> None:
     """Insert the rows `make_rows()` yields into the new, empty `table`, each string made
     printable (`_printable_row`) unless `escaped` says the rows are already. Values SQLite
@@ -469,7 +485,7 @@ def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callabl
     the fast pass meets one: the table is then emptied (without a journal there is no
     ROLLBACK) and refilled from fresh rows with every value made storable."""
     statement = f"INSERT INTO {table} VALUES ({','.join('?' * width)})"
-    def rows() -> Iterable[tuple]:
+    def rows() -> Iterable[Row]:
         return make_rows() if escaped else map(_printable_row, make_rows())
 
     try:
@@ -479,7 +495,7 @@ def _insert(conn: sqlite3.Connection, table: str, width: int, make_rows: Callabl
         conn.executemany(statement, (tuple(map(_storable, row)) for row in rows()))
 
 
-def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
+def write_sqlite(path_tmp: str, analysis: Analysis, diagnosis: Diagnosis) -> None:
     """Write every table into the (new, empty or absent) SQLite file `path_tmp`."""
     db = build_database(analysis.matches)
     as_json = _JsonText()
@@ -513,6 +529,6 @@ def write_sqlite(path_tmp: str, analysis, diagnosis) -> None:
         conn.close()
 
 
-def _statements(script: str) -> list:
+def _statements(script: str) -> list[str]:
     # `executescript` would commit the open transaction first; run statements one by one.
     return [s.strip() for s in script.split(";") if s.strip()]

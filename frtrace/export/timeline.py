@@ -47,13 +47,17 @@ import heapq
 import io
 import json
 from collections import defaultdict
-from typing import Iterable, Iterator, NamedTuple, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, TextIO
 
 from frtrace._version import __version__
+from frtrace.diagnosis import Diagnosis, Finding
+from frtrace.load.layout import Layout
+from frtrace.match.analysis import Analysis
+from frtrace.match.matcher import CollectiveMatch
 from frtrace.model import Entry, Group
 from frtrace.table.batches import batch_start
 from frtrace.table.entry_table import EntryTable
-from frtrace.table.rank_dump import clocks_compare
+from frtrace.table.rank_dump import RankDump, clocks_compare
 from frtrace.util import fold_ranks
 from frtrace.wording import call_site, group_label, json_printable
 
@@ -79,6 +83,14 @@ _MARKER_LANE = -1  # not-issued markers get a track of their own next to the gro
 # async op): the later one goes to an extra lane.
 _DISCOVERY_SLACK_NS = 200_000_000
 _BATCH_NAMES_SHOWN = 3
+# One trace event, ready for json: str keys, JSON values.
+TraceEvent = dict[str, object]
+# Where a flow arrow starts or ends: (pid, tid, ns inside the entry's slice).
+Anchor = tuple[int, int, int]
+# (rank, entry index) -> the anchor of that entry's slice.
+Anchors = dict[tuple[int, int], Anchor]
+# A shape list: one tuple of dimensions per tensor.
+Sizes = tuple[tuple[int, ...], ...]
 
 # How each slice's start and end were known: short in every slice's args, explained
 # once in `otherData.legend`.
@@ -116,7 +128,7 @@ CUPTI_CLOCKS_NOTE = ("each rank on CUPTI's own clock as the comms monitor dumped
 class Selection(NamedTuple):
     """The ranks a timeline draws and why."""
 
-    ranks: Optional[frozenset]  # None: every rank
+    ranks: Optional[frozenset[int]]  # None: every rank
     basis: str  # "all" | "selected" | "findings" | "cap"
     note: Optional[str]  # what was left out and how to draw it; None when nothing was
 
@@ -135,7 +147,7 @@ class _Slice(NamedTuple):
     group_id: int
     start_source: str
     end_source: str
-    members: tuple  # the ops of a coalesced batch; () for a single op
+    members: tuple[Entry, ...]  # the ops of a coalesced batch; () for a single op
 
 
 class _Queued(NamedTuple):
@@ -146,12 +158,14 @@ class _Queued(NamedTuple):
 # --------------------------------------------------------------------------- selection
 
 
-def _focus_ranks(diagnosis) -> list:
+def _focus_ranks(diagnosis: Diagnosis) -> list[int]:
     """Ranks around the root findings, most telling first: suspects, the ranks waiting
     on them, the other ranks the findings name."""
     roots = [f for f in diagnosis.findings if f.is_root and f.severity in ("error", "warning")]
-    ordered: dict = {}
-    for pick in (lambda f: f.suspect_ranks, lambda f: f.waiting_ranks, lambda f: f.ranks):
+    ordered: dict[int, None] = {}
+    picks: tuple[Callable[[Finding], tuple[int, ...]], ...] = (
+        lambda f: f.suspect_ranks, lambda f: f.waiting_ranks, lambda f: f.ranks)
+    for pick in picks:
         for finding in roots:
             for rank in pick(finding):
                 ordered.setdefault(rank, None)
@@ -160,8 +174,8 @@ def _focus_ranks(diagnosis) -> list:
     return [r for r in ordered if r >= 0]
 
 
-def choose_ranks(analysis, diagnosis, ranks: Optional[Iterable[int]] = None, *, draw_all: bool = False,
-                 budget: int = DEFAULT_ENTRY_BUDGET) -> Selection:
+def choose_ranks(analysis: Analysis, diagnosis: Diagnosis, ranks: Optional[Iterable[int]] = None, *,
+                 draw_all: bool = False, budget: int = DEFAULT_ENTRY_BUDGET) -> Selection:
     """The ranks to draw: `ranks` when given, every rank with `draw_all`, else the ranks
     around the root findings (or every rank) up to `budget` entries, with a note."""
     if ranks is not None:
@@ -201,7 +215,7 @@ def _newest_ns(entries: EntryTable) -> int:
     """The newest timestamp a rank wrote (of at least one entry): the closest thing to its
     dump time. Read a field at a time: every rank's is needed, for the trace's clock."""
     created = entries.field("time_created_ns")
-    newest = max(created)
+    newest: int = max(created)
     for name in ("time_started_ns", "time_completed_ns"):
         newest = max(newest, max(filter(None, entries.field(name)), default=newest))
     durations = entries.field("duration_ms")
@@ -211,7 +225,7 @@ def _newest_ns(entries: EntryTable) -> int:
 
 
 
-def _end_of(entry, start: int, next_entry, dump_time: int) -> tuple:
+def _end_of(entry: Entry, start: int, next_entry: Optional[Entry], dump_time: int) -> tuple[int, str]:
     """(end ns, how it was known) for one op."""
     if entry.time_completed_ns:
         return entry.time_completed_ns, END_COMPLETED
@@ -224,10 +238,10 @@ def _end_of(entry, start: int, next_entry, dump_time: int) -> tuple:
     return dump_time, END_RETIRED_LAST
 
 
-def _batches(entries: tuple) -> tuple:
+def _batches(entries: EntryTable) -> tuple[dict[int, int], dict[int, list[Entry]]]:
     """(member index -> its end marker's index, marker index -> member entries)."""
-    marker_of: dict = {}
-    members: dict = defaultdict(list)
+    marker_of: dict[int, int] = {}
+    members: defaultdict[int, list[Entry]] = defaultdict(list)
     for position, entry in enumerate(entries):
         if entry.name.is_coalesced_marker:
             for i in range(batch_start(entries, position), position):
@@ -236,14 +250,14 @@ def _batches(entries: tuple) -> tuple:
     return marker_of, members
 
 
-def _rank_ops(dump, layout, wanted: set) -> tuple:
+def _rank_ops(dump: RankDump, layout: Layout, wanted: set[int]) -> tuple[list[_Slice], list[_Queued], dict[int, int]]:
     """(slices ordered by start, queued ops, member index -> marker index) of one rank."""
     entries = dump.entries
     dump_time = _newest_ns(entries) or 0
     timed = any(e.time_started_ns for e in entries)  # the dump records when ops start
     marker_of, members = _batches(entries) if any(e.name.is_coalesced_marker for e in entries) else ({}, {})
-    previous: dict = {}  # group id -> (end of its previous op, whether that op finished)
-    last: dict = {}  # group id -> index in `slices` of its previous op
+    previous: dict[int, tuple[int, bool]] = {}  # group id -> (end of its previous op, whether that op finished)
+    last: dict[int, int] = {}  # group id -> index in `slices` of its previous op
     slices: list[_Slice] = []
     queued: list[_Queued] = []
     for i, entry in enumerate(entries):
@@ -273,7 +287,7 @@ def _rank_ops(dump, layout, wanted: set) -> tuple:
     return slices, queued, marker_of
 
 
-def _end_at_next_start(slices: list, index: int, next_start: int) -> None:
+def _end_at_next_start(slices: list[_Slice], index: int, next_start: int) -> None:
     """End the completed op at `slices[index]` when the group's next op started, if that
     is before its discovered completion by no more than the discovery slack."""
     before = slices[index]
@@ -282,16 +296,16 @@ def _end_at_next_start(slices: list, index: int, next_start: int) -> None:
         slices[index] = before._replace(end=next_start, end_source=END_NEXT_STARTED)
 
 
-def _assign_lanes(slices: list) -> list:
+def _assign_lanes(slices: list[_Slice]) -> list[int]:
     """Lane of each slice within its group: the lowest-numbered lane whose last slice has
     ended when it starts (touching is fine), so no two slices of a lane overlap.
 
     Slices come ordered by start, so a lane that has ended stays free until it is taken
     again: per group, a heap of (end, lane) of busy lanes and a heap of free lane numbers
     give the same lanes as trying every lane in turn, in O(n log n) rather than O(n x lanes)."""
-    busy: dict = defaultdict(list)  # group id -> heap of (end, lane)
-    free: dict = defaultdict(list)  # group id -> heap of lane numbers
-    opened: dict = defaultdict(int)  # group id -> lanes opened so far
+    busy: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)  # group id -> heap of (end, lane)
+    free: defaultdict[int, list[int]] = defaultdict(list)  # group id -> heap of lane numbers
+    opened: defaultdict[int, int] = defaultdict(int)  # group id -> lanes opened so far
     lanes = []
     for s in slices:
         ends, spare = busy[s.group_id], free[s.group_id]
@@ -314,7 +328,7 @@ def _group_label(group: Group) -> str:
     return f"pg {group_label(group.name, group.desc)}"
 
 
-def _op_label(entry) -> str:
+def _op_label(entry: Entry) -> str:
     if entry.is_p2p:
         # `send 0->1` says more than `send`; the peers are group-local ranks.
         label = entry.name.profiling_name.split(":", 1)[-1]
@@ -322,7 +336,7 @@ def _op_label(entry) -> str:
     return f"{entry.op} #{entry.collective_seq_id}"
 
 
-def _batch_label(marker, members: tuple) -> str:
+def _batch_label(marker: Entry, members: tuple[Entry, ...]) -> str:
     names = [m.name.profiling_name.split(":", 1)[-1] for m in members[:_BATCH_NAMES_SHOWN]]
     more = f", +{len(members) - _BATCH_NAMES_SHOWN}" if len(members) > _BATCH_NAMES_SHOWN else ""
     seq = f"p2p#{members[0].p2p_seq_id}" if members[0].is_p2p else f"#{marker.collective_seq_id}"
@@ -332,12 +346,12 @@ def _batch_label(marker, members: tuple) -> str:
 class _Writer:
     """Turns ns into trace microseconds and events into JSON text on `out`."""
 
-    def __init__(self, out, origin_ns: int):
+    def __init__(self, out: TextIO, origin_ns: int) -> None:
         self.out = out
         self.origin = origin_ns
         self.first = True
         self.encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
-        self.shapes: dict = {}
+        self.shapes: dict[Sizes, str] = {}
         self.slices = 0
 
     def us(self, ns: int) -> float:
@@ -346,22 +360,22 @@ class _Writer:
     def dur(self, ns: int) -> float:
         return (ns + _TRUNCATION_GUARD_NS) / 1000.0
 
-    def shape_text(self, value: tuple) -> str:
+    def shape_text(self, value: Sizes) -> str:
         text = self.shapes.get(value)
         if text is None:
             text = self.shapes[value] = json.dumps(value, separators=(",", ":"))
         return text
 
-    def emit(self, event: dict) -> None:
+    def emit(self, event: TraceEvent) -> None:
         # Dump strings are written as they are, but a control or bidi character among
         # them as its JSON escape (wording.json_printable): a viewer or terminal shows it.
         self.out.write(("\n" if self.first else ",\n") + json_printable(self.encode(event)))
         self.first = False
 
 
-def _metadata(pid: int, name: str, args: dict, tid: Optional[int] = None) -> dict:
+def _metadata(pid: int, name: str, args: dict[str, object], tid: Optional[int] = None) -> TraceEvent:
     # "ph" leads: Perfetto's tokenizer looks for it (and "ts") before reading the rest.
-    event = {"ph": "M", "pid": pid}
+    event: TraceEvent = {"ph": "M", "pid": pid}
     if tid is not None:
         event["tid"] = tid
     event["name"] = name
@@ -369,10 +383,10 @@ def _metadata(pid: int, name: str, args: dict, tid: Optional[int] = None) -> dic
     return event
 
 
-def _entry_args(w: _Writer, e) -> dict:
+def _entry_args(w: _Writer, e: Entry) -> dict[str, object]:
     """What a slice or instant says about its op; absent values are left out."""
     shapes = e.shapes
-    args = {"profiling_name": e.name.profiling_name}
+    args: dict[str, object] = {"profiling_name": e.name.profiling_name}
     if e.is_p2p:
         args["p2p_seq_id"] = e.p2p_seq_id
     else:
@@ -394,7 +408,7 @@ def _entry_args(w: _Writer, e) -> dict:
     return args
 
 
-def _slice_event(w: _Writer, pid: int, tid: int, s: _Slice) -> dict:
+def _slice_event(w: _Writer, pid: int, tid: int, s: _Slice) -> TraceEvent:
     e = s.entry
     # Group name and desc are on the track; the op is in the slice name and profiling_name.
     args = _entry_args(w, e)
@@ -411,14 +425,14 @@ def _slice_event(w: _Writer, pid: int, tid: int, s: _Slice) -> dict:
     }
 
 
-def _queued_event(w: _Writer, pid: int, tid: int, q: _Queued) -> dict:
+def _queued_event(w: _Writer, pid: int, tid: int, q: _Queued) -> TraceEvent:
     args = _entry_args(w, q.entry)
     args["note"] = QUEUED_NOTE
     return {"ph": "i", "ts": w.us(q.entry.time_created_ns), "pid": pid, "tid": tid, "s": "t",
             "name": f"queued: {_op_label(q.entry)}", "cat": "queued", "args": args}
 
 
-def _flow_pair(w: _Writer, flow_id: int, name: str, cat: str, source: tuple, target: tuple) -> Iterator[dict]:
+def _flow_pair(w: _Writer, flow_id: int, name: str, cat: str, source: Anchor, target: Anchor) -> Iterator[TraceEvent]:
     for ph, (pid, tid, at) in (("s", source), ("f", target)):
         yield {"ph": ph, "ts": w.us(at), "pid": pid, "tid": tid, "name": name, "cat": cat, "id": flow_id, "bp": "e"}
 
@@ -429,13 +443,14 @@ def _flow_pair(w: _Writer, flow_id: int, name: str, cat: str, source: tuple, tar
 class _Plan:
     """What to draw and where: the selection and the time origin."""
 
-    def __init__(self, analysis, diagnosis, selection: Selection, pg_filters: Iterable[str]):
+    def __init__(self, analysis: Analysis, diagnosis: Diagnosis, selection: Selection,
+                 pg_filters: Iterable[str]) -> None:
         self.analysis = analysis
         self.diagnosis = diagnosis
         self.selection = selection
         layout = analysis.layout
         self.layout = layout
-        self.groups = {g.id: g for g in layout.groups}
+        self.groups: dict[int, Group] = {g.id: g for g in layout.groups}
         filters = set(pg_filters or ())
         self.wanted = {g.id for g in layout.groups if not filters or g.name in filters or g.desc in filters}
         selected = selection.ranks
@@ -445,7 +460,8 @@ class _Plan:
         self.drawn = {d.rank for d in self.dumps}
         self.job_ranks = len(usable) + len(layout.ranks_missing)
         # Origin and end over the whole job, so a narrowed trace keeps the same clock.
-        starts, ends = [], []
+        starts: list[int] = []
+        ends: list[int] = []
         self.rank_last: dict[int, int] = {}
         for dump in usable:
             if not dump.entries:
@@ -457,9 +473,9 @@ class _Plan:
         self.origin = min(starts) if starts else 0
         self.end = max(ends) if ends else self.origin
 
-    def not_issued_by_rank(self) -> dict:
+    def not_issued_by_rank(self) -> dict[int, list[CollectiveMatch]]:
         """rank -> CollectiveMatches (of wanted groups) its peers issued and it never did."""
-        out = defaultdict(list)
+        out: defaultdict[int, list[CollectiveMatch]] = defaultdict(list)
         for match in self.analysis.matches.collectives:
             if match.group_id in self.wanted and match.calls:
                 for rank in match.not_issued:
@@ -467,7 +483,7 @@ class _Plan:
                         out[rank].append(match)
         return out
 
-    def other_data(self) -> dict:
+    def other_data(self) -> dict[str, object]:
         diagnosis = self.diagnosis
         shown = sorted(self.drawn | set(self.missing))
         return {
@@ -495,7 +511,7 @@ class _Tids:
     """Thread ids unique across the whole trace, assigned in (rank, group, lane)
     order: Perfetto names a thread by tid alone in metadata events."""
 
-    def __init__(self, first: int):
+    def __init__(self, first: int) -> None:
         self.next = first
 
     def take(self) -> int:
@@ -503,21 +519,22 @@ class _Tids:
         return tid
 
 
-def _track_name(group, lane: int) -> str:
+def _track_name(group: Group, lane: int) -> str:
     label = _group_label(group)
     if lane == _MARKER_LANE:
         return f"{label}: not issued"
     return label if lane == 0 else f"{label} +{lane}"
 
 
-def _rank_tracks(keys: set, groups: dict, tids: _Tids) -> dict:
+def _rank_tracks(keys: set[tuple[int, int]], groups: dict[int, Group], tids: _Tids) -> dict[tuple[int, int], _Track]:
     """(group id, lane) -> _Track for one rank. Not-issued markers get their own track:
     on a slice track, a zero-length marker would capture the flow arrows of the slice
     it lands in."""
     return {(gid, lane): _Track(tids.take(), gid, lane, _track_name(groups[gid], lane)) for gid, lane in sorted(keys)}
 
 
-def _rank_events(plan: _Plan, w: _Writer, dump, tids: _Tids, markers: list, anchors: dict) -> Iterator[dict]:
+def _rank_events(plan: _Plan, w: _Writer, dump: RankDump, tids: _Tids, markers: list[CollectiveMatch],
+                 anchors: Anchors) -> Iterator[TraceEvent]:
     """Metadata, slices, queued ops and not-issued markers of one rank; fills `anchors`
     with (pid, tid, ns inside the slice) per entry index for the flow arrows."""
     rank, pid = dump.rank, dump.rank + 1
@@ -555,7 +572,7 @@ def _rank_events(plan: _Plan, w: _Writer, dump, tids: _Tids, markers: list, anch
         }
 
 
-def _missing_rank_events(plan: _Plan, w: _Writer, rank: int) -> Iterator[dict]:
+def _missing_rank_events(plan: _Plan, w: _Writer, rank: int) -> Iterator[TraceEvent]:
     pid = rank + 1
     yield _metadata(pid, "process_name", {"name": f"rank {rank} (no dump)"})
     yield _metadata(pid, "process_sort_index", {"sort_index": rank})
@@ -563,7 +580,7 @@ def _missing_rank_events(plan: _Plan, w: _Writer, rank: int) -> Iterator[dict]:
            "args": {"note": f"rank {rank} left no usable dump file"}}
 
 
-def _flow_events(plan: _Plan, w: _Writer, anchors: dict) -> Iterator[dict]:
+def _flow_events(plan: _Plan, w: _Writer, anchors: Anchors) -> Iterator[TraceEvent]:
     """Collective chains in order of arrival, then send -> recv."""
     flow_id = 0
     for match in plan.analysis.matches.collectives:
@@ -582,28 +599,32 @@ def _flow_events(plan: _Plan, w: _Writer, anchors: dict) -> Iterator[dict]:
     for p2p in plan.analysis.matches.p2p:
         if p2p.group_id not in plan.wanted or not p2p.paired or p2p.src not in plan.drawn or p2p.dst not in plan.drawn:
             continue  # only drawn ranks have anchors
-        source, target = anchors.get((p2p.src, p2p.send.index)), anchors.get((p2p.dst, p2p.recv.index))
-        if source and target:
+        send, recv = p2p.send, p2p.recv
+        assert send is not None and recv is not None  # a paired match holds both ends
+        send_at, recv_at = anchors.get((p2p.src, send.index)), anchors.get((p2p.dst, recv.index))
+        if send_at and recv_at:
             flow_id += 1
-            yield from _flow_pair(w, flow_id, f"{p2p.send.op} {p2p.src}->{p2p.dst}", "p2p", source, target)
+            yield from _flow_pair(w, flow_id, f"{send.op} {p2p.src}->{p2p.dst}", "p2p", send_at, recv_at)
 
 
-def _finding_time(finding, matches_by_key: dict) -> Optional[int]:
+def _finding_time(finding: Finding, matches_by_key: dict[tuple[int, int], CollectiveMatch]) -> Optional[int]:
     """Host-clock ns of the divergence: when the first rank entered the op."""
-    match = matches_by_key.get((finding.group_id, finding.collective_seq_id))
+    match = None
+    if finding.group_id is not None and finding.collective_seq_id is not None:  # else it is no collective's
+        match = matches_by_key.get((finding.group_id, finding.collective_seq_id))
     if match is not None and match.calls:
         return min(es[0].time_created_ns for es in match.calls.values())
     return finding.age_ns or None
 
 
-def _wanted_finding(plan: _Plan, finding) -> bool:
+def _wanted_finding(plan: _Plan, finding: Finding) -> bool:
     if finding.group_id is not None and finding.group_id not in plan.wanted:
         return False
     shown = plan.drawn | set(plan.missing)
     return plan.selection.ranks is None or not finding.ranks or bool(set(finding.ranks) & shown)
 
 
-def _finding_events(plan: _Plan, w: _Writer) -> Iterator[dict]:
+def _finding_events(plan: _Plan, w: _Writer) -> Iterator[TraceEvent]:
     matches_by_key = {(m.group_id, m.seq): m for m in plan.analysis.matches.collectives}
     some_pid = min(plan.drawn | set(plan.missing), default=0) + 1
     for finding in plan.diagnosis.findings:
@@ -637,7 +658,7 @@ def _finding_events(plan: _Plan, w: _Writer) -> Iterator[dict]:
 
 
 @contextlib.contextmanager
-def _open_text(path: str, compress: bool):
+def _open_text(path: str, compress: bool) -> Iterator[io.TextIOWrapper]:
     with contextlib.ExitStack() as stack:
         raw = stack.enter_context(open(path, "wb"))
         if compress:
@@ -650,7 +671,7 @@ def _open_text(path: str, compress: bool):
                                                    write_through=False))
 
 
-def write_timeline(path_tmp: str, analysis, diagnosis, ranks: Optional[Iterable[int]] = None,
+def write_timeline(path_tmp: str, analysis: Analysis, diagnosis: Diagnosis, ranks: Optional[Iterable[int]] = None,
                    pg_filters: Iterable[str] = (), *, compress: bool = False, draw_all: bool = False,
                    budget: int = DEFAULT_ENTRY_BUDGET) -> Selection:
     """Write the trace-event JSON (gzip-compressed when `compress`) to `path_tmp`;
@@ -660,7 +681,7 @@ def write_timeline(path_tmp: str, analysis, diagnosis, ranks: Optional[Iterable[
     not_issued = plan.not_issued_by_rank()
     # Tids above every pid, so a track is never mistaken for a process's main thread.
     tids = _Tids(analysis.layout.world_size + 2)
-    anchors: dict = {}
+    anchors: Anchors = {}
     with _open_text(path_tmp, compress) as out:
         w = _Writer(out, plan.origin)
         out.write('{"traceEvents":[')

@@ -46,6 +46,10 @@ KEPT_WARNINGS = 3
 # `last completed NCCL work: 3452013982` for a group that had done one op).
 IMPLAUSIBLE_SEQ = 1 << 40
 _PEER = re.compile(r"(?:remote )?peer ([\w.-]+)[<\[]")
+# Whose lines a source holds: (pdsh host tag, srun task, label kind, label rank, Ray pid).
+SourceKey = tuple[Optional[str], Optional[int], Optional[str], Optional[int], Optional[int]]
+# One file as read: the log, what reading it met, how many runs it held.
+FileRead = tuple[LogSource, StreamStats, int]
 
 
 @dataclass(slots=True)
@@ -76,10 +80,10 @@ class Source:
     label_rank: Optional[int]
     task: Optional[int]
     cells: dict[Optional[int], Cell] = field(default_factory=dict)
-    claims: Counter = field(default_factory=Counter)  # global ranks its default-group lines name
-    hosts: Counter = field(default_factory=Counter)  # NCCL line hosts
+    claims: Counter[int] = field(default_factory=Counter)  # global ranks its default-group lines name
+    hosts: Counter[str] = field(default_factory=Counter)  # NCCL line hosts
     pid_hosts: dict[int, str] = field(default_factory=dict)
-    pid_comm_ranks: dict[int, set] = field(default_factory=dict)  # pid -> {(comm rank, nranks)}
+    pid_comm_ranks: dict[int, set[tuple[int, int]]] = field(default_factory=dict)  # pid -> {(comm rank, nranks)}
     ray_ip: Optional[str] = None
     host_tag: Optional[str] = None  # pdsh's `host: ` on its lines
 
@@ -96,7 +100,7 @@ class FileState:
 
     index: int
     log: LogSource
-    sources: dict[tuple, Source] = field(default_factory=dict)
+    sources: dict[SourceKey, Source] = field(default_factory=dict)
     failed: bool = False  # a failure line was read in the current run
     generations: int = 1
     in_summary: bool = False
@@ -125,7 +129,9 @@ def read_logs(paths: Iterable[Path], world_size: Optional[int] = None, block_siz
     logs = discover_logs(paths)
     if not logs:
         raise LogInputError("no log files found in " + ", ".join(str(p) for p in paths))
-    states, files, notes = [], [], []
+    states: list[FileState] = []
+    files: list[FileRead] = []
+    notes: list[str] = []
     for index, log in enumerate(logs):
         state = FileState(index, log)
         stats = StreamStats()
@@ -278,7 +284,7 @@ def _apply_other(state: FileState, source: Source, cell: Cell, event: g.Event, h
         state.world_sizes.add(event.size)
 
 
-def _read_summary(state: FileState, text: str, found: list) -> None:
+def _read_summary(state: FileState, text: str, found: list[g.Event]) -> None:
     """torchrun's failure summary: `host : node01`, then `rank : 3 (local_rank: 3)`, then
     `exitcode : -9 (pid: 123)`, one block per failed rank."""
     if text.startswith("=====") and state.summary_rank is not None and not found:
@@ -379,11 +385,11 @@ def _end(cell: Cell, ending: Ending) -> None:
 
 # --------------------------------------------------------------------------- whose lines
 
-def _evidence(states: list[FileState], files: list, notes: list[str], given_world: Optional[int]) -> LogEvidence:
+def _evidence(states: list[FileState], files: list[FileRead], notes: list[str], given_world: Optional[int]) -> LogEvidence:
     world, world_from = _world_size(states, given_world)
     ranks: dict[int, RankLog] = {}
     unattributed = 0
-    file_ranks: dict[int, set] = {state.index: set() for state in states}
+    file_ranks: dict[int, set[int]] = {state.index: set() for state in states}
     for state in states:
         offset = _node_offset(state, world)
         for source in state.sources.values():
@@ -432,7 +438,7 @@ def _world_size(states: list[FileState], given: Optional[int]) -> tuple[Optional
     return None, ""
 
 
-def _rank(ranks: dict[int, RankLog], rank: int, file: int, seen: set) -> RankLog:
+def _rank(ranks: dict[int, RankLog], rank: int, file: int, seen: set[int]) -> RankLog:
     log = ranks.get(rank)
     if log is None:
         log = ranks[rank] = RankLog(rank)
@@ -441,7 +447,7 @@ def _rank(ranks: dict[int, RankLog], rank: int, file: int, seen: set) -> RankLog
     return log
 
 
-def _resolve(source: Source, state: FileState, ranks: dict[int, RankLog], world: Optional[int], seen: set,
+def _resolve(source: Source, state: FileState, ranks: dict[int, RankLog], world: Optional[int], seen: set[int],
              offset: int) -> int:
     """Merge the source's cells into the ranks they speak for; the number of failure
     lines that could not be placed."""

@@ -357,12 +357,12 @@ def exception_line(text: str) -> Optional[ExceptionLine]:
     return ExceptionLine(name, (match.group(2) or "").strip())
 
 
-def _int_of(pattern: re.Pattern, text: str) -> Optional[int]:
+def _int_of(pattern: re.Pattern[str], text: str) -> Optional[int]:
     match = pattern.search(text)
     return int(match.group(1)) if match else None
 
 
-def _timeout(match: re.Match) -> Timeout:
+def _timeout(match: re.Match[str]) -> Timeout:
     fields: dict[str, str] = {}
     shape = None
     for field in _WORK_FIELD.finditer(match.group(1)):
@@ -379,7 +379,7 @@ def _number(text: Optional[str]) -> Optional[int]:
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
-def _status(match: re.Match, text: str) -> Status:
+def _status(match: re.Match[str], text: str) -> Status:
     said = match.group(1)
     failure = "timeout" if "imeout" in said else "error" if "rror" in said else ""
     started = _STARTED.search(text)
@@ -402,8 +402,8 @@ def _nccl(text: str) -> Optional[Nccl]:
 
 class Wording(NamedTuple):
     text: str  # the wording, abridged
-    first: tuple  # the first torch version that wrote it
-    last: Optional[tuple]  # the last one (None: still written)
+    first: tuple[int, int]  # the first torch version that wrote it
+    last: Optional[tuple[int, int]]  # the last one (None: still written)
 
 
 # Which torch wrote which wording (docs/logs.md gives the evidence for each row).

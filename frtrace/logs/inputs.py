@@ -140,7 +140,7 @@ def _log_files_under(directory: Path, limit: Optional[int] = None) -> Iterable[P
                     return
 
 
-def _natural(path: Path) -> list:
+def _natural(path: Path) -> list[int | str]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
 
 
@@ -177,7 +177,7 @@ def _rank_in(text: str) -> Optional[int]:
 _HOST_AFTER_RANK = re.compile(r"rank[_-]([A-Za-z][\w.-]*?)[_-]\d+$", re.IGNORECASE)
 
 
-def _host_in(stem: str, parts: tuple) -> Optional[str]:
+def _host_in(stem: str, parts: tuple[str, ...]) -> Optional[str]:
     after = _HOST_AFTER_RANK.search(stem)  # nccl_trace_rank_node02_5
     if after and _HOSTISH.match(after.group(1)):
         return after.group(1)

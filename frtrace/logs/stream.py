@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import IO, Iterator
+from typing import Iterator
 
 from frtrace.logs.grammar import strip_ansi
 
@@ -50,12 +51,12 @@ class StreamStats:
     wrap_width: int = -1  # the width a terminal wrapped the lines at (0: none; -1: not told yet)
 
 
-def open_log(path: str) -> IO[bytes]:
+def open_log(path: str) -> io.BufferedIOBase:
     with open(path, "rb") as probe:
         head = probe.read(6)
     for magic, opener in _MAGIC:
         if head.startswith(magic):
-            return opener(path, "rb")  # type: ignore[operator, no-any-return, return-value]
+            return opener(path, "rb")
     return open(path, "rb")
 
 

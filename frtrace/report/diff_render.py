@@ -22,6 +22,7 @@ from frtrace.report.progress_diff import (
     name_key,
     waiting_text,
 )
+from frtrace.report.text_layout import Style
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import group_label, printable, ranks_text
 
@@ -34,7 +35,7 @@ NAMES_SHOWN = 6
 # --------------------------------------------------------------------------- JSON
 
 
-def diff_dict(diff: ProgressDiff) -> dict:
+def diff_dict(diff: ProgressDiff) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "status": diff.status,
@@ -56,7 +57,7 @@ def diff_dict(diff: ProgressDiff) -> dict:
     }
 
 
-def _inputs(analysis: LoadedJob) -> dict:
+def _inputs(analysis: LoadedJob) -> dict[str, object]:
     layout = analysis.layout
     return {
         "world_size": layout.world_size,
@@ -67,14 +68,14 @@ def _inputs(analysis: LoadedJob) -> dict:
     }
 
 
-def _entry_dict(entry: Optional[Entry]) -> dict:
+def _entry_dict(entry: Optional[Entry]) -> dict[str, object]:
     if entry is None:
         return {"op": None, "collective_seq_id": None, "p2p_seq_id": None, "record_id": None, "state": None}
     return {"op": entry.op, "collective_seq_id": None if entry.is_p2p else entry.collective_seq_id,
             "p2p_seq_id": entry.p2p_seq_id if entry.is_p2p else None, "record_id": entry.record_id, "state": entry.state}
 
 
-def _position_dict(position: Optional[Position]) -> Optional[dict]:
+def _position_dict(position: Optional[Position]) -> Optional[dict[str, object]]:
     if position is None:
         return None
     status = position.status
@@ -90,7 +91,7 @@ def _position_dict(position: Optional[Position]) -> Optional[dict]:
     }
 
 
-def _group_dict(group: GroupProgress) -> dict:
+def _group_dict(group: GroupProgress) -> dict[str, object]:
     return {
         "pg_name": group.name,
         "pg_desc": group.desc,
@@ -114,8 +115,8 @@ def render_diff_json(diff: ProgressDiff) -> str:
 HEADERS = ["group", "members", "status", "moved", "no progress (waiting in)", "idle", "unknown"]
 
 
-def _waiting_cell(groups: list) -> str:
-    waits = defaultdict(list)
+def _waiting_cell(groups: list[GroupProgress]) -> str:
+    waits: defaultdict[str, list[int]] = defaultdict(list)
     for group in groups:
         for member in group.members:
             if member.progress == STUCK:
@@ -126,7 +127,7 @@ def _waiting_cell(groups: list) -> str:
     return "; ".join(f"{fold_ranks(ranks)} ({what})" for what, ranks in parts)
 
 
-def _names_cell(groups: list) -> str:
+def _names_cell(groups: list[GroupProgress]) -> str:
     names = [g.name for g in groups]
     if len(names) > 1 and all(n.isdigit() for n in names):
         text = fold_ranks(int(n) for n in names)
@@ -136,14 +137,14 @@ def _names_cell(groups: list) -> str:
     return label if len(groups) == 1 else f"{label} ×{len(groups)}"
 
 
-def table_rows(diff: ProgressDiff) -> list:
+def table_rows(diff: ProgressDiff) -> list[list[str]]:
     """One row per set of groups alike (same description, status and ops waited in),
     rank lists folded: thousands of healthy TP groups take one line."""
-    buckets: dict = {}
+    buckets: dict[tuple[str, str, tuple[str, ...]], list[GroupProgress]] = {}  # (desc, status, ops waited in) -> groups
     for group in diff.groups:
         waits = tuple(sorted({waiting_text(m.waiting) for m in group.members if m.progress == STUCK}))
         buckets.setdefault((group.desc, group.status, waits), []).append(group)
-    rows = []
+    rows: list[list[str]] = []
     order = {STUCK: 0, UNKNOWN: 1, IDLE: 2, MOVED: 3}
     for (desc, status, _), groups in sorted(buckets.items(), key=lambda kv: (order[kv[0][1]], name_key(kv[1][0].name), kv[0][0])):
         def union(progress: str) -> str:
@@ -163,11 +164,12 @@ def _inputs_line(diff: ProgressDiff, old_name: str, new_name: str) -> str:
     return f"{side('OLD', old_name, diff.old)}; {side('NEW', new_name, diff.new)}"
 
 
-def _printable_rows(diff: ProgressDiff) -> list:
+def _printable_rows(diff: ProgressDiff) -> list[list[str]]:
     return [[printable(cell) for cell in row] for row in table_rows(diff)]
 
 
-def render_diff_text(diff: ProgressDiff, old_name: str = "OLD", new_name: str = "NEW", style=None) -> str:
+def render_diff_text(diff: ProgressDiff, old_name: str = "OLD", new_name: str = "NEW",
+                     style: Optional[Style] = None) -> str:
     # Group names, descriptions, ops and paths come from the dumps and the command line:
     # each is shown escaped (wording.printable), as in every other report.
     verdict = printable(diff.verdict)

@@ -21,7 +21,7 @@ from markupsafe import Markup
 from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.match.analysis import Analysis
-from frtrace.report.rank_view import NO_DUMP, GroupCell, RankView, StandingRow, rank_view
+from frtrace.report.rank_view import NO_DUMP, GroupCell, GroupClass, RankView, StandingRow, rank_view
 from frtrace.report.render import (
     _loaded_parts,
     consequence_lines,
@@ -109,7 +109,7 @@ def write_html(path: str, analysis: Analysis, diagnosis: Diagnosis) -> None:
         handle.write(render_html(analysis, diagnosis))
 
 
-def _finding(finding: Finding) -> dict:
+def _finding(finding: Finding) -> dict[str, object]:
     group = f" · group {group_label(finding.pg_name, finding.pg_desc)}" if finding.group_id is not None else ""
     return {
         "role": "root" if finding.is_root else "consequence",
@@ -120,14 +120,14 @@ def _finding(finding: Finding) -> dict:
     }
 
 
-def _seq_span(newest: Optional[tuple]) -> str:
+def _seq_span(newest: Optional[tuple[int, int]]) -> str:
     if newest is None:
         return "?"
     low, high = newest
     return f"#{low}" if low == high else f"#{low}-{high}"
 
 
-def _cell(cell: Optional[GroupCell], row: StandingRow) -> dict:
+def _cell(cell: Optional[GroupCell], row: StandingRow) -> dict[str, str]:
     if cell is None:
         return {"css": "c-none", "title": "not a member", "head": "", "text": "·", "sub": ""}
     where = groups_text(cell.pg_names, cell.group_class.desc)
@@ -143,7 +143,7 @@ def _cell(cell: Optional[GroupCell], row: StandingRow) -> dict:
     return {"css": "c-ok", "title": where, "head": "", "text": f"at {_seq_span(cell.newest)}", "sub": ""}
 
 
-def _grid_classes(view: RankView, roots: list) -> list:
+def _grid_classes(view: RankView, roots: list[Finding]) -> list[GroupClass]:
     """The classes of groups the grid shows: every one where a row is blocked or a root
     finding is, then the others in order, up to GRID_COLUMNS; in the view's order."""
     if len(view.classes) <= GRID_COLUMNS:
@@ -156,7 +156,7 @@ def _grid_classes(view: RankView, roots: list) -> list:
     return [c for c in view.classes if c.key in set(keys)]
 
 
-def _grid(view: RankView, roots: list) -> dict:
+def _grid(view: RankView, roots: list[Finding]) -> dict[str, object]:
     classes = _grid_classes(view, roots)
     names_of = dict(zip((c.key for c in view.classes), view.class_names))
     columns = [{"label": c.desc or group_label(names_of[c.key][0], ""), "sub": groups_text(names_of[c.key], "") if names_of[c.key] else ""}
@@ -171,7 +171,7 @@ def _grid(view: RankView, roots: list) -> dict:
             "hidden": f"{plural(hidden, 'more class')} of groups not shown." if hidden else ""}
 
 
-def _rank_table(view: RankView) -> dict:
+def _rank_table(view: RankView) -> dict[str, object]:
     return {"summary": f"{plural(view.rank_count, 'rank')} in {plural(len(view.rows), 'row')}",
             "headers": rank_headers(view),
             "rows": [{"suspect": row.suspect, "cells": rank_row_cells(row, view)} for row in view.rows],

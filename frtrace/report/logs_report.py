@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 from tabulate import tabulate
 
@@ -34,7 +34,7 @@ from frtrace.report.render import (
     render_text,
     report_dict,
 )
-from frtrace.report.text_layout import wrap_line
+from frtrace.report.text_layout import Style, wrap_line
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import printable
 
@@ -56,7 +56,7 @@ class LogRow(NamedTuple):
 
 def rank_rows(evidence: LogEvidence, suspects: tuple[int, ...]) -> list[LogRow]:
     """One row per class of ranks whose logs say the same, suspects first."""
-    classes: dict[tuple, list[int]] = defaultdict(list)
+    classes: dict[tuple[str, str, str, str, bool], list[int]] = defaultdict(list)
     for rank in evidence.job_ranks:
         classes[_standing(evidence.ranks.get(rank)) + (rank in suspects,)].append(rank)
     rows = []
@@ -84,7 +84,7 @@ def _standing(log: Optional[RankLog]) -> tuple[str, str, str, str]:
     return "logged no failure", "", "", ""
 
 
-def _position_order(position: GroupPosition) -> tuple:
+def _position_order(position: GroupPosition) -> tuple[bool, float, str]:
     return (position.first_at is None, position.first_at or 0.0, position.name)
 
 
@@ -103,13 +103,13 @@ def _number(value: Optional[int]) -> str:
     return "" if value is None else str(value)
 
 
-def _row_cells(row: LogRow) -> tuple:
+def _row_cells(row: LogRow) -> tuple[str, ...]:
     hosts = ", ".join(row.hosts[:4]) + (f" (+{len(row.hosts) - 4})" if len(row.hosts) > 4 else "")
     return (fold_ranks(row.ranks) + (" *" if row.suspect else ""), str(len(row.ranks)), row.state, row.where,
             row.last_enqueued, row.last_completed, hosts)
 
 
-def rows_json(rows: list[LogRow]) -> list[dict]:
+def rows_json(rows: list[LogRow]) -> list[dict[str, object]]:
     return [{"ranks": fold_ranks(r.ranks), "count": len(r.ranks), "state": r.state, "in": r.where or None,
              "last_enqueued": int(r.last_enqueued) if r.last_enqueued else None,
              "last_completed": int(r.last_completed) if r.last_completed else None,
@@ -131,7 +131,7 @@ def _rank_lines(evidence: LogEvidence, suspects: tuple[int, ...], limit: Optiona
 
 # --------------------------------------------------------------------------- inputs
 
-def logs_json(evidence: LogEvidence) -> dict:
+def logs_json(evidence: LogEvidence) -> dict[str, object]:
     """The report's `inputs.logs`."""
     return {
         "files": [{"path": f.path, "bytes": f.bytes_read, "lines": f.lines, "runs": f.generations,
@@ -148,7 +148,8 @@ def logs_json(evidence: LogEvidence) -> dict:
     }
 
 
-def suspects_json(diagnosis: Diagnosis, evidence: LogEvidence, dump_hosts: Optional[dict] = None) -> list[dict]:
+def suspects_json(diagnosis: Diagnosis, evidence: LogEvidence,
+                  dump_hosts: Optional[dict[int, str]] = None) -> list[dict[str, object]]:
     """`suspects`: each suspect rank with its host (null when no input says)."""
     hosts = dict(dump_hosts or {})
     return [{"rank": r, "host": evidence.host_of(r) or hosts.get(r)} for r in diagnosis.suspect_ranks]
@@ -179,7 +180,8 @@ def _size(count: int) -> str:
 
 # --------------------------------------------------------------------------- logs alone
 
-def render_logs_text(evidence: LogEvidence, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None, style=None,
+def render_logs_text(evidence: LogEvidence, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None,
+                     style: Optional[Style] = None,
                      verbose: bool = False) -> str:
     style = style or (lambda text, **_: text)
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
@@ -210,7 +212,7 @@ def _hosts_suffix(diagnosis: Diagnosis, evidence: LogEvidence) -> str:
     return " (" + ", ".join(f"{r} on {h}" for r, h in hosts[:8]) + (", ..." if len(hosts) > 8 else "") + ")"
 
 
-def logs_report_dict(evidence: LogEvidence, diagnosis: Diagnosis) -> dict:
+def logs_report_dict(evidence: LogEvidence, diagnosis: Diagnosis) -> dict[str, object]:
     found = sorted(evidence.ranks)
     return {
         "schema": SCHEMA,
@@ -258,13 +260,13 @@ def render_logs_markdown(evidence: LogEvidence, diagnosis: Diagnosis, mismatch_c
     return "\n".join(lines)
 
 
-def _markdown_table(headers, rows) -> list[str]:
-    def row(cells) -> str:
+def _markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    def row(cells: Sequence[str]) -> str:
         return "| " + " | ".join(markdown_text(c) if c != "" else "-" for c in cells) + " |"
     return [row(headers), "|" + "---|" * len(headers)] + [row(r) for r in rows]
 
 
-def render_logs_ranks(evidence: LogEvidence, diagnosis: Diagnosis, fmt: str, style=None) -> str:
+def render_logs_ranks(evidence: LogEvidence, diagnosis: Diagnosis, fmt: str, style: Optional[Style] = None) -> str:
     """`--ranks`: the verdict and every row of where each rank is."""
     if fmt == "json":
         report = {"schema": SCHEMA, "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
@@ -293,7 +295,7 @@ def render_logs_html(evidence: LogEvidence, diagnosis: Diagnosis) -> str:
 # --------------------------------------------------------------------------- logs with dumps
 
 def render_with_logs(fmt: str, analysis: Analysis, diagnosis: Diagnosis, evidence: LogEvidence,
-                     mismatch_cap: Optional[int] = None, style=None, verbose: bool = False,
+                     mismatch_cap: Optional[int] = None, style: Optional[Style] = None, verbose: bool = False,
                      width: Optional[int] = DEFAULT_WIDTH, show_all: bool = False) -> str:
     """The dump report, with the logs' findings in it and what the logs were (`width` and
     `show_all` as for `render_text`)."""

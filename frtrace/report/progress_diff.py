@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional, Union
 
 from frtrace.errors import JobMismatch  # raised here, caught by the API's callers
 from frtrace.match.analysis import LoadedJob
@@ -64,15 +64,15 @@ class MemberProgress:
 class GroupProgress:
     name: str
     desc: str
-    ranks: tuple
-    members: tuple  # tuple[MemberProgress, ...] by rank
+    ranks: tuple[int, ...]
+    members: tuple[MemberProgress, ...]  # by rank
 
     @property
     def status(self) -> str:
         present = {m.progress for m in self.members}
         return next((p for p in RANK_ORDER if p in present), UNKNOWN)
 
-    def ranks_with(self, progress: str) -> list:
+    def ranks_with(self, progress: str) -> list[int]:
         return [m.rank for m in self.members if m.progress == progress]
 
 
@@ -84,19 +84,19 @@ class RankProgress:
     old_record_id: Optional[int]  # the rank's newest record id in OLD / NEW
     new_record_id: Optional[int]
     # Where a stuck rank waits: the group and op it has waited in longest (oldest record).
-    stuck_in: Optional[tuple] = None  # (GroupProgress, Entry or None)
+    stuck_in: Optional[tuple[GroupProgress, Optional[Entry]]] = None
 
 
 @dataclass(frozen=True, slots=True)
 class ProgressDiff:
     status: str  # healthy | faults | inconclusive
     verdict: str
-    ranks: tuple  # tuple[RankProgress, ...] by rank
-    groups: tuple  # tuple[GroupProgress, ...] by (name, ranks)
+    ranks: tuple[RankProgress, ...]  # by rank
+    groups: tuple[GroupProgress, ...]  # by (name, ranks)
     old: LoadedJob
     new: LoadedJob
 
-    def ranks_with(self, progress: str) -> list:
+    def ranks_with(self, progress: str) -> list[int]:
         return [r.rank for r in self.ranks if r.progress == progress]
 
 
@@ -130,24 +130,24 @@ def check_same_job(old: LoadedJob, new: LoadedJob) -> None:
                           "dumps of different runs (was the job restarted between them?)")
 
 
-def _names(analysis: LoadedJob) -> list:
+def _names(analysis: LoadedJob) -> list[str]:
     return [g.name for g in analysis.layout.groups]
 
 
-def _configured_rank_sets(analysis: LoadedJob) -> dict:
+def _configured_rank_sets(analysis: LoadedJob) -> dict[str, set[tuple[int, ...]]]:
     """name -> the rank sets of the groups of that name whose members the dumps listed."""
-    sets = defaultdict(set)
+    sets: defaultdict[str, set[tuple[int, ...]]] = defaultdict(set)
     for group in analysis.layout.groups:
         if group.membership_source == "pg_config":
             sets[group.name].add(group.ranks)
     return sets
 
 
-def _sets_text(rank_sets: set) -> str:
+def _sets_text(rank_sets: set[tuple[int, ...]]) -> str:
     return " / ".join(fold_ranks(ranks) or "none" for ranks in sorted(rank_sets))
 
 
-def _identity(entry: Entry) -> tuple:
+def _identity(entry: Entry) -> tuple[str, int, int, str, int]:
     return entry.pg_name, entry.collective_seq_id, entry.p2p_seq_id, entry.name.profiling_name, entry.time_created_ns
 
 
@@ -185,8 +185,8 @@ def _went_backwards(old: RankDump, new: RankDump) -> bool:
     return any(new_seqs[key] < seq for key, seq in old_seqs.items() if key in new_seqs)
 
 
-def _newest_seqs(dump: RankDump) -> dict:
-    seqs: dict = {}
+def _newest_seqs(dump: RankDump) -> dict[tuple[str, bool], int]:
+    seqs: dict[tuple[str, bool], int] = {}  # (pg_name, is_p2p) -> newest seq
     for entry in dump.entries:
         key = (entry.pg_name, entry.is_p2p)
         seq = entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
@@ -195,7 +195,7 @@ def _newest_seqs(dump: RankDump) -> dict:
     return seqs
 
 
-def _newest_time(dumps: list) -> int:
+def _newest_time(dumps: list[RankDump]) -> int:
     return max((d.entries[-1].time_created_ns for d in dumps if d.entries), default=0)
 
 
@@ -223,16 +223,16 @@ class _Side:
     (a few numbers and the op it waits in), found in one pass over the rank's entries,
     so what is kept does not grow with the entries."""
 
-    def __init__(self, job: LoadedJob):
+    def __init__(self, job: LoadedJob) -> None:
         self.dumps = {d.rank: d for d in job.dumps}
         self._groups = {rank: _group_positions(d) for rank, d in self.dumps.items()}
         # pg_status is keyed by the rank's own pg_id: read it off the rank's entries of the
         # group, or with none, take the id its peers use.
         self.pg_ids = {(rank, name): pg_id for rank, groups in self._groups.items() for name, (pg_id, _) in groups.items()}
-        self.common_pg_id = {}
-        self._held: dict = {}  # rank -> which of the record ids asked about it holds
-        self._completion_info: dict = {}  # rank -> whether its dump marks ops finished
-        ids: dict[str, Counter] = defaultdict(Counter)
+        self.common_pg_id: dict[str, int] = {}
+        self._held: dict[int, set[int]] = {}  # rank -> which of the record ids asked about it holds
+        self._completion_info: dict[int, bool] = {}  # rank -> whether its dump marks ops finished
+        ids: dict[str, Counter[int]] = defaultdict(Counter)
         for (rank, name), pg_id in self.pg_ids.items():
             ids[name][pg_id] += 1
         for name, counts in ids.items():
@@ -257,11 +257,11 @@ class _Side:
         dump = self.dumps.get(rank)
         return dump.entries[0].record_id if dump is not None and dump.entries else None
 
-    def waiting_record_ids(self, rank: int) -> set:
+    def waiting_record_ids(self, rank: int) -> set[int]:
         """The record ids of the ops the rank waits in, one per group at most."""
         return {scan.waiting.record_id for _, scan in self._groups.get(rank, {}).values() if scan.waiting is not None}
 
-    def holds(self, rank: int, record_id: int, asked: set) -> bool:
+    def holds(self, rank: int, record_id: int, asked: set[int]) -> bool:
         """Whether the rank's dump holds `record_id`, one of `asked` (every id that will
         be asked of this rank): the rank's entries are read once for all of them, and
         only those found are kept."""
@@ -308,9 +308,9 @@ class _GroupScan:
                         self.waiting, status)
 
 
-def _group_positions(dump: RankDump) -> dict:
+def _group_positions(dump: RankDump) -> dict[str, tuple[int, _GroupScan]]:
     """pg_name -> (the pg_id of the rank's first entry of the group, its `_GroupScan`)."""
-    groups: dict = {}
+    groups: dict[str, tuple[int, _GroupScan]] = {}
     for entry in dump.entries:
         held = groups.get(entry.pg_name)
         if held is None:
@@ -373,7 +373,8 @@ def _grew(before: Optional[int], after: Optional[int]) -> bool:
     return after is not None and (before is None or after > before)
 
 
-def _finished_since(rank: int, waiting: Optional[Entry], before: Position, after: Position, old: _Side, new: _Side):
+def _finished_since(rank: int, waiting: Optional[Entry], before: Position, after: Position, old: _Side,
+                    new: _Side) -> Optional[str]:
     """Why the op the rank waited in at OLD counts as finished at NEW (a non-empty
     string); "" when it is still pending; None when NEW cannot tell."""
     if before.status is not None and after.status is not None and after.status.last_completed != before.status.last_completed:
@@ -392,7 +393,7 @@ def _finished_since(rank: int, waiting: Optional[Entry], before: Position, after
     return ""
 
 
-def _rank(rank: int, members: list, old: _Side, new: _Side) -> RankProgress:
+def _rank(rank: int, members: list[tuple[GroupProgress, MemberProgress]], old: _Side, new: _Side) -> RankProgress:
     old_id, new_id = old.newest_record_id(rank), new.newest_record_id(rank)
     if rank not in old.dumps or rank not in new.dumps:
         where = "OLD or NEW" if rank not in old.dumps and rank not in new.dumps else ("OLD" if rank not in old.dumps else "NEW")
@@ -400,22 +401,24 @@ def _rank(rank: int, members: list, old: _Side, new: _Side) -> RankProgress:
     stuck = [(group, m) for group, m in members if m.progress == STUCK]
     if stuck:
         # Where it has waited longest: the oldest pending record.
-        group, member = min(stuck, key=lambda gm: (gm[1].old.waiting.record_id if gm[1].old.waiting else -1, gm[0].name))
+        group, member = min(stuck, key=lambda gm: (gm[1].waiting.record_id if gm[1].waiting else -1, gm[0].name))
         return RankProgress(rank, STUCK, member.reason, old_id, new_id, (group, member.waiting))
     progress = {m.progress for _, m in members}
     if MOVED in progress or _grew(old_id, new_id):
         return RankProgress(rank, MOVED, "moved on", old_id, new_id)
     if UNKNOWN in progress:
         return RankProgress(rank, UNKNOWN, next(m.reason for _, m in members if m.progress == UNKNOWN), old_id, new_id)
-    if not old.dumps[rank].entries and not new.dumps[rank].entries and not any(m.old.status for _, m in members):
+    if (not old.dumps[rank].entries and not new.dumps[rank].entries
+            and not any(m.old is not None and m.old.status for _, m in members)):
         return RankProgress(rank, UNKNOWN, "no entries in either dump", old_id, new_id)
     return RankProgress(rank, IDLE, "nothing pending, nothing new", old_id, new_id)
 
 
-def _groups(old: LoadedJob, new: LoadedJob) -> list:
+def _groups(old: LoadedJob, new: LoadedJob) -> list[tuple[str, str, tuple[int, ...]]]:
     """The groups of both sets, one per (name, ranks): members listed by the dumps win;
     groups rebuilt from entries (gloo's empty pg_config) take the members of both."""
-    merged: dict = {}
+    # (name, the ranks the dumps listed or None) -> (desc, ranks)
+    merged: dict[tuple[str, Optional[tuple[int, ...]]], tuple[str, tuple[int, ...]]] = {}
     for analysis in (old, new):
         for group in analysis.layout.groups:
             key = (group.name, group.ranks if group.membership_source == "pg_config" else None)
@@ -429,7 +432,8 @@ def diff_progress(old: LoadedJob, new: LoadedJob) -> ProgressDiff:
     """Compare two dump sets of one job; raises JobMismatch when they are not."""
     check_same_job(old, new)
     old_side, new_side = _Side(old), _Side(new)
-    groups, by_rank = [], defaultdict(list)
+    groups: list[GroupProgress] = []
+    by_rank: defaultdict[int, list[tuple[GroupProgress, MemberProgress]]] = defaultdict(list)
     for name, desc, ranks in _groups(old, new):
         members = tuple(_member(rank, name, old_side, new_side) for rank in ranks)
         group = GroupProgress(name, desc, ranks, members)
@@ -437,9 +441,9 @@ def diff_progress(old: LoadedJob, new: LoadedJob) -> ProgressDiff:
         for member in members:
             by_rank[member.rank].append((group, member))
     every = set(old.layout.ranks_found) | set(old.layout.ranks_missing) | set(new.layout.ranks_found) | set(new.layout.ranks_missing)
-    ranks = tuple(_rank(rank, by_rank.get(rank, []), old_side, new_side) for rank in sorted(every))
-    status, verdict = _conclude(ranks)
-    return ProgressDiff(status, verdict, ranks, tuple(groups), old, new)
+    rank_progress = tuple(_rank(rank, by_rank.get(rank, []), old_side, new_side) for rank in sorted(every))
+    status, verdict = _conclude(rank_progress)
+    return ProgressDiff(status, verdict, rank_progress, tuple(groups), old, new)
 
 
 # --------------------------------------------------------------------------- verdict
@@ -451,8 +455,8 @@ VERDICT_CLAUSES = 2
 RANKS_SPELLED_OUT = 24
 
 
-def _conclude(ranks: tuple) -> tuple:
-    by = defaultdict(list)
+def _conclude(ranks: tuple[RankProgress, ...]) -> tuple[str, str]:
+    by: defaultdict[str, list[RankProgress]] = defaultdict(list)
     for r in ranks:
         by[r.progress].append(r)
     moved = [r.rank for r in by[MOVED]]
@@ -481,14 +485,17 @@ def _conclude(ranks: tuple) -> tuple:
     return "healthy", f"PROGRESSING: every rank ({_all_text(moved)}) moved on between OLD and NEW"
 
 
-def _stuck_clauses(stuck: list, first_verb: str, waiting_on: frozenset | set = frozenset()) -> str:
+def _stuck_clauses(stuck: list[RankProgress], first_verb: str,
+                   waiting_on: Union[frozenset[int], set[int]] = frozenset()) -> str:
     """`ranks 0-3 made no progress in all_reduce #4 of group 0 (default_pg), rank 7 in
     send p2p #2 of group 5 (pp), 12 ranks elsewhere`: one clause per op waited in, over
     the groups of one description (TP groups alike); first those of groups with a rank
     of `waiting_on` (the idle ranks they wait for), then most ranks first."""
-    clauses: dict[tuple, tuple[set, list]] = defaultdict(lambda: (set(), []))
-    beside: set = set()  # clauses of a group that holds one of `waiting_on`
+    # (desc, op waited in) -> (names of the groups, ranks)
+    clauses: dict[tuple[str, str], tuple[set[str], list[int]]] = defaultdict(lambda: (set(), []))
+    beside: set[tuple[str, str]] = set()  # clauses of a group that holds one of `waiting_on`
     for r in stuck:
+        assert r.stuck_in is not None  # a stuck rank says where it waits
         group, entry = r.stuck_in
         key = (group.desc, waiting_text(entry))
         names, held = clauses[key]
@@ -505,18 +512,18 @@ def _stuck_clauses(stuck: list, first_verb: str, waiting_on: frozenset | set = f
     return ", ".join(parts)
 
 
-def short_ranks(ranks: list) -> str:
+def short_ranks(ranks: list[int]) -> str:
     """`rank 3`, `ranks 0-3,8`, or `128 ranks` when the folded list would be long."""
     text = ranks_text(ranks)
     return text if len(text) <= RANKS_SPELLED_OUT + len("ranks ") else f"{len(set(ranks))} ranks"
 
 
-def name_key(name: str) -> tuple:
+def name_key(name: str) -> tuple[int, int, str]:
     """Group names in natural order: 2 before 10, numbers before words."""
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
-def groups_text(names, desc: str) -> str:
+def groups_text(names: Iterable[str], desc: str) -> str:
     """`group 3 (tp)`, `groups 1-4 (tp)`, `groups a,b (tp)`."""
     ordered = sorted(set(names), key=name_key)
     if len(ordered) == 1:
@@ -525,10 +532,10 @@ def groups_text(names, desc: str) -> str:
     return "groups " + group_label(text, desc)
 
 
-def _all_text(ranks: list) -> str:
+def _all_text(ranks: list[int]) -> str:
     return ranks_text(ranks).replace("ranks ", "").replace("rank ", "")
 
 
-def _reasons(ranks: list) -> str:
+def _reasons(ranks: list[RankProgress]) -> str:
     counts = Counter(r.reason for r in ranks)
     return ", ".join(reason for reason, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 from frtrace.match.analysis import Analysis
-from frtrace.model import Entry
+from frtrace.model import Entry, Group
 from frtrace.table.rank_dump import clocks_compare
 from frtrace.table.standing import blocked_at
 
@@ -30,13 +30,17 @@ IDLE = "idle"  # every op it holds finished
 NO_ENTRIES = "no_entries"  # a dump without collectives (or an empty one)
 NO_DUMP = "no_dump"  # no usable dump file
 STANDING_ORDER = {BLOCKED: 0, IDLE: 1, NO_ENTRIES: 2, NO_DUMP: 3}
+# What tells a class of groups: ("family", desc, size) | ("group", group id) | ("name", pg_name).
+ClassKey = Union[tuple[str, str, int], tuple[str, int], tuple[str, str]]
+# What tells one op held apart from another (OpAt.fold_key): op, class, seqs and state.
+OpKey = tuple[str, ClassKey, Optional[int], Optional[int], str]
 
 
 @dataclass(frozen=True, slots=True)
 class GroupClass:
     """A group, or a family of sibling groups (same description and size)."""
 
-    key: tuple  # ("family", desc, size) | ("group", group id) | ("name", pg_name)
+    key: ClassKey  # ("family", desc, size) | ("group", group id) | ("name", pg_name)
     desc: str
     order: int  # lowest group id of the class: columns and lists follow it
 
@@ -58,7 +62,7 @@ class OpAt:
     state: str
 
     @property
-    def fold_key(self) -> tuple:
+    def fold_key(self) -> OpKey:
         return (self.op, self.group_class.key, self.collective_seq_id, self.p2p_seq_id, self.state)
 
 
@@ -72,8 +76,8 @@ class RankStanding:
     since_ns: Optional[int]
     last_completed: Optional[OpAt]
     # group id -> (this rank's newest collective_seq_id there, the newest any member issued)
-    positions: dict
-    behind: tuple  # ((GroupClass, collectives behind), ...) where it is behind its peers
+    positions: dict[int, tuple[int, int]]
+    behind: tuple[tuple[GroupClass, int], ...]  # ((GroupClass, collectives behind), ...) where it is behind its peers
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +85,8 @@ class GroupCell:
     """Where the ranks of one row stand in one class of groups."""
 
     group_class: GroupClass
-    pg_names: tuple  # the groups of the class these ranks are in
-    newest: Optional[tuple]  # (min, max) of the ranks' newest collective_seq_id; None when unknown
+    pg_names: tuple[str, ...]  # the groups of the class these ranks are in
+    newest: Optional[tuple[int, int]]  # (min, max) of the ranks' newest collective_seq_id; None when unknown
     behind: int  # collectives behind the group's newest (the same for every rank of the row)
     blocked_here: bool
     last_completed_here: bool
@@ -92,15 +96,15 @@ class GroupCell:
 class StandingRow:
     """Ranks that stand alike."""
 
-    ranks: tuple  # sorted global ranks
+    ranks: tuple[int, ...]  # sorted global ranks
     standing: str
     blocked_in: Optional[OpAt]  # the first rank's (pg_name may differ across the row: see groups_of)
-    blocked_groups: tuple  # names of the groups the row's ranks are blocked in
-    since_ns: Optional[tuple]  # (min, max) over ranks whose time is known
+    blocked_groups: tuple[str, ...]  # names of the groups the row's ranks are blocked in
+    since_ns: Optional[tuple[int, int]]  # (min, max) over ranks whose time is known
     last_completed: Optional[OpAt]
-    last_completed_groups: tuple
-    behind: tuple  # ((GroupClass, collectives behind, group names), ...)
-    cells: tuple  # GroupCell per class of groups the ranks are members of, in class order
+    last_completed_groups: tuple[str, ...]
+    behind: tuple[tuple[GroupClass, int, tuple[str, ...]], ...]  # ((GroupClass, collectives behind, group names), ...)
+    cells: tuple[GroupCell, ...]  # per class of groups the ranks are members of, in class order
     suspect: bool  # holds a primary suspect of the diagnosis
 
 
@@ -108,9 +112,9 @@ class StandingRow:
 class RankView:
     """The folded per-rank view of a job."""
 
-    rows: tuple  # StandingRow, suspects first, then by first rank
-    classes: tuple  # GroupClass in column order
-    class_names: tuple  # per class (same order): the names of its groups
+    rows: tuple[StandingRow, ...]  # suspects first, then by first rank
+    classes: tuple[GroupClass, ...]  # in column order
+    class_names: tuple[tuple[str, ...], ...]  # per class (same order): the names of its groups
     completion_word: str  # "completed", or "retired" when the dumps do not say when ops finish (gloo)
     newest_created_ns: Optional[int]
 
@@ -122,17 +126,17 @@ class RankView:
 # --------------------------------------------------------------------------- per rank
 
 
-def group_classes(analysis: Analysis) -> dict:
+def group_classes(analysis: Analysis) -> dict[int, GroupClass]:
     """group id -> GroupClass."""
     groups = analysis.layout.groups
     family_size = Counter((g.desc, g.size) for g in groups if g.desc)
 
-    def key_of(group) -> tuple:
+    def key_of(group: Group) -> ClassKey:
         if group.desc and family_size[(group.desc, group.size)] > 1:
             return ("family", group.desc, group.size)
         return ("group", group.id)
 
-    first_of: dict = {}
+    first_of: dict[ClassKey, int] = {}
     for group in groups:
         first_of.setdefault(key_of(group), group.id)
     return {g.id: GroupClass(key_of(g), g.desc, first_of[key_of(g)]) for g in groups}
@@ -141,10 +145,10 @@ def group_classes(analysis: Analysis) -> dict:
 class _Namer:
     """Entry -> OpAt, through the layout's groups."""
 
-    def __init__(self, analysis: Analysis, classes: dict):
+    def __init__(self, analysis: Analysis, classes: dict[int, GroupClass]) -> None:
         self.layout = analysis.layout
         self.classes = classes
-        self.stray: dict = {}
+        self.stray: dict[str, GroupClass] = {}
 
     def op_at(self, entry: Entry, rank: int) -> OpAt:
         gid = self.layout.group_of(entry.pg_name, rank)
@@ -160,11 +164,11 @@ class _Namer:
                     entry.p2p_seq_id if entry.is_p2p else None, entry.state)
 
 
-def _positions(analysis: Analysis) -> dict:
+def _positions(analysis: Analysis) -> dict[int, dict[int, tuple[int, int]]]:
     """rank -> {group id: (its newest collective seq, the group's newest)} from the device view.
     A member's newest is its newest entry of the group, else what its pg_status says it
     enqueued; members that say neither are left out."""
-    positions: dict = defaultdict(dict)
+    positions: defaultdict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
     for view in analysis.device.views:
         newest = {}
         for rank, stream in view.streams.items():
@@ -221,8 +225,8 @@ def _newest_created(analysis: Analysis) -> Optional[int]:
     return max(times) if times else None
 
 
-def _behind(where: dict, classes: dict) -> tuple:
-    lag: dict = {}
+def _behind(where: dict[int, tuple[int, int]], classes: dict[int, GroupClass]) -> tuple[tuple[GroupClass, int], ...]:
+    lag: dict[GroupClass, int] = {}
     for gid, (seq, top) in where.items():
         if seq < top:
             group_class = classes[gid]
@@ -232,6 +236,10 @@ def _behind(where: dict, classes: dict) -> tuple:
 
 # --------------------------------------------------------------------------- folded
 
+# Ranks with the same key stand alike: standing, blocked op, last completed op, lag per
+# class, and the classes they are members of.
+_RowKey = tuple[str, Optional[OpKey], Optional[OpKey], tuple[tuple[ClassKey, int], ...], frozenset[ClassKey]]
+
 
 def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
     """The per-rank view, folded: rows of ranks that stand alike, rows holding a suspect
@@ -240,7 +248,7 @@ def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
     classes = group_classes(analysis)
     names = {g.id: g.name for g in analysis.layout.groups}
     suspects = set(suspects)
-    by_key: dict = defaultdict(list)
+    by_key: defaultdict[_RowKey, list[RankStanding]] = defaultdict(list)
     for standing in standings:
         member_of = frozenset(classes[gid].key for gid in standing.positions)
         key = (standing.standing,
@@ -257,13 +265,14 @@ def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
     return RankView(tuple(rows), tuple(ordered_classes), class_names, completion_word, _newest_created(analysis))
 
 
-def _fold(members: list, classes: dict, names: dict, suspects: set) -> StandingRow:
+def _fold(members: list[RankStanding], classes: dict[int, GroupClass], names: dict[int, str],
+          suspects: set[int]) -> StandingRow:
     """One row for ranks that stand alike (`members`, by rank)."""
     first = members[0]
     ranks = tuple(s.rank for s in members)
     times = [s.since_ns for s in members if s.since_ns is not None]
-    group_names: dict = defaultdict(set)  # class key -> names of the members' groups
-    newest: dict = {}  # class key -> (min, max) newest seq of the members there
+    group_names: defaultdict[ClassKey, set[str]] = defaultdict(set)  # class key -> names of the members' groups
+    newest: dict[ClassKey, tuple[int, int]] = {}  # class key -> (min, max) newest seq of the members there
     for standing in members:
         for gid, (seq, _top) in standing.positions.items():
             key = classes[gid].key
@@ -286,6 +295,6 @@ def _fold(members: list, classes: dict, names: dict, suspects: set) -> StandingR
         cells, any(r in suspects for r in ranks))
 
 
-def sorted_names(names: Iterable[str]) -> tuple:
+def sorted_names(names: Iterable[str]) -> tuple[str, ...]:
     """Distinct group names, numeric ones in numeric order first."""
     return tuple(sorted(set(names), key=lambda n: (0, int(n), "") if n.isascii() and n.isdigit() else (1, 0, n)))

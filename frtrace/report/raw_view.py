@@ -19,10 +19,11 @@ the screen or forge a line.
 from __future__ import annotations
 
 import datetime
-from typing import Iterable, Iterator, NamedTuple, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from frtrace.match.matcher import MatchResult
-from frtrace.model import Entry, Group, LoadIssue
+from frtrace.model import Entry, Frame, Group, LoadIssue
+from frtrace.table.rank_dump import RankDump
 from frtrace.wording import group_label, printable, seq_text
 
 # The side-by-side table is for this many ranks at most; more get one block per rank.
@@ -50,7 +51,7 @@ def clip(text: str, width: int) -> str:
 # --------------------------------------------------------------------------- cells
 
 
-def _shapes_short(sizes: tuple) -> str:
+def _shapes_short(sizes: tuple[tuple[int, ...], ...]) -> str:
     shown = ",".join("[" + ",".join(map(str, shape)) + "]" for shape in sizes[:SHAPES_SHOWN])
     more = f",+{len(sizes) - SHAPES_SHOWN}" if len(sizes) > SHAPES_SHOWN else ""
     return "[" + shown + more + "]"
@@ -101,22 +102,22 @@ class StackNumbers:
     """`tbN` per distinct stack, shared by every block and table of one run."""
 
     def __init__(self) -> None:
-        self.ids: dict = {}
-        self.new: list = []  # stacks numbered since the last `take_new`
+        self.ids: dict[tuple[Frame, ...], int] = {}
+        self.new: list[tuple[Frame, ...]] = []  # stacks numbered since the last `take_new`
 
-    def number(self, frames: tuple) -> int:
+    def number(self, frames: tuple[Frame, ...]) -> int:
         tid = self.ids.get(frames)
         if tid is None:
             tid = self.ids[frames] = len(self.ids)
             self.new.append(frames)
         return tid
 
-    def take_new(self) -> list:
+    def take_new(self) -> list[tuple[Frame, ...]]:
         new, self.new = self.new, []
         return new
 
 
-def _stack_lines(stacks: StackNumbers, frames_list: list) -> Iterator[str]:
+def _stack_lines(stacks: StackNumbers, frames_list: list[tuple[Frame, ...]]) -> Iterator[str]:
     for frames in frames_list:
         yield f"tb{stacks.ids[frames]}:"
         for frame in frames:
@@ -133,7 +134,7 @@ def _cell(entry: Entry, stacks: Optional[StackNumbers]) -> str:
     return text
 
 
-def _cell_of_batch(entries: tuple, stacks: Optional[StackNumbers]) -> str:
+def _cell_of_batch(entries: tuple[Entry, ...], stacks: Optional[StackNumbers]) -> str:
     lines = [_cell(e, stacks) for e in entries[:CELL_LINES]]
     if len(entries) > CELL_LINES:
         lines[-1] = f"... {len(entries) - CELL_LINES + 1} more"
@@ -143,14 +144,15 @@ def _cell_of_batch(entries: tuple, stacks: Optional[StackNumbers]) -> str:
 # --------------------------------------------------------------------------- side by side
 
 
-def _wanted_groups(result: MatchResult, pg_filters: Iterable[str]) -> set:
+def _wanted_groups(result: MatchResult, pg_filters: Iterable[str]) -> set[int]:
     filters = list(pg_filters)
     if not filters:
         return {view.group.id for view in result.views}
     return {view.group.id for view in result.views if view.group.name in filters or view.group.desc in filters}
 
 
-def _rows(result: MatchResult, columns: list, wanted: set, stacks: Optional[StackNumbers]) -> Iterator[list]:
+def _rows(result: MatchResult, columns: list[int], wanted: set[int],
+          stacks: Optional[StackNumbers]) -> Iterator[list[str]]:
     groups = {view.group.id: view.group for view in result.views}
     for match in result.collectives:
         if match.group_id not in wanted:
@@ -186,7 +188,7 @@ def _rows(result: MatchResult, columns: list, wanted: set, stacks: Optional[Stac
             yield [_group_label(groups[p2p.group_id]), label] + cells
 
 
-def _table_lines(headers: list, rows: list) -> Iterator[str]:
+def _table_lines(headers: list[str], rows: list[list[str]]) -> Iterator[str]:
     """A plain table (tabulate's `simple` look), one physical line at a time."""
     split = [[cell.split("\n") for cell in row] for row in rows]
     widths = [len(h) for h in headers]
@@ -265,11 +267,12 @@ def wall_clock(ns: Optional[int]) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-def _in_groups(entry: Entry, filters: frozenset) -> bool:
+def _in_groups(entry: Entry, filters: frozenset[str]) -> bool:
     return entry.pg_name in filters or entry.pg_desc in filters
 
 
-def rank_block_lines(rank: int, dump, pg_filters: Iterable[str] = (), last: Optional[int] = DEFAULT_LAST,
+def rank_block_lines(rank: int, dump: Union[RankDump, LoadIssue], pg_filters: Iterable[str] = (),
+                     last: Optional[int] = DEFAULT_LAST,
                      stacks: Optional[StackNumbers] = None) -> Iterator[str]:
     """One rank's block: a header line, then its entries oldest to newest, at most `last`
     of them (None or 0: all), with a line saying how many older ones were left out.
@@ -281,7 +284,7 @@ def rank_block_lines(rank: int, dump, pg_filters: Iterable[str] = (), last: Opti
         yield f"rank {rank}: {printable(dump.path)} could not be read: {clip(dump.problem, 200)}"
         return
     filters = frozenset(pg_filters)
-    entries = dump.entries
+    entries: Sequence[Entry] = dump.entries
     total = len(entries)
     newest_ns = entries[-1].time_created_ns if entries else None
     if entries and not newest_ns:  # an op still in flight in a CUPTI monitor's dump has no time yet
@@ -334,7 +337,8 @@ class RenderedBlock(NamedTuple):
     issue: Optional[LoadIssue]
 
 
-def render_block(rank: int, dump, pg_filters: tuple = (), last: Optional[int] = DEFAULT_LAST) -> RenderedBlock:
+def render_block(rank: int, dump: Union[RankDump, LoadIssue], pg_filters: tuple[str, ...] = (),
+                 last: Optional[int] = DEFAULT_LAST) -> RenderedBlock:
     """`rank_block_lines` as one text (each line ended, then a blank line): picklable
     with `functools.partial`, so loader worker processes can render the blocks and send
     only their text (stack numbers need one numbering for the run: not with stacks)."""

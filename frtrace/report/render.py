@@ -12,18 +12,21 @@ from collections import Counter, defaultdict
 from datetime import datetime, timezone
 from importlib import resources
 from itertools import compress
-from typing import Optional
+from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind
 from frtrace.diagnosis.confidence import suspect_confidences
 from frtrace.load.discovery import OTHER_GENERATION
+from frtrace.load.layout import Layout
 from frtrace.match.analysis import Analysis
+from frtrace.model import LoadIssue
 from frtrace.report.rank_view import (
     BLOCKED,
     IDLE,
     NO_DUMP,
     NO_ENTRIES,
+    ClassKey,
     OpAt,
     RankView,
     StandingRow,
@@ -31,8 +34,8 @@ from frtrace.report.rank_view import (
     rank_view,
     sorted_names,
 )
-from frtrace.table.rank_dump import clocks_compare
-from frtrace.report.text_layout import table_lines, wrap_line, wrap_lines
+from frtrace.table.rank_dump import RankDump, clocks_compare
+from frtrace.report.text_layout import Style, table_lines, wrap_line, wrap_lines
 from frtrace.table.standing import only_active_job
 from frtrace.util import fold_ranks, plural
 from frtrace.wording import (
@@ -49,7 +52,7 @@ SCHEMA = "frtrace.report/1"
 STATUS_WORD = {"healthy": "HEALTHY", "faults": "FAULT", "inconclusive": "INCONCLUSIVE"}
 
 
-def _inputs(analysis: Analysis) -> dict:
+def _inputs(analysis: Analysis) -> dict[str, object]:
     load, layout = analysis.load, analysis.layout
     dumps = layout.usable(load.dumps)
     return {
@@ -85,14 +88,14 @@ def _inputs(analysis: Analysis) -> dict:
     }
 
 
-def _clock(dumps: list) -> str:
+def _clock(dumps: list[RankDump]) -> str:
     """What the dumps' times are on: "wall" (hosts' wall clocks), "cupti" (CUPTI's native
     clock, no converter given: not comparable across ranks), or "mixed"."""
     clocks = {d.clock for d in dumps}
     return clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else "wall")
 
 
-def _writer_notes(dumps: list) -> list:
+def _writer_notes(dumps: list[RankDump]) -> list[str]:
     """What the report's reader must know about dumps not written by c10d's Flight Recorder."""
     notes = []
     if any(d.writer == "cupti_monitor" for d in dumps):
@@ -106,12 +109,12 @@ def _writer_notes(dumps: list) -> list:
     return notes
 
 
-def _unusable_files(analysis: Analysis) -> list:
+def _unusable_files(analysis: Analysis) -> list[LoadIssue]:
     """Files the loader could not read, then those the builder set aside for their rank."""
     return list(analysis.load.errors) + list(analysis.layout.ignored_files)
 
 
-def _finding_dict(finding: Finding) -> dict:
+def _finding_dict(finding: Finding) -> dict[str, object]:
     return {
         "kind": finding.kind,
         "rule": finding.rule,
@@ -142,7 +145,7 @@ def _next_step(finding: Finding) -> Optional[str]:
     return step + _host_step(finding.evidence.get("suspect_hosts"))
 
 
-def _host_step(hosts: Optional[dict]) -> str:
+def _host_step(hosts: Optional[dict[str, str]]) -> str:
     """Where the inputs say which host a suspect ran on (logs, host-named files): name it."""
     if not hosts:
         return ""
@@ -151,7 +154,7 @@ def _host_step(hosts: Optional[dict]) -> str:
     return f"; {where}: if the machine is at fault, drain {'node' if len(names) == 1 else 'nodes'} {', '.join(names[:6])}"
 
 
-def _confidence_json(analysis: Analysis, diagnosis: Diagnosis) -> list:
+def _confidence_json(analysis: Analysis, diagnosis: Diagnosis) -> list[dict[str, object]]:
     """Per primary suspect: how far the blame can be trusted, and on what (diagnosis/confidence.py)."""
     return [{
         "rank": c.rank,
@@ -173,7 +176,8 @@ def _confidence_text(analysis: Analysis, diagnosis: Diagnosis) -> str:
     return f" (confidence {low:.2f}: {scores[0].evidence[0].replace('_', ' ')})"
 
 
-def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict:
+def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict[str, Any]:
+    """The JSON report as Python data: JSON values of every kind, read by key (render_with_logs adds to it)."""
     view = rank_view(analysis, diagnosis.suspect_ranks)
     return {
         "schema": SCHEMA,
@@ -202,13 +206,14 @@ def utc_text(ns: Optional[int]) -> Optional[str]:
     return f"{stamp}.{rest // 10**6:03d}Z"
 
 
-def report_schema() -> dict:
+def report_schema() -> dict[str, Any]:
     """The JSON Schema of `--format json` (shipped as frtrace/report/schema/report.schema.json)."""
     text = resources.files("frtrace.report").joinpath("schema").joinpath("report.schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    schema: dict[str, Any] = json.loads(text)  # a JSON Schema is a JSON object
+    return schema
 
 
-def _match_counts(analysis: Analysis) -> dict:
+def _match_counts(analysis: Analysis) -> dict[str, int]:
     collectives = analysis.matches.collectives
     # Most of a job's collectives agree, with every member there: the others are picked
     # out in C (any of a disagreement, members that did not issue it, members without a
@@ -245,14 +250,14 @@ RANK_ROWS_AT_LEAST = 3
 RANK_HEADERS = ("ranks", "count", "blocked in", "state", "since", "last {done}", "behind its peers")
 
 
-def _op_json(op: Optional[OpAt], groups: tuple) -> Optional[dict]:
+def _op_json(op: Optional[OpAt], groups: tuple[str, ...]) -> Optional[dict[str, object]]:
     if op is None:
         return None
     return {"op": op.op, "pg_desc": op.pg_desc, "pg_names": list(groups), "collective_seq_id": op.collective_seq_id,
             "p2p_seq_id": op.p2p_seq_id, "state": op.state}
 
 
-def ranks_json(view: RankView) -> list:
+def ranks_json(view: RankView) -> list[dict[str, object]]:
     """The JSON report's `ranks`: one object per folded row (ranks as `0-11,13-15`), not per rank."""
     return [{
         "ranks": fold_ranks(row.ranks),
@@ -267,12 +272,12 @@ def ranks_json(view: RankView) -> list:
     } for row in view.rows]
 
 
-def op_at_text(op: OpAt, groups: tuple, most_ranges: Optional[int] = None) -> str:
+def op_at_text(op: OpAt, groups: tuple[str, ...], most_ranges: Optional[int] = None) -> str:
     """`all_reduce #4 in group 0 (default_pg)`, or `... in groups 1-4 (tp)` for a folded row."""
     return f"{op.op} {seq_label(op.collective_seq_id, op.p2p_seq_id)} in {groups_text(groups, op.pg_desc, most_ranges)}"
 
 
-def rank_row_cells(row: StandingRow, view: RankView, most_ranges: Optional[int] = None) -> tuple:
+def rank_row_cells(row: StandingRow, view: RankView, most_ranges: Optional[int] = None) -> tuple[str, ...]:
     """The per-rank view's row as strings (unescaped), in RANK_HEADERS order; with
     `most_ranges`, group lists of more ranges than that are counted (see groups_text)."""
     if row.standing == BLOCKED:
@@ -290,11 +295,11 @@ def rank_row_cells(row: StandingRow, view: RankView, most_ranges: Optional[int] 
     return ranks, str(len(row.ranks)), where, state, since, last, behind
 
 
-def rank_headers(view: RankView) -> tuple:
+def rank_headers(view: RankView) -> tuple[str, ...]:
     return tuple(h.format(done=view.completion_word) for h in RANK_HEADERS)
 
 
-def rank_view_notes(view: RankView) -> list:
+def rank_view_notes(view: RankView) -> list[str]:
     """What the reader needs to read the per-rank view right."""
     notes = ["since: how long before the newest op created anywhere in the job (hosts' clocks may differ); "
              "behind: collectives short of the newest a peer in the group issued; * a suspect."]
@@ -303,8 +308,8 @@ def rank_view_notes(view: RankView) -> list:
     return notes
 
 
-def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[int] = None, style=None,
-                     width: Optional[int] = None) -> str:
+def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[int] = None,
+                     style: Optional[Style] = None, width: Optional[int] = None) -> str:
     """The per-rank view as text: the verdict, then one row per class of ranks (at most
     `limit`, with a note of how many more), in lines of at most `width` columns."""
     style = style or (lambda text, **_: text)
@@ -315,7 +320,7 @@ def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[i
 
 
 def _rank_view_lines(view: RankView, limit: Optional[int], width: Optional[int] = None,
-                     max_lines: Optional[int] = None) -> list:
+                     max_lines: Optional[int] = None) -> list[str]:
     """The per-rank view's lines. With a `limit` (the report, not --ranks) a row's rank list
     is cut short too (its count says how many), and rows are left out, from the last, while
     the view takes more than `max_lines` (down to RANK_ROWS_AT_LEAST)."""
@@ -327,7 +332,7 @@ def _rank_view_lines(view: RankView, limit: Optional[int], width: Optional[int] 
         count -= 1
 
 
-def _rank_view_rows(view: RankView, count: int, short: bool, width: Optional[int]) -> list:
+def _rank_view_rows(view: RankView, count: int, short: bool, width: Optional[int]) -> list[str]:
     shown = view.rows[:count]
     most_ranges = GROUP_RANGES_IN_REPORT if short else None
     cells = [tuple(map(printable, rank_row_cells(row, view, most_ranges))) for row in shown]
@@ -335,7 +340,7 @@ def _rank_view_rows(view: RankView, count: int, short: bool, width: Optional[int
         cells = [(_short_list(row[0]),) + row[1:] for row in cells]
     lines = wrap_line(f"Where each rank is ({plural(view.rank_count, 'rank')} in {plural(len(view.rows), 'row')})", width)
     lines += table_lines(rank_headers(view), cells, width)
-    notes = []
+    notes: list[str] = []
     if len(shown) < len(view.rows):
         notes.append(f"  ... {plural(len(view.rows) - len(shown), 'more row')} (frtrace --ranks shows them all)")
     notes += ["  " + note for note in rank_view_notes(view)]
@@ -400,8 +405,9 @@ def _group_heading(finding: Finding) -> str:
     return f"Group {group_label(finding.pg_name, finding.pg_desc)}"
 
 
-def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None, style=None,
-                verbose: bool = False, width: Optional[int] = DEFAULT_WIDTH, show_all: bool = False) -> str:
+def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None,
+                style: Optional[Style] = None, verbose: bool = False, width: Optional[int] = DEFAULT_WIDTH,
+                show_all: bool = False) -> str:
     """One screen at any job size: the verdict, every root finding (grouped by group), the
     consequences folded into one line per class of groups, where each rank is (at most
     RANK_ROWS_IN_REPORT rows, fewer while the report is longer than SCREEN_LINES), what was read; every line at most `width` columns (None:
@@ -412,15 +418,17 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
     lines: list[str] = []
 
-    def add(text: str, **how) -> None:  # wrapped, then styled one line at a time
-        lines.extend(style(piece, **how) if how else piece for piece in wrap_line(printable(text), width))
+    def add(text: str, fg: Optional[str] = None, bold: Optional[bool] = None) -> None:
+        # Wrapped, then styled a line at a time.
+        plain = fg is None and bold is None
+        lines.extend(piece if plain else style(piece, fg=fg, bold=bold) for piece in wrap_line(printable(text), width))
 
     add(diagnosis.verdict, fg=colour, bold=True)
     if diagnosis.suspect_ranks:
         add(f"Suspect ranks: {fold_ranks(diagnosis.suspect_ranks)}{_confidence_text(analysis, diagnosis)}")
     lines.append("")
     listed = [f for f in diagnosis.findings if everything or f.is_root]
-    by_heading = defaultdict(list)
+    by_heading: defaultdict[str, list[Finding]] = defaultdict(list)
     for finding in listed:
         by_heading[_group_heading(finding)].append(finding)
     for heading, findings in by_heading.items():
@@ -450,7 +458,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _world_size_note(layout) -> str:
+def _world_size_note(layout: Layout) -> str:
     """Where the job's size is not what a dump says (gloo's pg_config lists no ranks), how it was found."""
     if layout.world_source == "files":
         return (f"World size {layout.world_size} is taken from the file names (the dumps' pg_config lists no ranks): "
@@ -466,26 +474,37 @@ def _world_size_note(layout) -> str:
 OPS_PER_FOLDED_LINE = 3
 
 
-def consequence_lines(analysis: Analysis, consequences: list, roots: int, listed_by: Optional[str] = "--all") -> list[str]:
+class _FoldedClass(NamedTuple):
+    """The consequences in one class of groups, as one line says them."""
+
+    desc: str
+    names: set[str]  # of the groups
+    kinds: Counter[str]  # finding kind -> how many
+    ops: dict[str, None]  # `all_reduce #12`, in the order first met
+    order: int  # of the class: lines follow it
+
+
+def consequence_lines(analysis: Analysis, consequences: list[Finding], roots: int,
+                      listed_by: Optional[str] = "--all") -> list[str]:
     """A heading (saying that `listed_by` lists each), then one line per class of groups
     (the TP groups, the DP groups ...): its groups, how many consequences of each kind,
     and at which ops (unescaped)."""
     classes = group_classes(analysis)
-    folded: dict = {}  # class key -> [desc, group names, kinds, ops, order]
+    folded: dict[Union[ClassKey, tuple[str]], _FoldedClass] = {}  # class key (("job",): job-wide) -> its line
     for finding in consequences:
         group_class = classes.get(finding.group_id) if finding.group_id is not None else None
         key = group_class.key if group_class else ("job",)
-        row = folded.setdefault(key, [finding.pg_desc, set(), Counter(), {},
-                                      group_class.order if group_class else len(classes)])
+        row = folded.setdefault(key, _FoldedClass(finding.pg_desc, set(), Counter(), {},
+                                                  group_class.order if group_class else len(classes)))
         if finding.group_id is not None:
-            row[1].add(finding.pg_name)
-        row[2][finding.kind] += 1
+            row.names.add(finding.pg_name)
+        row.kinds[finding.kind] += 1
         if finding.op:
-            row[3].setdefault(f"{finding.op} {seq_label(finding.collective_seq_id, finding.p2p_seq_id)}", None)
-    groups = sum(len(row[1]) for row in folded.values())
+            row.ops.setdefault(f"{finding.op} {seq_label(finding.collective_seq_id, finding.p2p_seq_id)}", None)
+    groups = sum(len(row.names) for row in folded.values())
     lines = [f"Consequences of the root cause{'s' if roots > 1 else ''}: {plural(len(consequences), 'finding')} "
              f"in {plural(groups, 'other group')}" + (f" ({listed_by} lists each)" if listed_by else "")]
-    for desc, names, kinds, ops, _order in sorted(folded.values(), key=lambda row: row[4]):
+    for desc, names, kinds, ops, _order in sorted(folded.values(), key=lambda row: row.order):
         where = groups_text(sorted_names(names), desc) if names else "job-wide"
         what = ", ".join(f"{count} {kind_name}" for kind_name, count in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
         shown = list(ops)[:OPS_PER_FOLDED_LINE]
@@ -499,7 +518,7 @@ def _loaded_line(analysis: Analysis) -> str:
     return "\n".join(_loaded_parts(analysis))
 
 
-def _loaded_parts(analysis: Analysis) -> list:
+def _loaded_parts(analysis: Analysis) -> list[str]:
     """What was read, a sentence per line (unescaped: dump versions and file names)."""
     load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
     dumps = layout.usable(load.dumps)
@@ -556,18 +575,19 @@ def markdown_text(text: object) -> str:
     return printable(str(text).translate(_LINE_BREAKS)).translate(_MARKDOWN_ESCAPES)
 
 
-def _markdown_row(cells) -> str:
+def _markdown_row(cells: Iterable[object]) -> str:
     return "| " + " | ".join(markdown_text(cell) if cell != "" else "-" for cell in cells) + " |"
 
 
-def _markdown_table(headers, rows) -> list:
+def _markdown_table(headers: Sequence[str], rows: Iterable[Iterable[object]]) -> list[str]:
     return [_markdown_row(headers), "|" + "---|" * len(headers)] + [_markdown_row(row) for row in rows]
 
 
-def finding_details(finding: Finding) -> list:
+def finding_details(finding: Finding) -> list[tuple[str, str]]:
     """(label, text) pairs that say where a finding's ops were called and what to do
     next: the call sites from its evidence and its next step (unescaped)."""
-    evidence, details = finding.evidence, []
+    evidence = finding.evidence
+    details: list[tuple[str, str]] = []
     if "suspect_call_site" in evidence:
         details.append(("suspect call site", evidence["suspect_call_site"]))
     if "peer_call_site" in evidence:
@@ -614,7 +634,7 @@ def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Opti
     return "\n".join(lines)
 
 
-def _rank_view_markdown(view: RankView, limit: Optional[int]) -> list:
+def _rank_view_markdown(view: RankView, limit: Optional[int]) -> list[str]:
     shown = view.rows if limit is None else view.rows[:limit]
     lines = [f"#### Where each rank is ({plural(view.rank_count, 'rank')} in {plural(len(view.rows), 'row')})", ""]
     lines += _markdown_table(rank_headers(view), [rank_row_cells(row, view) for row in shown])
@@ -624,13 +644,15 @@ def _rank_view_markdown(view: RankView, limit: Optional[int]) -> list:
     return lines
 
 
-def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
+def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
+                              width: Optional[int] = None) -> str:
     """`--ranks --format markdown`: the verdict, then every row of the per-rank view."""
     view = rank_view(analysis, diagnosis.suspect_ranks)
     return "\n".join([f"### {markdown_text(diagnosis.verdict)}", ""] + _rank_view_markdown(view, None)).rstrip() + "\n"
 
 
-def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
+def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
+                          width: Optional[int] = None) -> str:
     """`--ranks --format json`: the report's status, suspects, summary and `ranks` only."""
     view = rank_view(analysis, diagnosis.suspect_ranks)
     report = {"schema": SCHEMA, "frtrace_version": __version__, "newest_entry_utc": utc_text(view.newest_created_ns),
@@ -639,7 +661,8 @@ def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style=None, 
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
-def render_suspect_ranks(analysis: Analysis, diagnosis: Diagnosis, style=None, width: Optional[int] = None) -> str:
+def render_suspect_ranks(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
+                         width: Optional[int] = None) -> str:
     """`--format ranks`, for alert scripts: the primary suspects' ranks on one line, separated
     by spaces (an empty line when there is none); the exit code says the status."""
     return " ".join(map(str, diagnosis.suspect_ranks)) + "\n"

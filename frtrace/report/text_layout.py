@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 from tabulate import tabulate
 
@@ -28,6 +28,12 @@ LONGEST_UNBROKEN = 24
 _ROW_BREAK = "\x00"
 # Where a continuation line starts: under the text after a leading `- ` bullet.
 _BULLET = re.compile(r"^( *)(- )")
+
+
+class Style(Protocol):
+    """What colours a line for a terminal (click.style): `fg` names a colour."""
+
+    def __call__(self, text: str, *, fg: Optional[str] = None, bold: Optional[bool] = None) -> str: ...
 
 
 def fit_width(width: Optional[int]) -> Optional[int]:
@@ -58,10 +64,10 @@ class _Wrapper(textwrap.TextWrapper):
 
     wordsep_re = re.compile(r"(\s+|(?<=,)(?=[^\s,]))")
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, width: int, initial_indent: str = "", subsequent_indent: str = "") -> None:
         # break_on_hyphens selects wordsep_re (above), which never breaks at a hyphen.
-        super().__init__(break_long_words=True, break_on_hyphens=True, drop_whitespace=True, replace_whitespace=False,
-                         **kwargs)
+        super().__init__(width=width, initial_indent=initial_indent, subsequent_indent=subsequent_indent,
+                         break_long_words=True, break_on_hyphens=True, drop_whitespace=True, replace_whitespace=False)
 
 
 def _wrap_cell(text: str, width: int) -> str:
@@ -99,11 +105,11 @@ def table_lines(headers: Sequence[str], rows: Sequence[Sequence[str]], width: Op
     return _row_blocks(headers, rows, width, indent)
 
 
-def _tabulate(headers: Sequence[str], rows: Sequence[Sequence[str]], widths: Optional[list]) -> list[str]:
+def _tabulate(headers: Sequence[str], rows: Sequence[Sequence[str]], widths: Optional[list[int]]) -> list[str]:
     if widths is not None:  # wrapped here rather than by tabulate: lists break after their commas
         headers = [_wrap_cell(h, w) for h, w in zip(headers, widths)]
         rows = [[_wrap_cell(str(cell), w) for cell, w in zip(row, widths)] for row in rows]
-    text = tabulate([list(row) for row in rows], headers=list(headers), tablefmt="simple", disable_numparse=True)
+    text: str = tabulate([list(row) for row in rows], headers=list(headers), tablefmt="simple", disable_numparse=True)
     return text.splitlines()
 
 
