@@ -55,6 +55,8 @@ IN_CLUSTER = textwrap.dedent("""
     loader.take_batch = frcluster.take_batch = counted
     if os.environ.get("TEST_PIECE"):  # files made on a worker come back in pieces of this many bytes
         frcluster.FILE_PIECE = int(os.environ["TEST_PIECE"])
+    if os.environ.get("TEST_CHDIR"):  # the workers started elsewhere: they do not share this working directory
+        os.chdir(os.environ["TEST_CHDIR"])
     out = []
     for args in json.loads(sys.argv[1]):
         args = [a.replace("{scheduler}", cluster.scheduler_address) for a in args]
@@ -154,6 +156,25 @@ def test_a_pickle_that_crashes_its_decoder_costs_only_its_file_on_a_cluster(tmp_
     assert remote["stdout"] == local.stdout
     assert json.loads(remote["stdout"])["inputs"]["ranks_missing"] == [7]
     assert remote["stderr"] == local.stderr and "nested too deeply" in remote["stderr"]
+
+
+def test_workers_elsewhere_read_a_job_given_by_a_relative_path(synth_job, tmp_path, monkeypatch):
+    """The workers of a real cluster run in directories of their own: `frtrace job/` must
+    still reach them, and the report name the files as given, as the local run does."""
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "job").symlink_to(synth_job)
+    monkeypatch.chdir(here)
+    local = run_cli(["job", "--format", "json", "--workers", "2", "-v"])
+    monkeypatch.chdir(tmp_path)  # where the cluster's workers start; the command then runs in `here`
+    (remote,) = in_cluster([["job", "--format", "json", "--scheduler", "{scheduler}", "-v"]],
+                           TEST_PROCESSES="1", TEST_CHDIR=str(here))
+    assert (remote["code"], remote["stdout"]) == (local.exit_code, local.stdout)
+    assert _without_timing(remote["stderr"]) == _without_timing(local.stderr)
+
+
+def _without_timing(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if " total (" not in line)
 
 
 def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):

@@ -249,7 +249,8 @@ class DaskRunner:
         def submit(count: int) -> None:
             while batches and count > 0:
                 batch = batches.popleft()
-                pending.append((batch, self.client.submit(self.task, batch, deal, pure=False)))
+                sent = [_from_anywhere(job) for job in batch]
+                pending.append((batch, self.client.submit(self.task, sent, deal, pure=False)))
                 count -= 1
 
         submit(IN_FLIGHT_PER_THREAD * threads)
@@ -306,6 +307,16 @@ class DaskRunner:
                     part.close()
                 except Exception:  # already gone: nothing to release
                     pass
+
+
+def _from_anywhere(job: tuple) -> tuple:
+    """`job` with its local path made absolute: a worker elsewhere does not share this
+    process's working directory. The results name the file as given all the same
+    (loader._load_result restores the paths of the files found)."""
+    path = job[1]
+    if isinstance(path, str) and not os.path.isabs(path):
+        return (job[0], os.path.abspath(path), *job[2:])
+    return job
 
 
 def _finished(future):

@@ -21,6 +21,7 @@ from array import array
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from itertools import islice
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from frtrace.load.discovery import (
@@ -427,7 +428,11 @@ def _load_result(files: list, found: Discovery, results: list, notes: list, inpu
     """The LoadResult of `files`, given a RankDump or LoadIssue per file (in their order)."""
     dumps: list[RankDump] = []
     errors: list[LoadIssue] = list(found.refused)
-    for result in results:
+    for (_, path), result in zip(files, results):
+        if isinstance(path, Path) and isinstance(result, (RankDump, LoadIssue)):
+            # Read through an absolute path on a cluster's worker (cluster._from_anywhere):
+            # named as this process found it, as a local run names it.
+            result.path = str(path)
         (dumps if isinstance(result, RankDump) else errors).append(result)
     failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))
     return LoadResult(dumps=dumps, skipped=found.skipped, errors=errors, prefix=found.prefix, failed_ranks=failed,
