@@ -26,7 +26,7 @@ from frtrace.load.generations import (
 )
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR as INFLATION_FLOOR
 from frtrace.load.sniff import OWN_OUTPUTS, FileKind, classify_file, classify_head
-from frtrace.load.sources import RefusedMember, Source, SourceError, expand_input, needs_expanding
+from frtrace.load.sources import RefusedMember, Source, SourceError, as_input, expand_input, needs_expanding
 from frtrace.model import LoadIssue
 from frtrace.util import plural, shortened
 
@@ -91,6 +91,9 @@ def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = Non
                    max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None,
                    notes: Optional[list] = None) -> list:
     files: list = []
+    # A caller of the library may name a local path as text: as the command line does, only
+    # URLs stay text (see sources.as_input), so text is never taken for a local Path below.
+    inputs = [as_input(item) for item in inputs]
     expanded = [item for item in inputs if needs_expanding(item)]
     # Compressed tarballs inflate as they are listed: together, within one floor.
     floor = INFLATION_FLOOR // max(1, len(expanded))
