@@ -18,9 +18,9 @@ Pure: takes file facts (rank, path, name tag, mtime) and the time now, never rea
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Callable, Hashable, Iterable, NamedTuple, Optional, TypeVar
 
+from frtrace.load.sources import DumpPath
 from frtrace.util import fold_ranks, plural
 
 # Ranks of one incident dump within seconds of each other (all time out together, or are
@@ -47,7 +47,7 @@ def plausible_time(mtime: Optional[float], now: float) -> Optional[float]:
 
 class DumpFile(NamedTuple):
     rank: int
-    path: Path
+    path: DumpPath
     tag: str  # what follows the rank in the name: "" for rank_3, ".1" for rank_3.1
     mtime: float
 

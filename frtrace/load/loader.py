@@ -23,10 +23,10 @@ from concurrent.futures import ProcessPoolExecutor
 from itertools import islice
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
+from frtrace.errors import InputError
 from frtrace.load.discovery import (
     DEFAULT_MAX_FILE_BYTES,
     Discovery,
-    InputError,
     discover_dump_files,
     find_dump_files,
     parse_rank_from_name,

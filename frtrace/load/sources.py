@@ -142,6 +142,10 @@ class Source:
         raise NotImplementedError
 
 
+# A dump file: a local path, or a Source (an object in a store, an archive member).
+DumpPath = Union[Path, Source]
+
+
 class RemoteFile(Source):
     """An object in a store, read through fsspec by whichever process loads it (its
     credentials come from that process's environment and profiles)."""
