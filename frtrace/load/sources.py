@@ -77,9 +77,10 @@ def is_url(item: object) -> TypeGuard[str]:
     return isinstance(item, str) and _URL.match(item) is not None
 
 
-def as_input(item: Input) -> Input:
-    """A command-line input as the loader takes it: URLs stay strings (a Path would fold
-    `s3://` into `s3:/`), `file://` URLs become local paths, everything else a Path."""
+def as_input(item: object) -> Input:
+    """A command-line input (read as its text: a str, a Path, ...) as the loader takes it:
+    URLs stay strings (a Path would fold `s3://` into `s3:/`), `file://` URLs become local
+    paths, everything else a Path."""
     text = str(item)
     match = _URL.match(text)
     if match is None:
