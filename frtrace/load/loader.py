@@ -567,7 +567,7 @@ def job_batches(jobs: list[Job], workers: int) -> list[list[Job]]:
     return _batches(jobs, max(1, min(16, len(jobs) // (8 * workers))))
 
 
-def take_batch(batch: list[Sent], results: list[LoadOutcome], total: int, shared: SharedValues,
+def take_batch(batch: Sequence[Sent], results: list[LoadOutcome], total: int, shared: SharedValues,
                on_dump: Optional[OnDump] = None, progress: Optional[Progress] = None) -> None:
     """Receive a worker's batch of results into `results`, in this process (see _received)."""
     for sent in batch:
