@@ -27,12 +27,33 @@ import concurrent.futures
 import logging
 import os
 from collections import deque
-from typing import Callable, Iterator, NamedTuple, Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Optional, Sequence, TypeVar, Union
 
-from frtrace.load.loader import InputError, _load_batch_for_transfer, job_batches, take_batch
+from frtrace.load.loader import (
+    InputError,
+    Job,
+    LoadOutcome,
+    OnDump,
+    Progress,
+    Sent,
+    _load_batch_for_transfer,
+    job_batches,
+    take_batch,
+)
 from frtrace.load.safe_decode import _one_line
 from frtrace.model import LoadIssue
+from frtrace.table.entry_columns import SharedValues
 from frtrace.util import fold_ranks, install_hint, plural
+
+if TYPE_CHECKING:
+    from distributed import Client, Future, LocalCluster
+
+_Result = TypeVar("_Result")
+_Fetched = TypeVar("_Fetched")
+# What DaskRunner.dispatch keeps of a batch of jobs: the Future of its results (they stay on
+# the worker), or a LoadIssue per job where it failed.
+KeptBatch = Union["Future[list[Sent]]", "list[LoadIssue]"]
 
 INSTALL_HINT = install_hint("dask")
 # An external cluster may still be starting its workers (a Slurm allocation, a Kubernetes
@@ -103,7 +124,7 @@ class WorkerFiles:
         except OSError:
             pass
 
-    def _on(self, file: WorkerFile, function, *args):
+    def _on(self, file: WorkerFile, function: Callable[..., _Result], *args: object) -> _Result:
         """`function(*args)` run on `file`'s worker; OSError when that cannot be done."""
         if file.worker not in self._runner.worker_addresses():
             raise OSError(f"dask worker {file.worker}, which made it, has left the cluster")
@@ -117,7 +138,7 @@ class WorkerFiles:
             raise OSError(f"dask worker {file.worker}, which made it, did not send it ({_reason(exc)})") from None
 
 
-def _dask():
+def _dask() -> ModuleType:
     try:
         import distributed
     except ImportError:
@@ -140,10 +161,10 @@ def parse_local(address: str) -> Optional[int]:
 class DaskRunner:
     """Runs the loader's jobs on a dask cluster (see the module doc)."""
 
-    def __init__(self, client, cluster, address: str):
+    def __init__(self, client: Client, cluster: Optional[LocalCluster], address: str) -> None:
         self.client, self.cluster, self.address = client, cluster, address
         # What a worker runs on a batch of jobs (and whether to deal them by group).
-        self.task: Callable[[list, bool], list] = _load_batch_for_transfer
+        self.task: Callable[[list[Job], bool], list[Sent]] = _load_batch_for_transfer
         self._plugin: Optional[str] = None  # the name of the workers' plugin this run registered
 
     @classmethod
@@ -192,58 +213,63 @@ class DaskRunner:
         self._plugin = DecoderChildren.name
 
     def threads(self) -> int:
-        return max(1, sum(w.get("nthreads", 1) for w in self._workers().values()))
+        nthreads: int = sum(w.get("nthreads", 1) for w in self._workers().values())
+        return max(1, nthreads)
 
     def worker_addresses(self) -> set[str]:
         """The addresses of the workers in the cluster now."""
         return set(self._workers())
 
-    def _workers(self) -> dict:
+    def _workers(self) -> dict[str, dict[str, Any]]:
         try:
             info = self.client.scheduler_info(n_workers=-1)
         except TypeError:  # older distributed
             info = self.client.scheduler_info()
         except Exception:
             return {}
-        return info.get("workers", {})
+        workers: dict[str, dict[str, Any]] = info.get("workers", {})  # address -> what the scheduler says of it
+        return workers
 
-    def __call__(self, jobs: list, progress, shared, on_dump=None) -> tuple:
+    def __call__(self, jobs: list[Job], progress: Optional[Progress], shared: SharedValues,
+                 on_dump: Optional[OnDump] = None) -> tuple[list[LoadOutcome], list[str]]:
         """`(results in job order, notes)`: a RankDump or LoadIssue per job (see module doc)."""
-        results: list = []
+        results: list[LoadOutcome] = []
 
-        def take(batch: list, outcome) -> None:
+        def take(batch: list[Job], outcome: Sequence[Sent]) -> None:
             take_batch(outcome, results, len(jobs), shared, on_dump, progress)
 
-        notes = self._run(jobs, on_dump is not None, gather=True, take=take)
+        notes = self._run(jobs, on_dump is not None, fetch=_result, take=take)
         return results, notes
 
-    def dispatch(self, jobs: list, progress=None) -> tuple:
+    def dispatch(self, jobs: list[Job], progress: Optional[Progress] = None) -> tuple[list[KeptBatch], list[str]]:
         """`(parts, notes)`: the jobs run as for `__call__` (each dump dealt by group), but
         each batch's results stay on the worker that made them. `parts` holds, per batch
         in job order, its Future, or LoadIssues where it failed; `RemoteLoad.analysed`
         takes them up on a worker, so that no entry travels to this process."""
-        parts: list = []
+        parts: list[KeptBatch] = []
         done = 0
 
-        def keep(batch: list, outcome) -> None:
+        def keep(batch: list[Job], outcome: KeptBatch) -> None:
             nonlocal done
             parts.append(outcome)
             done += len(batch)
             if progress:
                 progress(done, len(jobs))
 
-        notes = self._run(jobs, True, gather=False, take=keep)
+        notes = self._run(jobs, True, fetch=_finished, take=keep)
         return parts, notes
 
-    def _run(self, jobs: list, deal: bool, gather: bool, take) -> list:
+    def _run(self, jobs: list[Job], deal: bool, fetch: Callable[[Future[list[Sent]]], _Fetched],
+             take: Callable[[list[Job], Union[_Fetched, list[LoadIssue]]], None]) -> list[str]:
         """Run the jobs in batches, a few in flight per worker thread; `take(batch, outcome)`
-        for each in job order, the outcome being the batch's results (`gather`), its Future
-        (not `gather`: the results stay on the worker), or a LoadIssue per job where it
-        failed. Returns the notes on what failed."""
+        for each in job order, the outcome being what `fetch` makes of the batch's Future
+        once its task finished (the results: `_result`; the Future itself, the results
+        staying on the worker: `_finished`), or a LoadIssue per job where it failed.
+        Returns the notes on what failed."""
         threads = self.threads()
         batches = deque(job_batches(jobs, threads))
-        pending: deque = deque()
-        failures: dict = {}  # note -> ranks
+        pending: deque[tuple[list[Job], Optional[Future[list[Sent]]]]] = deque()
+        failures: dict[str, list[int]] = {}  # note -> ranks
         lost: Optional[str] = None
 
         def submit(count: int) -> None:
@@ -256,16 +282,17 @@ class DaskRunner:
         submit(IN_FLIGHT_PER_THREAD * threads)
         while pending:
             batch, future = pending.popleft()
-            outcome = None
-            if lost is None:
+            outcome: Union[_Fetched, list[LoadIssue], None] = None
+            if lost is None and future is not None:  # (a batch without a Future comes after `lost`)
                 try:
-                    outcome = future.result() if gather else _finished(future)
+                    outcome = fetch(future)
                 except Exception as exc:
                     problem, lost = _classify_failure(exc, self.address)
                     if lost is None:
                         failures.setdefault(problem, []).extend(job[0] for job in batch)
                         outcome = [LoadIssue(str(job[1]), f"not read: {problem}") for job in batch]
             if outcome is None:  # the scheduler is gone: nothing more will come back
+                assert lost is not None  # set whenever no outcome came back
                 failures.setdefault(lost, []).extend(job[0] for job in batch)
                 outcome = [LoadIssue(str(job[1]), f"not read: {lost}") for job in batch]
             else:
@@ -277,7 +304,7 @@ class DaskRunner:
         return [f"error: {problem}: {plural(len(ranks), 'dump')} not read (rank {fold_ranks(ranks)}); "
                 "they count as unreadable, the rest is analysed" for problem, ranks in failures.items()]
 
-    def run_task(self, function, *args):
+    def run_task(self, function: Callable[..., _Result], *args: object) -> _Result:
         """`function(*args)` run as one task on a worker of this cluster; its result here.
         Raises what the function raised; InputError when its worker died."""
         import distributed
@@ -298,7 +325,7 @@ class DaskRunner:
         if self._plugin is not None and self.cluster is None:
             # Another's cluster: its workers end this run's decoder children now.
             try:
-                self.client.unregister_worker_plugin(self._plugin)
+                self.client.unregister_worker_plugin(self._plugin)  # type: ignore[no-untyped-call]  # unannotated in distributed
             except Exception:  # the scheduler is gone: so are the workers' children, with them
                 pass
         for part in (self.client, self.cluster):
@@ -309,7 +336,7 @@ class DaskRunner:
                     pass
 
 
-def _from_anywhere(job: tuple) -> tuple:
+def _from_anywhere(job: Job) -> Job:
     """`job` with its local path made absolute: a worker elsewhere does not share this
     process's working directory. The results name the file as given all the same
     (loader._load_result restores the paths of the files found)."""
@@ -319,13 +346,18 @@ def _from_anywhere(job: tuple) -> tuple:
     return job
 
 
-def _finished(future):
+def _result(future: Future[_Result]) -> _Result:
+    """What `future`'s task returned, fetched to this process; raises what the task raised."""
+    return future.result()
+
+
+def _finished(future: Future[_Result]) -> Future[_Result]:
     """`future` once its task finished, without fetching its result; raises what the task raised."""
     import distributed
 
-    distributed.wait([future])
+    distributed.wait([future])  # type: ignore[no-untyped-call]  # distributed leaves wait() unannotated
     if future.status == "error":
-        exc = future.exception()
+        exc = future.exception()  # type: ignore[no-untyped-call]  # unannotated in distributed
         raise exc if isinstance(exc, BaseException) else RuntimeError(str(exc))
     if future.status == "cancelled":
         raise concurrent.futures.CancelledError(f"task {future.key} was cancelled")
@@ -337,7 +369,7 @@ def _reason(exc: BaseException) -> str:
     return _one_line(f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text, 200)
 
 
-def _classify_failure(exc: BaseException, address: str) -> tuple:
+def _classify_failure(exc: BaseException, address: str) -> tuple[str, Optional[str]]:
     """`(problem, lost)`: what to say about a batch that came back as an exception, and
     whether the scheduler itself is gone (then `lost` is the problem, for every batch left)."""
     import distributed

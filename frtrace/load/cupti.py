@@ -35,7 +35,9 @@ apart, from the plugin's source:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Iterable, NamedTuple
+
+from frtrace.load.safe_decode import RawDump, RawValue
 
 WRITER = "cupti_monitor"
 C10D = "c10d"
@@ -49,7 +51,7 @@ _PLAUSIBLE_UNIX_NS = (10**18, 4_102_444_800 * 10**9)
 _TIME_FIELDS = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
 
 
-def is_monitor_dump(raw: dict) -> bool:
+def is_monitor_dump(raw: RawDump) -> bool:
     """Whether the CUPTI comms monitor wrote this decoded dump (its entries carry
     `process_group_ranks`)."""
     entries = raw.get("entries")
@@ -59,18 +61,18 @@ def is_monitor_dump(raw: dict) -> bool:
 
 
 class Adapted(NamedTuple):
-    dump: dict  # in c10d's shape
+    dump: RawDump  # in c10d's shape
     clock: str  # WALL_CLOCK or CUPTI_CLOCK
     clipped: bool  # the window may not reach back to the job's first ops
 
 
-def as_c10d(raw: dict) -> Adapted:
+def as_c10d(raw: RawDump) -> Adapted:
     """The dump in c10d's shape, the clock of its times, and whether its window is clipped,
     for a dump `is_monitor_dump` accepts. Entries that are not dicts are left for the
     normaliser to reject."""
     entries = raw["entries"]
-    config: dict[str, dict] = {}
-    first_seq: dict[str, Any] = {}  # stream name -> its first collective_seq_id
+    config: dict[str, dict[str, str]] = {}
+    first_seq: dict[str, RawValue] = {}  # stream name -> its first collective_seq_id
     for entry in entries:
         if not isinstance(entry, dict):
             continue
@@ -93,7 +95,7 @@ def as_c10d(raw: dict) -> Adapted:
     return Adapted(adapted, _clock_of(entries), not _from_the_start(first_seq.values()))
 
 
-def _from_the_start(firsts: Any) -> bool:
+def _from_the_start(firsts: Iterable[RawValue]) -> bool:
     """Whether every stream's first number is the lowest any holds (0 for NCCL's counters):
     then no stream lost its oldest ops."""
     numbers = list(firsts)
@@ -102,7 +104,7 @@ def _from_the_start(firsts: Any) -> bool:
     return not numbers or len(set(numbers)) == 1 and numbers[0] <= 1
 
 
-def _group_of(pg: Any) -> tuple[str, str]:
+def _group_of(pg: RawValue) -> tuple[str, str]:
     """(name, desc) from the entry's `[name, desc]`; odd values are kept for the normaliser
     to warn about, under a name no real group has."""
     if isinstance(pg, (list, tuple)) and pg and all(isinstance(part, str) for part in pg[:2]):
@@ -110,20 +112,20 @@ def _group_of(pg: Any) -> tuple[str, str]:
     return "?", ""
 
 
-def _op_of(profiling_name: Any) -> str:
+def _op_of(profiling_name: RawValue) -> str:
     if not isinstance(profiling_name, str):
         return "?"
     return profiling_name.partition(":")[2].strip().split(" ", 1)[0] or profiling_name
 
 
-def _ranks_text(ranks: Any) -> str:
+def _ranks_text(ranks: RawValue) -> str:
     """pg_config's rank list as c10d writes it (`"[0, 1]"`); "[]" when the entry does not say."""
     if isinstance(ranks, (list, tuple)) and all(type(r) is int for r in ranks):
         return str(list(ranks))
     return "[]"
 
 
-def _clock_of(entries: list) -> str:
+def _clock_of(entries: list[RawValue]) -> str:
     """WALL_CLOCK when every time the dump holds is a plausible Unix time (the plugin was
     given a clock converter), else CUPTI_CLOCK. A dump with no time at all says nothing
     either way and counts as wall clock."""

@@ -13,7 +13,7 @@ import stat
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Iterable, NamedTuple, Optional, Sequence
 
 from frtrace.errors import InputError  # raised here, caught by the API's callers
 from frtrace.load.generations import (
@@ -26,7 +26,17 @@ from frtrace.load.generations import (
 )
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR as INFLATION_FLOOR
 from frtrace.load.sniff import OWN_OUTPUTS, FileKind, classify_file, classify_head
-from frtrace.load.sources import RefusedMember, Source, SourceError, expand_input, needs_expanding
+from frtrace.load.sources import (
+    DumpPath,
+    Input,
+    Problem,
+    RefusedMember,
+    Source,
+    SourceError,
+    as_input,
+    expand_input,
+    needs_expanding,
+)
 from frtrace.model import LoadIssue
 from frtrace.util import plural, shortened
 
@@ -48,7 +58,7 @@ OTHER_GENERATION = "another generation of dumps"
 class _Candidate:
     __slots__ = ("path", "prefix", "rank", "tag")
 
-    def __init__(self, path: Path, prefix: str, rank: int, tag: str = ""):
+    def __init__(self, path: DumpPath, prefix: str, rank: int, tag: str = "") -> None:
         # tag: what marks another generation of the same rank (`.1` in `rank_3.1`)
         self.path, self.prefix, self.rank, self.tag = path, prefix, rank, tag
 
@@ -63,7 +73,7 @@ def _strip_suffixes(name: str) -> str:
     return name
 
 
-def parse_rank_from_name(name: str, prefix: Optional[str] = None) -> Optional[tuple]:
+def parse_rank_from_name(name: str, prefix: Optional[str] = None) -> Optional[tuple[str, int]]:
     """`("nccl_trace_rank_node02_", 5)` for `nccl_trace_rank_node02_5.pkl`, or None."""
     if prefix is not None and not name.startswith(prefix):
         return None
@@ -87,17 +97,21 @@ def _walk_files(root: Path) -> Iterable[Path]:
                 yield Path(dirpath) / filename
 
 
-def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = None,
+def _expand_inputs(inputs: Sequence[Input], issues: list[LoadIssue], refused: Optional[list[LoadIssue]] = None,
                    max_bytes: int = DEFAULT_MAX_FILE_BYTES, prefix: Optional[str] = None,
-                   notes: Optional[list] = None) -> list:
-    files: list = []
+                   notes: Optional[list[str]] = None) -> list[DumpPath]:
+    files: list[DumpPath] = []
+    # A caller of the library may name a local path as text: as the command line does, only
+    # URLs stay text (see sources.as_input), so text is never taken for a local Path below.
+    inputs = [as_input(item) for item in inputs]
     expanded = [item for item in inputs if needs_expanding(item)]
     # Compressed tarballs inflate as they are listed: together, within one floor.
     floor = INFLATION_FLOOR // max(1, len(expanded))
     for item in inputs:
-        if needs_expanding(item):  # a URL or an archive: its objects or members (load/sources.py)
+        # A URL (all text is, now) or an archive: its objects or members (load/sources.py).
+        if isinstance(item, str) or needs_expanding(item):
             wanted = lambda name: parse_rank_from_name(name, prefix) is not None  # noqa: E731
-            problems: list = []
+            problems: list[Problem] = []
             try:
                 files.extend(expand_input(item, max_bytes, wanted, problems, notes, floor))
             except SourceError as exc:
@@ -115,11 +129,11 @@ def _expand_inputs(inputs: Sequence, issues: list, refused: Optional[list] = Non
     return _each_file_once(files, notes)
 
 
-def _each_file_once(files: list, notes: Optional[list]) -> list:
+def _each_file_once(files: list[DumpPath], notes: Optional[list[str]]) -> list[DumpPath]:
     """`files` with each file once: one reached through two inputs (`frtrace d d/rank_3`,
     an archive given twice) or through a link next to it is the same file, not two dumps
     of its rank. The last spelling is kept; one note says how many were reached twice."""
-    kept: dict = {}
+    kept: dict[str, DumpPath] = {}
     twice = []
     for path in files:
         key = str(path) if isinstance(path, Source) else os.path.realpath(path)
@@ -143,18 +157,18 @@ _OUTPUT_LIKE_SUFFIXES = (".pkl", ".pickle", ".json", ".gz")
 _GENERATION_TAG = re.compile(r"^(?P<prefix>.*\D)(?P<rank>\d+)(?P<tag>\.)$")
 
 
-def _family_score(counts: Counter):
-    def score(family: str) -> tuple:
+def _family_score(counts: Counter[str]) -> Callable[[str], tuple[bool, int, str]]:
+    def score(family: str) -> tuple[bool, int, str]:
         hinted = any(hint in family.lower() for hint in DUMP_NAME_HINTS)
         return (hinted, counts[family], family)
 
     return score
 
 
-def _pick_family(candidates: list) -> Optional[str]:
+def _pick_family(candidates: list[_Candidate]) -> Optional[str]:
     """The naming family of the dumps: the best-scoring one whose content says dump;
     failing that (every file broken), the best whose name says dump. None for neither."""
-    by_family: dict = {}
+    by_family: dict[str, list[_Candidate]] = {}
     for cand in candidates:
         by_family.setdefault(_naming_family(cand.prefix), []).append(cand)
     ranked = sorted(by_family, key=_family_score(Counter({f: len(c) for f, c in by_family.items()})), reverse=True)
@@ -173,7 +187,7 @@ def _pick_family(candidates: list) -> Optional[str]:
     return None
 
 
-def _is_own_output(cand: _Candidate, skipped: list) -> bool:
+def _is_own_output(cand: _Candidate, skipped: list[LoadIssue]) -> bool:
     """frtrace's Database, SQLite or timeline file left among the dumps (by its content)."""
     if not cand.path.name.lower().endswith(_OUTPUT_LIKE_SUFFIXES):
         return False
@@ -184,7 +198,7 @@ def _is_own_output(cand: _Candidate, skipped: list) -> bool:
     return False
 
 
-def _with_generation_tags(candidates: list) -> list:
+def _with_generation_tags(candidates: list[_Candidate]) -> list[_Candidate]:
     """`rank_3.1` next to `rank_3`: rank 3 of another generation, not rank 1 of `rank_3.`.
     Only when the plain family exists, so `job3.0, job3.1, ...` keep their ranks."""
     plain = {_naming_family(c.prefix) for c in candidates}
@@ -197,7 +211,7 @@ def _with_generation_tags(candidates: list) -> list:
     return tagged
 
 
-def _classify(path) -> FileKind:
+def _classify(path: DumpPath) -> FileKind:
     """`classify_file` for a local path or a Source (an object in a store, an archive member)."""
     if isinstance(path, Source):
         try:
@@ -208,7 +222,7 @@ def _classify(path) -> FileKind:
 
 
 # A dump file found for a rank: a local path, or an object in a store or an archive member.
-RankFile = tuple[int, Union[Path, Source]]
+RankFile = tuple[int, DumpPath]
 
 
 class Discovery(NamedTuple):
@@ -217,10 +231,10 @@ class Discovery(NamedTuple):
     prefix: str  # the naming family, digits shown as N
     notes: list[str]  # one line each for the user: several generations found, which one is read
     # archive members refused by name or type, archives cut short: LoadIssue each (errors, not skips)
-    refused: tuple = ()
+    refused: tuple[LoadIssue, ...] = ()
 
 
-def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_generations: bool = False,
+def discover_dump_files(inputs: Sequence[Input], prefix: Optional[str] = None, all_generations: bool = False,
                         max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Discovery:
     """The dump files under `inputs`, one per rank, of the newest complete generation
     (see load/generations.py) unless `all_generations`.
@@ -229,9 +243,9 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
     treated alike) and whose content is a dump wins; other files are skipped with a
     reason, and so are frtrace's own outputs.
     """
-    skipped: list = []
-    refused: list = []
-    listed: list = []  # notes from listing archives and prefixes (names listed twice)
+    skipped: list[LoadIssue] = []
+    refused: list[LoadIssue] = []
+    listed: list[str] = []  # notes from listing archives and prefixes (names listed twice)
     candidates = []
     for path in _expand_inputs(inputs, skipped, refused, max_bytes, prefix, listed):
         if isinstance(path, RefusedMember) and not path.candidate:
@@ -253,7 +267,7 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
         if prefix is None and _naming_family(cand.prefix) != family:
             skipped.append(LoadIssue(str(cand.path), f"name does not follow the dump naming {family.replace('#', 'N')}<rank>"))
         else:
-            chosen.append(DumpFile(cand.rank, cand.path, cand.tag, _mtime(cand.path)))  # type: ignore[arg-type]  # None until _times_known
+            chosen.append(cand)
     timed, impossible = _times_known(chosen, time.time())
     files, notes = _one_generation(timed, skipped, all_generations)
     if 0 < impossible < len(chosen) and not all_generations:  # all alike (a tar made with --mtime=@0): nothing to say
@@ -262,7 +276,7 @@ def discover_dump_files(inputs: Sequence, prefix: Optional[str] = None, all_gene
     return Discovery(sorted(files), skipped, family.replace("#", "N"), listed + notes, tuple(refused))
 
 
-def _mtime(path) -> Optional[float]:
+def _mtime(path: DumpPath) -> Optional[float]:
     if isinstance(path, Source):
         return path.mtime
     try:
@@ -273,17 +287,19 @@ def _mtime(path) -> Optional[float]:
     return info.st_mtime if stat.S_ISREG(info.st_mode) else None
 
 
-def _times_known(files: list, now: float) -> tuple:
+def _times_known(candidates: list[_Candidate], now: float) -> tuple[list[DumpFile], int]:
     """`(files, how many had an impossible time)`: files whose time says nothing (none, or
     one no file can have: see generations.plausible_time) go with the newest, never a
     generation of their own."""
-    times = [plausible_time(f.mtime, now) for f in files]
-    impossible = sum(1 for f, t in zip(files, times) if t is None and f.mtime is not None)
+    mtimes = [_mtime(c.path) for c in candidates]
+    times = [plausible_time(mtime, now) for mtime in mtimes]
+    impossible = sum(1 for mtime, t in zip(mtimes, times) if t is None and mtime is not None)
     newest = max((t for t in times if t is not None), default=0.0)
-    return [f._replace(mtime=newest if t is None else t) for f, t in zip(files, times)], impossible
+    return [DumpFile(c.rank, c.path, c.tag, newest if t is None else t) for c, t in zip(candidates, times)], impossible
 
 
-def _one_generation(files: list, skipped: list, all_generations: bool) -> tuple:
+def _one_generation(files: list[DumpFile], skipped: list[LoadIssue],
+                    all_generations: bool) -> tuple[list[RankFile], list[str]]:
     """`([(rank, path)], notes)` of the generation to analyse; the others join `skipped`."""
     try:
         if all_generations:
@@ -303,7 +319,7 @@ def _one_generation(files: list, skipped: list, all_generations: bool) -> tuple:
     return [(f.rank, f.path) for f in choice.chosen.files], notes
 
 
-def find_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None) -> tuple:
+def find_dump_files(inputs: Sequence[Path], prefix: Optional[str] = None) -> tuple[list[RankFile], list[LoadIssue], str]:
     """`(files, skipped, prefix_used)` of `discover_dump_files`: files is a sorted list of (rank, path)."""
     found = discover_dump_files(inputs, prefix)
     return found.files, found.skipped, found.prefix

@@ -16,7 +16,9 @@ import faulthandler
 import io
 import os
 import pickle
-from typing import Callable
+from typing import Callable, Generic, Optional, TypeVar
+
+_Result = TypeVar("_Result")
 
 
 class OwnResultUnpickler(pickle.Unpickler):
@@ -26,13 +28,14 @@ class OwnResultUnpickler(pickle.Unpickler):
     _ALLOWED = {("array", "array"), ("array", "_array_reconstructor"), ("builtins", "frozenset"),
                 ("builtins", "set"), ("builtins", "range"), ("builtins", "slice")}
 
-    def find_class(self, module: str, name: str):  # type: ignore[no-untyped-def]
+    def find_class(self, module: str, name: str) -> Callable[..., object]:
         if module.startswith("frtrace.") or (module, name) in self._ALLOWED:
-            return super().find_class(module, name)
+            found: Callable[..., object] = super().find_class(module, name)  # typeshed says Any
+            return found
         raise pickle.UnpicklingError(f"unexpected {module}.{name} in a child's result")
 
 
-class Forked:
+class Forked(Generic[_Result]):
     """A forked child computing a function; `collect()` its result."""
 
     __slots__ = ("pid", "_read_fd")
@@ -42,7 +45,7 @@ class Forked:
         self._read_fd = read_fd
 
     @classmethod
-    def start(cls, function: Callable, *args: object) -> "Forked":
+    def start(cls, function: Callable[..., _Result], *args: object) -> Forked[_Result]:
         """Fork a child computing `function(*args)`. Raises OSError when the system will
         not fork (out of processes or memory). Needs os.fork."""
         read_fd, write_fd = os.pipe()
@@ -67,7 +70,7 @@ class Forked:
         os.close(write_fd)
         return cls(pid, read_fd)
 
-    def collect(self) -> tuple:
+    def collect(self) -> tuple[Optional[_Result], Optional[int]]:
         """`(result, None)` once the child is done, or `(None, its exit code)` when it
         died or sent nothing."""
         with open(self._read_fd, "rb", closefd=True) as pipe:

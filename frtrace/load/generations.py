@@ -18,9 +18,9 @@ Pure: takes file facts (rank, path, name tag, mtime) and the time now, never rea
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Iterable, NamedTuple, Optional
+from typing import Callable, Hashable, Iterable, NamedTuple, Optional, TypeVar
 
+from frtrace.load.sources import DumpPath
 from frtrace.util import fold_ranks, plural
 
 # Ranks of one incident dump within seconds of each other (all time out together, or are
@@ -33,6 +33,7 @@ FEW_FILES = 0.5
 # Times up to this (1980-01-01, the earliest a zip can say, and what one says without a
 # time) are placeholders, not times.
 EARLIEST_TIME = 315_532_800.0
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 def plausible_time(mtime: Optional[float], now: float) -> Optional[float]:
@@ -46,7 +47,7 @@ def plausible_time(mtime: Optional[float], now: float) -> Optional[float]:
 
 class DumpFile(NamedTuple):
     rank: int
-    path: Path
+    path: DumpPath
     tag: str  # what follows the rank in the name: "" for rank_3, ".1" for rank_3.1
     mtime: float
 
@@ -81,19 +82,19 @@ class GenerationChoice(NamedTuple):
 class SameRankTwice(ValueError):
     """Two files of one rank that nothing tells apart (same directory, tag and time)."""
 
-    def __init__(self, first: DumpFile, second: DumpFile):
+    def __init__(self, first: DumpFile, second: DumpFile) -> None:
         super().__init__(f"rank {first.rank} has two dump files: {first.path} and {second.path}")
         self.first, self.second = first, second
 
 
-def _by_key(files: Iterable[DumpFile], key) -> dict:
-    groups: dict = {}
+def _by_key(files: Iterable[DumpFile], key: Callable[[DumpFile], _Key]) -> dict[_Key, list[DumpFile]]:
+    groups: dict[_Key, list[DumpFile]] = {}
     for f in files:
         groups.setdefault(key(f), []).append(f)
     return groups
 
 
-def _split_by_time(files: list, gap: float) -> list:
+def _split_by_time(files: list[DumpFile], gap: float) -> list[list[DumpFile]]:
     """Runs of files whose modification times follow each other within `gap` seconds."""
     ordered = sorted(files, key=lambda f: (f.mtime, str(f.path)))
     runs = [[ordered[0]]]
@@ -104,10 +105,10 @@ def _split_by_time(files: list, gap: float) -> list:
     return runs
 
 
-def _merge_disjoint(groups: list, gap: float) -> list:
+def _merge_disjoint(groups: list[list[DumpFile]], gap: float) -> list[list[DumpFile]]:
     """Per-host subdirectories of one job hold disjoint ranks, dumped at about the same
     time: one generation. Directories that repeat a rank, or dumped apart, stay apart."""
-    merged: list = []
+    merged: list[list[DumpFile]] = []
     for group in sorted(groups, key=lambda g: (-max(f.mtime for f in g), str(g[0].path))):
         ranks = {f.rank for f in group}
         for other in merged:
@@ -122,7 +123,7 @@ def _merge_disjoint(groups: list, gap: float) -> list:
 
 def require_one_file_per_rank(files: Iterable[DumpFile]) -> None:
     """SameRankTwice unless every rank has one file."""
-    seen: dict = {}
+    seen: dict[int, DumpFile] = {}
     for f in sorted(files, key=lambda f: str(f.path)):
         if f.rank in seen:
             raise SameRankTwice(seen[f.rank], f)

@@ -8,6 +8,7 @@ child of its own; each is normalised there (`normalise`). Nothing here prints: t
 decides what to say.
 """
 
+from __future__ import annotations
 
 import faulthandler
 import functools
@@ -21,13 +22,29 @@ from array import array
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from itertools import islice
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+    overload,
+)
 
+from frtrace.errors import InputError
 from frtrace.load.discovery import (
     DEFAULT_MAX_FILE_BYTES,
     Discovery,
-    InputError,
+    RankFile,
     discover_dump_files,
     find_dump_files,
     parse_rank_from_name,
@@ -42,18 +59,30 @@ from frtrace.load.normalise import (
     set_entries,
 )
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, DecodeError, MayNestTooDeeply, decode_dump
-from frtrace.load.sources import Source, SourceError, as_input
+from frtrace.load.sources import DumpPath, Input, Source, SourceError, as_input
 from frtrace.model import LoadIssue, LoadResult
 from frtrace.table.by_group import GroupParts, deal_by_group
 from frtrace.table.entry_columns import SharedValues
 from frtrace.table.rank_dump import RankDump
 from frtrace.util import cyclic_gc_paused
 
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
 __all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_FILE_BYTES", "Discovery", "InputError", "RemoteLoad", "discover_dump_files",
            "dispatch_load",
            "find_dump_files", "iter_dump_files", "load_dump_files", "load_dumps", "load_one", "normalise_dump",
            "parse_profiling_name", "parse_rank_from_name", "read_dump_file", "select_files"]
 
+
+# What loading one file gives: its dump, or why there is none.
+LoadOutcome = Union[RankDump, LoadIssue]
+# One load job: (rank, path: a local path as text or a Source, max bytes, drop it from the
+# page cache, its share of the inflation floor): load_one's first arguments.
+Job = tuple[int, Union[str, Source], int, bool, int]
+# Called with (files done, files in all).
+Progress = Callable[[int, int], None]
+_Mapped = TypeVar("_Mapped")
 
 # --------------------------------------------------------------------------- loading
 
@@ -95,7 +124,7 @@ def read_dump_file(path: str, max_bytes: int, drop_from_cache: bool = False) -> 
 CACHE_SHARE = 0.25
 
 
-def _inputs_crowd_memory(paths: Sequence) -> bool:
+def _inputs_crowd_memory(paths: Sequence[DumpPath]) -> bool:
     """Whether the dump files are large next to this machine's memory. Then the page cache
     holding them would crowd out the memory the analysis needs (about 1.5 times their
     size): past free memory, every page the main process touches first makes the kernel
@@ -116,7 +145,8 @@ def _inputs_crowd_memory(paths: Sequence) -> bool:
     return total > CACHE_SHARE * memory
 
 
-def _read_source(path, max_bytes: int, drop_from_cache: bool = False, floor: int = _GZIP_RATIO_FLOOR):
+def _read_source(path: Union[str, Source], max_bytes: int, drop_from_cache: bool = False,
+                 floor: int = _GZIP_RATIO_FLOOR) -> Union[bytes, LoadIssue]:
     """The bytes of a dump file (a local path, or a Source: an object in a store, an
     archive member, inflated within `floor`), or a LoadIssue saying why they cannot be read."""
     try:
@@ -137,9 +167,9 @@ def _decoding_is_capped() -> bool:
     return threading.active_count() <= 1
 
 
-def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False,
+def load_one(rank: int, path: Union[str, Source], max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from_cache: bool = False,
              floor: int = _GZIP_RATIO_FLOOR, *, packed: bool = False, shared: Optional[SharedValues] = None,
-             memo: Optional[BatchMemo] = None, data: Optional[bytes] = None):
+             memo: Optional[BatchMemo] = None, data: Optional[bytes] = None) -> LoadOutcome:
     """Read and normalise one file: a RankDump, or a LoadIssue saying why not.
 
     `path` is a local path or a Source (load/sources.py); `data` its bytes when read already.
@@ -148,19 +178,20 @@ def load_one(rank: int, path, max_bytes: int = DEFAULT_MAX_FILE_BYTES, drop_from
     shares them in the main process; `shared` holds the values the entries of all ranks share, and
     `memo` what other files of the same batch taught (see BatchMemo)."""
     if data is None:
-        data = _read_source(path, max_bytes, drop_from_cache, floor)
-        if isinstance(data, LoadIssue):
-            return data
+        read = _read_source(path, max_bytes, drop_from_cache, floor)
+        if isinstance(read, LoadIssue):
+            return read
+        data = read
     # What a gzip'd dump inflates against: the bytes it took in the input (a zip member's
     # compressed bytes, not the inflated ones it was read as).
     limits = _Limits(max_bytes, floor, (path.stored or None) if isinstance(path, Source) else None)
-    path = str(path)
+    where = str(path)
     if (data[:1] == b"\x80" or data[:2] == b"\x1f\x8b") and not _decoding_is_capped():
-        result = _loaded_in_own_process(data, rank, path, limits)
+        result = _loaded_in_own_process(data, rank, where, limits)
         return _received(result, shared or SharedValues())[0] if isinstance(result, RankDump) and not packed else result
-    result = _loaded(data, rank, path, limits, packed=packed, shared=shared, memo=memo)
+    result = _loaded(data, rank, where, limits, packed=packed, shared=shared, memo=memo)
     if result is _NEEDS_OWN_PROCESS:
-        result = _loaded_in_own_process(data, rank, path, limits)
+        result = _loaded_in_own_process(data, rank, where, limits)
         if isinstance(result, RankDump) and not packed:
             result = _received(result, shared or SharedValues())[0]
     return result
@@ -179,7 +210,7 @@ class _Limits(NamedTuple):
 
 
 def _loaded(data: bytes, rank: int, path: str, limits: _Limits, *, packed: bool = False,
-            shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None, isolated: bool = False):
+            shared: Optional[SharedValues] = None, memo: Optional[BatchMemo] = None, isolated: bool = False) -> LoadOutcome:
     """`load_one` once the bytes are read; _NEEDS_OWN_PROCESS when decoding them could
     crash this process (and `isolated` does not say it may)."""
     try:
@@ -203,7 +234,7 @@ def _loaded(data: bytes, rank: int, path: str, limits: _Limits, *, packed: bool 
         return LoadIssue(path, f"dump too deep or too large ({type(exc).__name__})")
 
 
-def _loaded_in_own_process(data: bytes, rank: int, path: str, limits: _Limits):
+def _loaded_in_own_process(data: bytes, rank: int, path: str, limits: _Limits) -> LoadOutcome:
     """`_loaded` in a child process, packed for transfer: a pickle that crashes the C
     unpickler (see safe_decode.SAFE_TUPLE_OPCODES) then costs this one file. Forked where
     the platform can, so the child inherits `data` instead of receiving a copy."""
@@ -214,12 +245,12 @@ def _loaded_in_own_process(data: bytes, rank: int, path: str, limits: _Limits):
     return result
 
 
-def _load_isolated(data: bytes, rank: int, path: str, limits: _Limits):
+def _load_isolated(data: bytes, rank: int, path: str, limits: _Limits) -> LoadOutcome:
     (result,) = _for_transfer([_loaded(data, rank, path, limits, packed=True, memo=BatchMemo(), isolated=True)])
     return result
 
 
-def _in_child(function, *args) -> tuple:
+def _in_child(function: Callable[..., _Mapped], *args: object) -> tuple[Optional[_Mapped], Optional[int]]:
     """`(function(*args), None)` computed in a child process, or `(None, exit code)` when
     the child died. Forked where the platform can (with os.fork, so that daemonic processes
     such as dask's and multiprocessing's workers may do it too)."""
@@ -228,14 +259,14 @@ def _in_child(function, *args) -> tuple:
     return Forked.start(function, *args).collect()
 
 
-def _in_spawned_child(function, *args) -> tuple:
+def _in_spawned_child(function: Callable[..., _Mapped], *args: object) -> tuple[Optional[_Mapped], Optional[int]]:
     context = multiprocessing.get_context()
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(target=_compute_and_send, args=(function, args, sender), daemon=True)
     child.start()
     sender.close()
     try:
-        result = receiver.recv()  # before join: a large result would fill the pipe
+        result: Optional[_Mapped] = receiver.recv()  # before join: a large result would fill the pipe
     except (EOFError, OSError):
         result = None
     finally:
@@ -244,7 +275,7 @@ def _in_spawned_child(function, *args) -> tuple:
     return (result, None) if result is not None else (None, child.exitcode)
 
 
-def _compute_and_send(function, args: tuple, sender) -> None:
+def _compute_and_send(function: Callable[..., object], args: tuple[object, ...], sender: Connection) -> None:
     faulthandler.disable()
     sender.send(function(*args))
     sender.close()
@@ -262,11 +293,11 @@ def _exit_reason(exitcode: Optional[int]) -> str:
 # Decodes a batch of files read already (`jobs`, and the bytes or LoadIssue `read` for each)
 # in a single-threaded child process: `(results, None)`, or `(None, its exit code)` when
 # decoding killed the child. By default a child forked for the batch (see
-# _load_batch_for_transfer); a cluster's worker keeps one per thread (cluster.py).
-BatchDecoder = Callable[[list, list], tuple]
+# _load_batch_for_transfer); a cluster's worker keeps one per thread (cluster_worker.py).
+BatchDecoder = Callable[[list[Job], list[Union[bytes, LoadIssue]]], tuple[Optional[list[LoadOutcome]], Optional[int]]]
 
 
-def _load_batch_for_transfer(jobs: list, deal: bool = False, decoder: Optional[BatchDecoder] = None) -> list:
+def _load_batch_for_transfer(jobs: list[Job], deal: bool = False, decoder: Optional[BatchDecoder] = None) -> list[Sent]:
     """`load_one` for a few files in a worker process. Entries travel to the parent as
     EntryTables (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each. With `deal`, each dump travels as a
@@ -295,9 +326,26 @@ class DealtDump(NamedTuple):
 # Called in the loading process with each dump as it arrives, and its entries dealt by
 # group when a worker dealt them (None: not dealt; the dump's entries are all there is).
 OnDump = Callable[[RankDump, Optional[GroupParts]], None]
+# What a worker sends back for one job: its outcome, or its dump with the entries dealt.
+Sent = Union[RankDump, LoadIssue, DealtDump]
 
 
-def _batch_in_own_process(jobs: list, decoder: BatchDecoder) -> list:
+class Runner(Protocol):
+    """Runs load jobs instead of the local process pool (cluster.DaskRunner)."""
+
+    def __call__(self, jobs: list[Job], progress: Optional[Progress], shared: SharedValues,
+                 on_dump: Optional[OnDump] = None) -> tuple[list[LoadOutcome], list[str]]:
+        """`(an outcome per job in their order, notes)`."""
+
+
+class Dispatcher(Protocol):
+    """Runs load jobs on a cluster whose workers keep the results (cluster.DaskRunner)."""
+
+    def dispatch(self, jobs: list[Job], progress: Optional[Progress] = None) -> tuple[list[Any], list[str]]:
+        """`(parts, notes)`: see RemoteLoad."""
+
+
+def _batch_in_own_process(jobs: list[Job], decoder: BatchDecoder) -> list[LoadOutcome]:
     read = [_read_source(*job[1:]) for job in jobs]
     results, exitcode = decoder(jobs, read)
     if results is None:  # cannot happen short of a bug or the OOM killer: name the files
@@ -306,23 +354,23 @@ def _batch_in_own_process(jobs: list, decoder: BatchDecoder) -> list:
     return results
 
 
-def _decode_in_forked_child(jobs: list, read: list) -> tuple:
+def _decode_in_forked_child(jobs: list[Job], read: list[Union[bytes, LoadIssue]]) -> tuple[Optional[list[LoadOutcome]], Optional[int]]:
     return _in_child(_decode_batch, jobs, read)
 
 
-def _decode_batch(jobs: list, read: list) -> list:
+def _decode_batch(jobs: list[Job], read: list[Union[bytes, LoadIssue]]) -> list[LoadOutcome]:
     memo = BatchMemo()
     return _for_transfer([data if isinstance(data, LoadIssue) else
                           load_one(*job, packed=True, memo=memo, data=data)
                           for job, data in zip(jobs, read)])
 
 
-def _for_transfer(results: list) -> list:
+def _for_transfer(results: list[LoadOutcome]) -> list[LoadOutcome]:
     # Every rank lists the whole world in its default group: sent as a range where the
     # ranks run without a gap (a few bytes, where 16,384 ranks took 128 KB), else as
     # arrays (one per list in the batch, which the pickle then writes once) that the parent
     # reads as bytes; it keeps one tuple per distinct list (see SharedValues).
-    arrays: dict = {}  # id(ranks) -> (ranks, its array): holding ranks keeps the id its own
+    arrays: dict[int, tuple[Sequence[int], array[int]]] = {}  # id(ranks) -> (ranks, its array): holding ranks keeps the id its own
     for dump in results:
         if isinstance(dump, RankDump):
             dump.pg_config = tuple(config._replace(ranks=_packed_ranks(config.ranks, arrays))  # type: ignore[arg-type]
@@ -330,14 +378,14 @@ def _for_transfer(results: list) -> list:
     return results
 
 
-def _load_batch_mapped(transform: Callable, jobs: list) -> list:
+def _load_batch_mapped(transform: Callable[[int, LoadOutcome], _Mapped], jobs: list[Job]) -> list[_Mapped]:
     """`transform(rank, load_one(...))` for a few files in a worker process: only what
     `transform` returns travels back (see iter_dump_files)."""
     memo = BatchMemo()
     return [transform(job[0], load_one(*job, memo=memo)) for job in jobs]
 
 
-def _packed_ranks(ranks, arrays: dict) -> "range | array":
+def _packed_ranks(ranks: Sequence[int], arrays: dict[int, tuple[Sequence[int], array[int]]]) -> range | array[int]:
     """A sorted list of distinct ranks as it travels: a range when its ranks are evenly
     spaced (every default group, and every DP group: each TP x PP-th rank), else an array."""
     if isinstance(ranks, (array, range)):  # packed already (by a child process of a worker)
@@ -361,29 +409,32 @@ def _evenly_spaced(ranks: Sequence[int]) -> Optional[range]:
     return spaced if step == 1 or all(map(operator.eq, ranks, spaced)) else None
 
 
-def _received(result, shared: SharedValues) -> tuple:
+def _received(result: Sent, shared: SharedValues) -> tuple[LoadOutcome, Optional[GroupParts]]:
     """`(RankDump or LoadIssue, its GroupParts or None)` for a result from a worker, its
     values shared with the other ranks' (see SharedValues)."""
     parts = None
     if isinstance(result, DealtDump):
-        result, parts = result
-    if isinstance(result, RankDump):
-        result.entries.share(shared)  # in place: the parts read the same table
-        _share_rank_lists(result, shared)
-    return result, parts
+        outcome: LoadOutcome
+        outcome, parts = result
+    else:
+        outcome = result
+    if isinstance(outcome, RankDump):
+        outcome.entries.share(shared)  # in place: the parts read the same table
+        _share_rank_lists(outcome, shared)
+    return outcome, parts
 
 
 def load_dumps(
-    inputs: Sequence,
+    inputs: Sequence[object],
     prefix: Optional[str] = None,
     *,
     workers: int = 1,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
     selected_ranks: Optional[Iterable[int]] = None,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Optional[Progress] = None,
     on_dump: Optional[OnDump] = None,
     all_generations: bool = False,
-    runner: Optional[Callable] = None,
+    runner: Optional[Runner] = None,
 ) -> LoadResult:
     """Find and load every dump under `inputs` (directories, files, archives, URLs): of
     the newest complete generation only, unless `all_generations` (see discover_dump_files).
@@ -402,16 +453,16 @@ def load_dumps(
                            inputs=tuple(str(p) for p in inputs), runner=runner)
 
 
-def select_files(files: list, wanted: Callable[[int], bool]) -> list:
+def select_files(files: list[RankFile], wanted: Callable[[int], bool]) -> list[RankFile]:
     """The `(rank, path)` pairs of `files` whose rank (from the file name) is `wanted`:
     choosing ranks before reading, so the other files are never opened."""
     return [(rank, path) for rank, path in files if wanted(rank)]
 
 
-def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                    progress: Optional[Callable[[int, int], None]] = None,
+def load_dump_files(files: list[RankFile], found: Discovery, *, workers: int = 1,
+                    max_bytes: int = DEFAULT_MAX_FILE_BYTES, progress: Optional[Progress] = None,
                     on_dump: Optional[OnDump] = None, inputs: tuple[str, ...] = (),
-                    runner: Optional[Callable] = None) -> LoadResult:
+                    runner: Optional[Runner] = None) -> LoadResult:
     """Load `files` (`(rank, path)` pairs, from `found.files` or a selection of them),
     found under `inputs` (as given), in this machine's processes or with `runner`."""
     notes = list(found.notes)
@@ -424,7 +475,8 @@ def load_dump_files(files: list, found: Discovery, *, workers: int = 1, max_byte
     return _load_result(files, found, results, notes, inputs)
 
 
-def _load_result(files: list, found: Discovery, results: list, notes: list, inputs: tuple[str, ...]) -> LoadResult:
+def _load_result(files: list[RankFile], found: Discovery, results: list[LoadOutcome], notes: list[str],
+                 inputs: tuple[str, ...]) -> LoadResult:
     """The LoadResult of `files`, given a RankDump or LoadIssue per file (in their order)."""
     dumps: list[RankDump] = []
     errors: list[LoadIssue] = list(found.refused)
@@ -433,7 +485,10 @@ def _load_result(files: list, found: Discovery, results: list, notes: list, inpu
             # Read through an absolute path on a cluster's worker (cluster._from_anywhere):
             # named as this process found it, as a local run names it.
             result.path = str(path)
-        (dumps if isinstance(result, RankDump) else errors).append(result)
+        if isinstance(result, RankDump):
+            dumps.append(result)
+        else:
+            errors.append(result)
     failed = tuple(sorted(rank for (rank, _), result in zip(files, results) if not isinstance(result, RankDump)))
     return LoadResult(dumps=dumps, skipped=found.skipped, errors=errors, prefix=found.prefix, failed_ranks=failed,
                       notes=notes, inputs=inputs)
@@ -445,23 +500,26 @@ class RemoteLoad(NamedTuple):
     that failed. Passed to a task on that cluster, the Futures arrive as the results, and
     `taken` makes the LoadResult there."""
 
-    files: list
+    files: list[RankFile]
     found: Discovery
-    parts: list
-    notes: list
+    # Per batch: a dask Future (untyped) of its list[Sent], which a task on the cluster
+    # receives as that list, or the LoadIssues of a batch that failed.
+    parts: list[Any]
+    notes: list[str]
     inputs: tuple[str, ...]
 
     def taken(self, on_dump: Optional[OnDump] = None) -> LoadResult:
         """The LoadResult of the parts as a worker received them (`on_dump` with each dump)."""
-        results: list = []
+        results: list[LoadOutcome] = []
         shared = SharedValues()
         for part in self.parts:
             take_batch(part, results, len(self.files), shared, on_dump)
         return _load_result(self.files, self.found, results, list(self.found.notes) + list(self.notes), self.inputs)
 
 
-def dispatch_load(inputs: Sequence, runner, prefix: Optional[str] = None, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                  progress: Optional[Callable[[int, int], None]] = None, all_generations: bool = False) -> RemoteLoad:
+def dispatch_load(inputs: Sequence[object], runner: Dispatcher, prefix: Optional[str] = None, *,
+                  max_bytes: int = DEFAULT_MAX_FILE_BYTES, progress: Optional[Progress] = None,
+                  all_generations: bool = False) -> RemoteLoad:
     """Find the dumps under `inputs` and have `runner` (cluster.DaskRunner) read them, each
     dump dealt by group on the worker that read it, where its entries stay (see RemoteLoad)."""
     found = discover_dump_files([as_input(p) for p in inputs], prefix, all_generations, max_bytes)
@@ -469,10 +527,29 @@ def dispatch_load(inputs: Sequence, runner, prefix: Optional[str] = None, *, max
     return RemoteLoad(found.files, found, parts, notes, tuple(str(p) for p in inputs))
 
 
-def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-                    progress: Optional[Callable[[int, int], None]] = None,
+@overload
+def iter_dump_files(files: list[RankFile], *, workers: int = ..., max_bytes: int = ...,
+                    progress: Optional[Progress] = ..., on_dump: Optional[OnDump] = ...,
+                    transform: None = ...) -> Iterator[tuple[int, LoadOutcome]]: ...
+
+
+@overload
+def iter_dump_files(files: list[RankFile], *, workers: int = ..., max_bytes: int = ...,
+                    progress: Optional[Progress] = ..., on_dump: Optional[OnDump] = ...,
+                    transform: Callable[[int, LoadOutcome], _Mapped]) -> Iterator[tuple[int, _Mapped]]: ...
+
+
+# A transform that may be None: what comes out depends on which, which the caller knows.
+@overload
+def iter_dump_files(files: list[RankFile], *, workers: int = ..., max_bytes: int = ...,
+                    progress: Optional[Progress] = ..., on_dump: Optional[OnDump] = ...,
+                    transform: Optional[Callable[[int, LoadOutcome], object]]) -> Iterator[tuple[int, Any]]: ...
+
+
+def iter_dump_files(files: list[RankFile], *, workers: int = 1, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                    progress: Optional[Progress] = None,
                     on_dump: Optional[OnDump] = None,
-                    transform: Optional[Callable] = None) -> Iterator[tuple]:
+                    transform: Optional[Callable[[int, LoadOutcome], object]] = None) -> Iterator[tuple[int, object]]:
     """`(rank, RankDump or LoadIssue)` for each of `files`, in their order, as each is
     decoded: a caller that prints as it goes (`-j`) need not wait for, nor keep, them all.
 
@@ -483,7 +560,7 @@ def iter_dump_files(files: list, *, workers: int = 1, max_bytes: int = DEFAULT_M
     return _run_jobs(_jobs(files, max_bytes), workers, progress, SharedValues(), on_dump, transform)
 
 
-def _jobs(files: list, max_bytes: int) -> list:
+def _jobs(files: list[RankFile], max_bytes: int) -> list[Job]:
     """One load job per `(rank, path)`: a local path travels as text, a Source as itself.
     Each file gets an equal share of the run's inflation floor: however many small gzip
     bombs a run holds, together they inflate past the gzip ratio by 64 MB at most."""
@@ -501,14 +578,14 @@ def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
                                for config in dump.pg_config)
 
 
-def job_batches(jobs: list, workers: int) -> list:
+def job_batches(jobs: list[Job], workers: int) -> list[list[Job]]:
     """The jobs in batches of up to 16, a few per worker (each batch is one task), the
     first few smaller (see _batches)."""
     return _batches(jobs, max(1, min(16, len(jobs) // (8 * workers))))
 
 
-def take_batch(batch: list, results: list, total: int, shared: SharedValues, on_dump: Optional[OnDump] = None,
-               progress=None) -> None:
+def take_batch(batch: Sequence[Sent], results: list[LoadOutcome], total: int, shared: SharedValues,
+               on_dump: Optional[OnDump] = None, progress: Optional[Progress] = None) -> None:
     """Receive a worker's batch of results into `results`, in this process (see _received)."""
     for sent in batch:
         result, parts = _received(sent, shared)
@@ -519,10 +596,11 @@ def take_batch(batch: list, results: list, total: int, shared: SharedValues, on_
         progress(len(results), total)
 
 
-def _batches(jobs: list, size: int) -> list:
+def _batches(jobs: list[Job], size: int) -> list[list[Job]]:
     """`jobs` cut into batches of `size`, the first few smaller (1, 2, 4, ...): the first
     dumps arrive as soon as one file is decoded, for a caller that prints as it goes."""
-    batches, start, step = [], 0, 1
+    batches: list[list[Job]] = []
+    start, step = 0, 1
     while start < len(jobs):
         batches.append(jobs[start:start + step])
         start += step
@@ -530,20 +608,22 @@ def _batches(jobs: list, size: int) -> list:
     return batches
 
 
-def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=None,
-              transform: Optional[Callable] = None) -> Iterator[tuple]:
+def _run_jobs(jobs: list[Job], workers: int, progress: Optional[Progress], shared: SharedValues,
+              on_dump: Optional[OnDump] = None,
+              transform: Optional[Callable[[int, LoadOutcome], object]] = None) -> Iterator[tuple[int, object]]:
     """`(rank, result)` per job, in the jobs' order (`transform(rank, result)` with one)."""
     # Worker processes only pay off once there are many files to spread.
     if workers <= 1 or len(jobs) < 2 * workers:
         memo = BatchMemo()
         for done, job in enumerate(jobs, 1):
-            result = load_one(*job, shared=shared, memo=memo)
+            outcome = load_one(*job, shared=shared, memo=memo)
+            result: object = outcome
             if transform is not None:
-                result = transform(job[0], result)
-            elif isinstance(result, RankDump):
-                _share_rank_lists(result, shared)
+                result = transform(job[0], outcome)
+            elif isinstance(outcome, RankDump):
+                _share_rank_lists(outcome, shared)
                 if on_dump:
-                    on_dump(result, None)
+                    on_dump(outcome, None)
             if progress:
                 progress(done, len(jobs))
             yield job[0], result
@@ -555,8 +635,9 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
     try:
         # A few batches in flight per worker, not all of them: when the workers outpace
         # this process, finished batches would otherwise pile up here (gigabytes at 16k ranks).
-        work = (functools.partial(_load_batch_for_transfer, deal=on_dump is not None) if transform is None
-                else functools.partial(_load_batch_mapped, transform))
+        work: Callable[[list[Job]], Sequence[object]] = (
+            functools.partial(_load_batch_for_transfer, deal=on_dump is not None) if transform is None
+            else functools.partial(_load_batch_mapped, transform))
         pending = deque((batch, pool.submit(work, batch)) for batch in islice(batches, 3 * workers))
         while pending:
             batch_jobs, future = pending.popleft()
@@ -566,8 +647,8 @@ def _run_jobs(jobs: list, workers: int, progress, shared: SharedValues, on_dump=
             if progress:
                 progress(done, len(jobs))
             for job, result in zip(batch_jobs, batch):
-                if transform is None:
-                    result, parts = _received(result, shared)
+                if transform is None:  # then the batch is what _load_batch_for_transfer sends
+                    result, parts = _received(cast(Sent, result), shared)
                     if on_dump and isinstance(result, RankDump):
                         on_dump(result, parts)
                 yield job[0], result

@@ -6,16 +6,18 @@ shapes and stacks), coalesced batches settled as units. Odd or missing fields be
 warnings, never exceptions; only data not shaped like a dump at all raises DecodeError.
 """
 
+from __future__ import annotations
+
 
 import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from typing import Optional
+from typing import Hashable, Iterable, Optional, Sequence
 
 from frtrace.load import cupti
-from frtrace.load.safe_decode import DecodeError
+from frtrace.load.safe_decode import DecodeError, RawDump, RawValue
 from frtrace.model import SHAPE_FIELDS, UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
 from frtrace.table.batches import finished_settlements, settle_table_batches
 from frtrace.table.entry_columns import (
@@ -49,6 +51,10 @@ MIN_PICKLE_BYTES_PER_ENTRY = 16
 MAX_ITEMS_PER_PICKLE_BYTE = 8
 _FRAME_FIELDS = operator.itemgetter("name", "filename", "line")
 _RECORD_ORDER = operator.attrgetter("record_id", "index")
+# A stack as entries hold it; shape and stack tables are looked up both by the raw values
+# (tuples of what the file holds) and by the validated record itself, which interns it.
+Stack = tuple[Frame, ...]
+_RawKey = tuple[RawValue, ...]
 _P2P_NAME = re.compile(r"^(?P<op>send|recv)\s+(?P<a>-?\d+|\?)\s*(?P<arrow>->|<-)\s*(?P<b>-?\d+|\?)$")
 
 
@@ -85,10 +91,10 @@ class BatchMemo:
     or so a file), and parsed rank lists (every rank lists the whole world: 6 ms to parse
     at 16,384 ranks)."""
 
-    clean_stacks: dict = field(default_factory=dict)
-    clean_shapes: dict = field(default_factory=dict)
-    op_names: dict = field(default_factory=dict)
-    rank_lists: dict = field(default_factory=dict)
+    clean_stacks: dict[_RawKey, Stack] = field(default_factory=dict)
+    clean_shapes: dict[_RawKey, Shapes] = field(default_factory=dict)
+    op_names: dict[tuple[str, bool], OpName] = field(default_factory=dict)
+    rank_lists: dict[str, Optional[tuple[int, ...]]] = field(default_factory=dict)
 
 
 class _Normaliser:
@@ -105,17 +111,17 @@ class _Normaliser:
         # reading this file may cost; None for no limit (JSON writes every item out)
         self.budget = budget
         self.repeats_unchecked = pickled  # see refuse_repeated_entries
-        self.strings: dict = {}
-        self.groups: dict = {}
+        self.strings: dict[str, str] = {}
+        self.groups: dict[_RawKey, tuple[str, str]] = {}
         memo = BatchMemo() if memo is None else memo
-        self.names: dict = memo.op_names
-        self.shapes: dict = {}
-        self.frames: dict = {}
-        self.stacks: dict = {}
-        self.clean_stacks: dict = memo.clean_stacks
-        self.clean_shapes: dict = memo.clean_shapes
-        self.rank_lists: dict = memo.rank_lists
-        self.warnings: Counter = Counter()
+        self.names: dict[tuple[str, bool], OpName] = memo.op_names
+        self.shapes: dict[Hashable, Shapes] = {}
+        self.frames: dict[Frame, Frame] = {}
+        self.stacks: dict[Hashable, Stack] = {}
+        self.clean_stacks: dict[_RawKey, Stack] = memo.clean_stacks
+        self.clean_shapes: dict[_RawKey, Shapes] = memo.clean_shapes
+        self.rank_lists: dict[str, Optional[tuple[int, ...]]] = memo.rank_lists
+        self.warnings: Counter[str] = Counter()
         self.warned = 0
 
     def warn(self, message: str) -> None:
@@ -131,7 +137,7 @@ class _Normaliser:
             raise DecodeError("its entries name the same lists over and over (pickle memo references): reading "
                               f"them would take more than {MAX_ITEMS_PER_PICKLE_BYTE} list items per byte of the pickle")
 
-    def refuse_repeated_entries(self, raw_entries: list, in_order: bool = False) -> None:
+    def refuse_repeated_entries(self, raw_entries: list[RawValue], in_order: bool = False) -> None:
         """DecodeError when the entries of a pickle name one entry object twice (pickle memo
         references; see _raw_entries). Called before anything is spent on the entries, once
         per file; entries whose record ids (ints) strictly increase (`in_order`) are distinct
@@ -140,7 +146,7 @@ class _Normaliser:
             _refuse_repeated_entries(raw_entries)
         self.repeats_unchecked = False
 
-    def spend_on_rows(self, rows: list) -> None:
+    def spend_on_rows(self, rows: list[tuple[RawValue, ...]]) -> None:
         """Spend what reading the static fields of `rows` (tuples of entry_columns._ROW_FIELDS)
         costs: their lists' items."""
         if self.budget is None:
@@ -148,28 +154,28 @@ class _Normaliser:
         for position in _ROW_LIST_POSITIONS:
             self.spend(_items(map(operator.itemgetter(position), rows)))
 
-    def spend_on_shapes(self, *sizes_columns) -> None:
+    def spend_on_shapes(self, *sizes_columns: Sequence[RawValue]) -> None:
         """Spend the dimensions of the shapes in `sizes_columns` (lists of input or output
         sizes), before keys are made of them."""
         if self.budget is not None:
             for column in sizes_columns:
                 self.spend(_items(chain.from_iterable(filter(_is_list, column))))
 
-    def spend_on_entry(self, values: tuple) -> None:
+    def spend_on_entry(self, values: tuple[RawValue, ...]) -> None:
         """`spend_on_rows` for one entry's values (in _ENTRY_FIELDS order)."""
         if self.budget is None:
             return
         self.spend(_items(values[position] for position in _ENTRY_LIST_POSITIONS))
         self.spend(_items(chain.from_iterable(filter(_is_list, (values[p] for p in _ENTRY_SIZES_POSITIONS)))))
 
-    def rank_list(self, value) -> Optional[tuple]:
+    def rank_list(self, value: RawValue) -> Optional[tuple[int, ...]]:
         if not isinstance(value, str):
             return _parse_rank_list(value)
         if value not in self.rank_lists:
             self.rank_lists[value] = _parse_rank_list(value)
         return self.rank_lists[value]
 
-    def text(self, value, field_name: str, default: str = "") -> str:
+    def text(self, value: RawValue, field_name: str, default: str = "") -> str:
         if value is None:
             return default
         if not isinstance(value, str):
@@ -178,7 +184,7 @@ class _Normaliser:
             return default
         return self.strings.setdefault(value, value)
 
-    def integer(self, value, field_name: str, default: Optional[int] = 0) -> Optional[int]:
+    def integer(self, value: RawValue, field_name: str, default: Optional[int] = 0) -> Optional[int]:
         if type(value) is int and -_INT_LIMIT < value < _INT_LIMIT:
             return value
         if value is None:
@@ -189,7 +195,7 @@ class _Normaliser:
             return default
         return number
 
-    def process_group(self, pg, pg_id) -> tuple:
+    def process_group(self, pg: RawValue, pg_id: RawValue) -> tuple[str, str]:
         if not isinstance(pg, (list, tuple)) or not pg:
             return self._validated_process_group(pg, pg_id)
         try:  # JSON writes the pair as a list: the cache is keyed by the tuple
@@ -201,7 +207,7 @@ class _Normaliser:
             cached = self.groups[key] = self._validated_process_group(pg, pg_id)
         return cached
 
-    def _validated_process_group(self, pg, pg_id) -> tuple:
+    def _validated_process_group(self, pg: RawValue, pg_id: RawValue) -> tuple[str, str]:
         if isinstance(pg, (list, tuple)) and len(pg) >= 1:
             name = self.text(pg[0], "process_group name")
             desc = self.text(pg[1], "process_group desc") if len(pg) > 1 else ""
@@ -212,7 +218,7 @@ class _Normaliser:
         number = self.integer(pg_id, "pg_id", None)
         return (str(number) if number is not None else "?"), ""
 
-    def op_name(self, profiling_name, is_p2p_flag) -> OpName:
+    def op_name(self, profiling_name: RawValue, is_p2p_flag: RawValue) -> OpName:
         flag = is_p2p_flag is True
         if type(profiling_name) is not str:
             if profiling_name is not None:
@@ -224,7 +230,7 @@ class _Normaliser:
             cached = self.names[key] = parse_profiling_name(self.text(profiling_name, "profiling_name"), flag)
         return cached
 
-    def sizes(self, value, field_name: str) -> Optional[tuple]:
+    def sizes(self, value: RawValue, field_name: str) -> Optional[tuple[tuple[int, ...], ...]]:
         if value is None:
             return ()
         if isinstance(value, (list, tuple)) and all(
@@ -234,7 +240,7 @@ class _Normaliser:
         self.warn(f"{field_name} is not a list of shapes")
         return None
 
-    def dtypes(self, value, field_name: str, tensors: int = 1) -> Optional[tuple]:
+    def dtypes(self, value: RawValue, field_name: str, tensors: int = 1) -> Optional[tuple[str, ...]]:
         if value is None:
             return ()
         if isinstance(value, str):
@@ -246,7 +252,7 @@ class _Normaliser:
         self.warn(f"{field_name} is not a list of dtype names")
         return None
 
-    def split_sizes(self, value, field_name: str) -> tuple:
+    def split_sizes(self, value: RawValue, field_name: str) -> tuple[int, ...]:
         """Element counts per peer (see Shapes); () when absent or unreadable (with a warning)."""
         if value is None:
             return ()
@@ -255,13 +261,14 @@ class _Normaliser:
         self.warn(f"{field_name} is not a list of element counts")
         return ()
 
-    def shape_record(self, input_sizes, input_dtypes, output_sizes, output_dtypes,
-                     input_splits=None, output_splits=None) -> Shapes:
+    def shape_record(self, input_sizes: RawValue, input_dtypes: RawValue, output_sizes: RawValue,
+                     output_dtypes: RawValue, input_splits: RawValue = None, output_splits: RawValue = None) -> Shapes:
+        key: Optional[_RawKey]
         try:  # most entries repeat a handful of shapes: look the raw values up first
-            key: Optional[tuple] = (tuple(map(tuple, input_sizes or ())), _dtype_key(input_dtypes),
-                                    tuple(map(tuple, output_sizes or ())), _dtype_key(output_dtypes))
+            key = (tuple(map(tuple, input_sizes or ())), _dtype_key(input_dtypes),
+                   tuple(map(tuple, output_sizes or ())), _dtype_key(output_dtypes))
             if input_splits is not None or output_splits is not None:
-                key = (*key, split_key(input_splits), split_key(output_splits))  # type: ignore[misc]
+                key = (*key, split_key(input_splits), split_key(output_splits))
             cached = self.shapes.get(key)
         except TypeError:  # not iterable, or unhashable inside: validate the slow way
             key, cached = None, None
@@ -277,15 +284,11 @@ class _Normaliser:
             return shapes
         warned = self.warned
         sizes_in, sizes_out = self.sizes(input_sizes, "input_sizes"), self.sizes(output_sizes, "output_sizes")
-        fields = (
-            sizes_in,
-            self.dtypes(input_dtypes, "input_dtypes", len(sizes_in or ())),
-            sizes_out,
-            self.dtypes(output_dtypes, "output_dtypes", len(sizes_out or ())),
-        )
+        dtypes_in = self.dtypes(input_dtypes, "input_dtypes", len(sizes_in or ()))
+        dtypes_out = self.dtypes(output_dtypes, "output_dtypes", len(sizes_out or ()))
+        fields = (sizes_in, dtypes_in, sizes_out, dtypes_out)  # None where unreadable
         unread = tuple(name for name, value in zip(SHAPE_FIELDS, fields) if value is None)
-        sizes_in, dtypes_in, sizes_out, dtypes_out = (() if f is None else f for f in fields)
-        shapes = Shapes(sizes_in, dtypes_in, sizes_out, dtypes_out, not unread,
+        shapes = Shapes(sizes_in or (), dtypes_in or (), sizes_out or (), dtypes_out or (), not unread,
                         self.split_sizes(input_splits, "input_split_sizes"),
                         self.split_sizes(output_splits, "output_split_sizes"), unread)
         shapes = self.shapes.setdefault(shapes, shapes)
@@ -295,7 +298,7 @@ class _Normaliser:
                 self.clean_shapes[key] = shapes
         return shapes
 
-    def stack(self, value) -> tuple:
+    def stack(self, value: RawValue) -> Stack:
         if not value:
             return ()
         try:  # a stack seen before, looked up by its raw (name, file, line)s
@@ -320,7 +323,7 @@ class _Normaliser:
                 self.clean_stacks[key] = stack
         return stack
 
-    def _validated_stack(self, value) -> tuple:
+    def _validated_stack(self, value: RawValue) -> Stack:
         if not isinstance(value, (list, tuple)):
             self.warn("frames is not a list")
             return ()
@@ -342,11 +345,11 @@ class _Normaliser:
 _BOOL_OR_FLOAT = {bool, float}
 
 
-def _is_list(value) -> bool:
+def _is_list(value: RawValue) -> bool:
     return isinstance(value, (list, tuple))
 
 
-def _items(values) -> int:
+def _items(values: Iterable[RawValue]) -> int:
     """The summed length of the lists, tuples, dicts and strings among `values`."""
     values = list(filter(None, values))
     try:
@@ -357,13 +360,13 @@ def _items(values) -> int:
 
 
 
-def _dtype_key(value) -> object:
+def _dtype_key(value: RawValue) -> object:
     # A bare dtype name stays a string: as a tuple of its letters it would look up a list
     # of one-letter names.
     return value if isinstance(value, str) else tuple(value or ())
 
 
-def _as_integer(value) -> Optional[int]:
+def _as_integer(value: RawValue) -> Optional[int]:
     """An int written as a decimal string or an integral float; None for anything else."""
     if isinstance(value, bool):
         return None
@@ -396,23 +399,23 @@ def parse_profiling_name(profiling_name: str, is_p2p_flag: bool = False) -> OpNa
     return OpName(profiling_name, backend, op, is_p2p_flag or op in ("send", "recv"), None, None, marker)
 
 
-def _optional_time(value, norm: _Normaliser, field_name: str) -> Optional[int]:
+def _optional_time(value: RawValue, norm: _Normaliser, field_name: str) -> Optional[int]:
     # JSON writes 0 where pickle writes None: both mean "not observed".
     return norm.integer(value, field_name, None) or None
 
 
-def _optional_float(value, norm: _Normaliser, field_name: str) -> Optional[float]:
+def _optional_float(value: RawValue, norm: _Normaliser, field_name: str) -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300:
-        value = float(value)
-        if value == value:  # not NaN
-            return value
+        number = float(value)
+        if number == number:  # not NaN
+            return number
     norm.warn(f"{field_name} is not a number")
     return None
 
 
-def _fast_entry(index: int, values: tuple, norm: _Normaliser):
+def _fast_entry(index: int, values: tuple[RawValue, ...], norm: _Normaliser) -> Optional[Entry]:
     """The entry from `values` when every field holds what real dumps hold and every
     interned value was seen before; None to take the validating path."""
     (record_id, pg_id, pg, seq, p2p_seq, op_id, profiling_name, is_p2p, input_sizes, input_dtypes, output_sizes,
@@ -440,7 +443,7 @@ def _fast_entry(index: int, values: tuple, norm: _Normaliser):
                               retired, created, started or None, completed or None, duration, timeout, stack))
 
 
-def _validated_entry(index: int, values: tuple, norm: _Normaliser) -> Entry:
+def _validated_entry(index: int, values: tuple[RawValue, ...], norm: _Normaliser) -> Entry:
     (record_id, pg_id, pg, seq, p2p_seq, op_id, profiling_name, is_p2p, input_sizes, input_dtypes, output_sizes,
      output_dtypes, state, retired, created, started, completed, duration, timeout, frames) = values
     integer = norm.integer
@@ -478,7 +481,7 @@ def _validated_entry(index: int, values: tuple, norm: _Normaliser) -> Entry:
 _RANK_LIST = re.compile(r"\s*[\[(]\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*[\])]\s*")
 
 
-def _parse_rank_list(value) -> Optional[tuple]:
+def _parse_rank_list(value: RawValue) -> Optional[tuple[int, ...]]:
     """Sorted global ranks from `"[0, 1, 2]"` (or a list), None when unreadable or empty.
 
     A regular expression rather than ast.literal_eval: the default group of a large job
@@ -501,7 +504,7 @@ def _parse_rank_list(value) -> Optional[tuple]:
     return tuple(sorted(set(ranks))) or None
 
 
-def _pg_config(raw, norm: _Normaliser) -> tuple:
+def _pg_config(raw: RawValue, norm: _Normaliser) -> tuple[PgConfig, ...]:
     if not isinstance(raw, dict):
         if raw is not None:
             norm.warn("pg_config is not a dict")
@@ -518,7 +521,7 @@ def _pg_config(raw, norm: _Normaliser) -> tuple:
     return tuple(configs)
 
 
-def _pg_status(raw, norm: _Normaliser) -> dict:
+def _pg_status(raw: RawValue, norm: _Normaliser) -> dict[int, PgStatus]:
     if not isinstance(raw, dict):
         if raw is not None:
             norm.warn("pg_status is not a dict")
@@ -537,7 +540,7 @@ def _pg_status(raw, norm: _Normaliser) -> dict:
     return status
 
 
-def _top_level_dict(raw) -> dict:
+def _top_level_dict(raw: object) -> RawDump:
     if isinstance(raw, list):
         # The oldest producers wrote a bare list of entries; a list of anything else is not a dump.
         if raw and all(map(isinstance, raw, repeat(dict))):
@@ -550,7 +553,8 @@ def _top_level_dict(raw) -> dict:
     return raw
 
 
-def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_bytes: Optional[int] = None) -> Optional[list]:
+def _raw_entries(raw_entries: RawValue, max_entries: int = DEFAULT_MAX_ENTRIES,
+                 pickle_bytes: Optional[int] = None) -> Optional[list[RawValue]]:
     """The `entries` list, None when the dump has none; DecodeError when it holds no entry
     at all, since such a rank would otherwise look like one that issued nothing, or more
     than `max_entries`, or (a pickle of `pickle_bytes`) more than its bytes can honestly
@@ -574,12 +578,12 @@ def _raw_entries(raw_entries, max_entries: int = DEFAULT_MAX_ENTRIES, pickle_byt
     return raw_entries
 
 
-def _refuse_repeated_entries(raw_entries: list) -> None:
+def _refuse_repeated_entries(raw_entries: list[RawValue]) -> None:
     if len(set(map(id, raw_entries))) < len(raw_entries):
         raise DecodeError("names one entry more than once (pickle memo references): torch writes each entry once")
 
 
-def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True) -> tuple:
+def _normalise_entries(raw_entries: list[RawValue], norm: _Normaliser, splits: bool = True) -> tuple[Columns, int]:
     """`(Columns of the entries sorted oldest first, number dropped as unreadable)`; the
     split sizes of format 2.11 are read only with `splits`."""
     columns = columns_from_raw(raw_entries, norm, splits)
@@ -590,7 +594,7 @@ def _normalise_entries(raw_entries: list, norm: _Normaliser, splits: bool = True
     return columns_from_entries(entries), dropped
 
 
-def _may_hold_splits(version) -> bool:
+def _may_hold_splits(version: RawValue) -> bool:
     """Whether a dump of `version` may hold the split sizes of format 2.11 (looking for
     them costs a pass over every entry: not done where the version rules them out)."""
     major, _, minor = version.partition(".") if isinstance(version, str) else ("", "", "")
@@ -599,7 +603,8 @@ def _may_hold_splits(version) -> bool:
     return (int(major), int(minor)) >= (2, 11)
 
 
-def _entries_one_by_one(raw_entries: list, norm: _Normaliser, splits: bool = True) -> tuple:
+def _entries_one_by_one(raw_entries: list[RawValue], norm: _Normaliser,
+                        splits: bool = True) -> tuple[tuple[Entry, ...], int]:
     """`(entries sorted oldest first, number dropped as unreadable)`: the path for dumps with
     anything unusual in them, which checks and warns about each value on its own."""
     entries = []
@@ -629,7 +634,7 @@ def _entries_one_by_one(raw_entries: list, norm: _Normaliser, splits: bool = Tru
     return tuple(entries), dropped
 
 
-def _version(raw: dict, norm: _Normaliser) -> str:
+def _version(raw: RawDump, norm: _Normaliser) -> str:
     version = raw.get("version")
     if isinstance(version, str):
         return version
@@ -638,7 +643,7 @@ def _version(raw: dict, norm: _Normaliser) -> str:
     return "unknown"
 
 
-def normalise_dump(raw, rank: int, path: str, encoding: str) -> RankDump:
+def normalise_dump(raw: object, rank: int, path: str, encoding: str) -> RankDump:
     """Fold one decoded dump (any version) into a `RankDump`. Raises DecodeError when
     the data is not shaped like a dump at all."""
     dump, columns = normalised_without_entries(raw, rank, path, encoding)
@@ -661,8 +666,9 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
         table.compact()
 
 
-def normalised_without_entries(raw, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
-                max_entries: int = DEFAULT_MAX_ENTRIES, pickle_bytes: Optional[int] = None) -> tuple:
+def normalised_without_entries(raw: object, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
+                               max_entries: int = DEFAULT_MAX_ENTRIES,
+                               pickle_bytes: Optional[int] = None) -> tuple[RankDump, Columns]:
     """`(RankDump without its entries, Columns of its entries)`. `pickle_bytes`: the size of
     the pickle `raw` was decoded from, which bounds what it may hold (see _raw_entries and
     _Normaliser.spend); None for JSON."""

@@ -19,7 +19,10 @@ import re
 import threading
 import zlib
 from types import ModuleType
-from typing import Iterator, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, NoReturn, Optional
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 resource: Optional[ModuleType]
 try:
@@ -68,6 +71,13 @@ _TUPLE_OPCODES = b"t\x85\x86\x87"
 _ALL_BUT_TUPLE_OPCODES = bytes(sorted(set(range(256)) - set(_TUPLE_OPCODES)))
 
 
+# A value of a decoded dump, and a dump's top-level dict: plain data (see above), but
+# untrusted, so what it holds is known only once checked. Any rather than object: the
+# normaliser's fast path reads values on the line that checks them (see normalise._fast_entry).
+RawValue = Any
+RawDump = dict[str, RawValue]
+
+
 class DecodeError(ValueError):
     """The bytes are not a readable dump; the message says why in a few words."""
 
@@ -104,11 +114,11 @@ class _PlainDataUnpickler(pickle.Unpickler):
     # GLOBAL, STACK_GLOBAL, INST, OBJ, NEWOBJ(_EX) and REDUCE all need a callable, and the only
     # way to obtain one is find_class (EXT1/2/4 too, once copyreg's cache is empty: see
     # _unpickle); refusing it here refuses them all. BUILD on a plain container fails on its own.
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> NoReturn:
         wanted = f"{str(module)[:_MAX_QUOTED_CHARS]}.{str(name)[:_MAX_QUOTED_CHARS]}"
         raise DecodeError(f"refused: the pickle asks for {_quoted(wanted)} (dumps never contain classes)")
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> NoReturn:
         raise DecodeError("refused: the pickle uses persistent ids (dumps never do)")
 
 
@@ -136,7 +146,7 @@ class _WholeInput:
         self._at = end
         return chunk
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer: WriteableBuffer) -> int:
         target = memoryview(buffer).cast("B")
         size = min(len(target), len(self._view) - self._at)
         target[:size] = self._view[self._at:self._at + size]
@@ -168,7 +178,8 @@ def _address_space_in_use() -> Optional[int]:
         return None
     try:
         with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[0]) * resource.getpagesize()
+            page_size: int = resource.getpagesize()  # typed here: a ModuleType attribute is Any
+            return int(statm.read().split()[0]) * page_size
     except (OSError, ValueError, IndexError):
         return None
 
@@ -216,7 +227,7 @@ def _stray_stderr_dropped() -> Iterator[None]:
         yield
 
 
-def _unpickle(data: bytes):
+def _unpickle(data: bytes) -> object:
     # The C unpickler serves EXT1/2/4 codes from copyreg's cache without calling find_class,
     # so one earlier unpickle of a registered code anywhere in the process would hand this
     # file that callable. Emptying the cache (it only saves lookups) sends them to find_class.
@@ -241,7 +252,7 @@ def _out_of_space_reason(pickle_size: int, budget: Optional[int]) -> str:
             f"a length or memo index far beyond its {pickle_size:,} bytes)")
 
 
-def _parse_json(data: bytes):
+def _parse_json(data: bytes) -> object:
     try:
         return json.loads(data)
     except RecursionError:
@@ -253,7 +264,7 @@ def _parse_json(data: bytes):
 
 
 def decode_dump_bytes(data: bytes, max_bytes: int, *, isolated: bool = False, floor: int = _GZIP_RATIO_FLOOR,
-                      stored: Optional[int] = None) -> tuple:
+                      stored: Optional[int] = None) -> tuple[object, str]:
     """Return `(data, encoding)` where encoding is pickle, json, pickle+gzip or json+gzip.
 
     Gzip'd data inflates within `inflation_allowed(stored, max_bytes, floor)`, `stored`

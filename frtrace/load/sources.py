@@ -40,10 +40,16 @@ import struct
 import tarfile
 import zlib
 from pathlib import Path
-from typing import Optional, Union
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Literal, Optional, TypeGuard, Union
 
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, GZIP_MAGIC, MAX_GZIP_RATIO, _one_line, inflation_allowed
 from frtrace.util import install_hint, shortened
+
+if TYPE_CHECKING:
+    import zipfile
+
+    from _typeshed import WriteableBuffer
 
 HEAD_BYTES = 4096
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
@@ -53,19 +59,28 @@ MAX_ARCHIVE_MEMBERS = 1_000_000
 _URL = re.compile(r"^(?P<protocol>[a-zA-Z][a-zA-Z0-9+.-]*)://")
 # The package each store needs, and the frtrace extra that installs it.
 EXTRA_OF_PROTOCOL = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+# One input as the loader takes it (see as_input): a URL as text, or a local path.
+Input = Union[str, Path]
+# A file system of fsspec's (an AbstractFileSystem): fsspec ships no types.
+FileSystem = Any
+# What a listing says went wrong with an archive as a whole: (archive, problem).
+Problem = tuple[str, str]
+# Whether a member's base name may be a rank's dump (see discovery).
+Wanted = Callable[[str], bool]
 
 
 class SourceError(Exception):
     """An input cannot be listed or opened at all (one line for the user)."""
 
 
-def is_url(item) -> bool:
+def is_url(item: object) -> TypeGuard[str]:
     return isinstance(item, str) and _URL.match(item) is not None
 
 
-def as_input(item: Union[str, Path]) -> Union[str, Path]:
-    """A command-line input as the loader takes it: URLs stay strings (a Path would fold
-    `s3://` into `s3:/`), `file://` URLs become local paths, everything else a Path."""
+def as_input(item: object) -> Input:
+    """A command-line input (read as its text: a str, a Path, ...) as the loader takes it:
+    URLs stay strings (a Path would fold `s3://` into `s3:/`), `file://` URLs become local
+    paths, everything else a Path."""
     text = str(item)
     match = _URL.match(text)
     if match is None:
@@ -87,7 +102,7 @@ class Source:
 
     __slots__ = ("where", "name", "parent", "mtime", "stored")
 
-    def __init__(self, where: str, name: str, parent: str, mtime: Optional[float], stored: int = 0):
+    def __init__(self, where: str, name: str, parent: str, mtime: Optional[float], stored: int = 0) -> None:
         self.where, self.name, self.parent, self.mtime = where, name, parent, mtime
         # The bytes of the input this source occupies (0: as many as it reads): what its
         # inflation is measured against (see safe_decode.inflation_allowed).
@@ -99,22 +114,22 @@ class Source:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.where!r})"
 
-    def __lt__(self, other) -> bool:
+    def __lt__(self, other: object) -> bool:
         return str(self) < str(other)
 
-    def __gt__(self, other) -> bool:
+    def __gt__(self, other: object) -> bool:
         return str(self) > str(other)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Source) and str(self) == str(other)
 
     def __hash__(self) -> int:
         return hash(self.where)
 
-    def __getstate__(self):
+    def __getstate__(self) -> tuple[object, ...]:
         return tuple(getattr(self, slot) for cls in type(self).__mro__ for slot in getattr(cls, "__slots__", ()))
 
-    def __setstate__(self, state) -> None:
+    def __setstate__(self, state: Iterable[object]) -> None:
         slots = [slot for cls in type(self).__mro__ for slot in getattr(cls, "__slots__", ())]
         for slot, value in zip(slots, state):
             setattr(self, slot, value)
@@ -128,13 +143,17 @@ class Source:
         raise NotImplementedError
 
 
+# A dump file: a local path, or a Source (an object in a store, an archive member).
+DumpPath = Union[Path, Source]
+
+
 class RemoteFile(Source):
     """An object in a store, read through fsspec by whichever process loads it (its
     credentials come from that process's environment and profiles)."""
 
     __slots__ = ("url", "size")
 
-    def __init__(self, url: str, size: Optional[int], mtime: Optional[float], name: Optional[str] = None):
+    def __init__(self, url: str, size: Optional[int], mtime: Optional[float], name: Optional[str] = None) -> None:
         # `name`: the object's path below the bucket as listed, `//` folded (see _list_url)
         name = name if name is not None else url
         super().__init__(url, posixpath.basename(name.rstrip("/")), posixpath.dirname(name.rstrip("/")), mtime,
@@ -162,7 +181,7 @@ class RefusedMember(Source):
 
     __slots__ = ("reason", "candidate")
 
-    def __init__(self, archive: str, name: str, reason: str, candidate: bool = False):
+    def __init__(self, archive: str, name: str, reason: str, candidate: bool = False) -> None:
         # `candidate`: still a rank's dump file, one that cannot be read (too large), as a
         # plain file over the limit is; other refused members never stand for a rank.
         super().__init__(_member_where(archive, name), posixpath.basename(name),
@@ -181,7 +200,7 @@ class RefusedObject(RefusedMember):
 
     __slots__ = ()
 
-    def __init__(self, url: str, reason: str):
+    def __init__(self, url: str, reason: str) -> None:
         Source.__init__(self, url, posixpath.basename(url), posixpath.dirname(url), None)
         self.reason, self.candidate = reason, False
 
@@ -191,7 +210,7 @@ class TarMember(Source):
 
     __slots__ = ("archive", "offset", "size")
 
-    def __init__(self, archive: str, name: str, offset: int, size: int, mtime: Optional[float]):
+    def __init__(self, archive: str, name: str, offset: int, size: int, mtime: Optional[float]) -> None:
         super().__init__(_member_where(archive, name), posixpath.basename(name),
                          _member_where(archive, posixpath.dirname(name)), mtime, size)
         self.archive, self.offset, self.size = archive, offset, size
@@ -220,7 +239,7 @@ class ZipMember(Source):
     __slots__ = ("archive", "offset", "compressed", "size", "method", "end")
 
     def __init__(self, archive: str, name: str, offset: int, compressed: int, size: int, method: int,
-                 mtime: Optional[float], end: Optional[int] = None):
+                 mtime: Optional[float], end: Optional[int] = None) -> None:
         super().__init__(_member_where(archive, name), posixpath.basename(name),
                          _member_where(archive, posixpath.dirname(name)), mtime, compressed)
         self.archive, self.offset, self.compressed, self.size, self.method = archive, offset, compressed, size, method
@@ -259,7 +278,7 @@ class ZipMember(Source):
                              "(honest dumps inflate at most about 30 times): a zip bomb?")
         return data
 
-    def _raw(self, handle, count: int) -> bytes:
+    def _raw(self, handle: BinaryIO, count: int) -> bytes:
         handle.seek(self.offset)
         header = handle.read(30)
         if len(header) < 30 or header[:4] != b"PK\x03\x04":
@@ -278,7 +297,7 @@ class HeldMember(Source):
 
     __slots__ = ("data",)
 
-    def __init__(self, archive: str, name: str, data: bytes, mtime: Optional[float]):
+    def __init__(self, archive: str, name: str, data: bytes, mtime: Optional[float]) -> None:
         # `stored` is set once the whole tarball is streamed: the member's share of its bytes.
         super().__init__(_member_where(archive, name), posixpath.basename(name),
                          _member_where(archive, posixpath.dirname(name)), mtime, len(data))
@@ -300,12 +319,13 @@ def _member_where(archive: str, name: str) -> str:
 # --------------------------------------------------------------------------- fsspec
 
 
-def _fsspec():
+def _fsspec() -> ModuleType:
     try:
         import fsspec
     except ImportError:
         raise SourceError(f"reading URLs needs fsspec: {install_hint('s3', 'gcs')}") from None
-    return fsspec
+    module: ModuleType = fsspec  # untyped: mypy sees Any
+    return module
 
 
 def _protocol(url: str) -> str:
@@ -315,12 +335,13 @@ def _protocol(url: str) -> str:
     return match["protocol"]
 
 
-def _filesystem(url: str):
+def _filesystem(url: str) -> tuple[FileSystem, str]:
     """`(filesystem, path)` for a URL; SourceError naming the extra when its package is missing."""
     fsspec = _fsspec()
     protocol = _protocol(url).lower()
     try:
-        return fsspec.core.url_to_fs(url)
+        found: tuple[FileSystem, str] = fsspec.core.url_to_fs(url)
+        return found
     except ImportError:
         extra = EXTRA_OF_PROTOCOL.get(protocol)
         hint = install_hint(extra) if extra else f"install the fsspec package for {protocol}://"
@@ -329,7 +350,7 @@ def _filesystem(url: str):
         raise SourceError(f"{url}: {_one_line(str(exc))}") from None
 
 
-def _remote_call(call, url: str):
+def _remote_call(call: Callable[[], bytes], url: str) -> bytes:
     try:
         return call()
     except (SourceError, ValueError):
@@ -340,7 +361,7 @@ def _remote_call(call, url: str):
         raise OSError(_one_line(f"{type(exc).__name__}: {exc}")) from None
 
 
-def _remote_mtime(info: dict) -> Optional[float]:
+def _remote_mtime(info: dict[str, Any]) -> Optional[float]:
     for key in ("LastModified", "mtime", "updated", "last_modified", "created"):
         value = info.get(key)
         if value is None:
@@ -358,7 +379,7 @@ def _remote_mtime(info: dict) -> Optional[float]:
     return None
 
 
-def _list_url(url: str, notes: list) -> list:
+def _list_url(url: str, notes: list[str]) -> list[Source]:
     """The Sources under `url` (a prefix) or of that one object: a RemoteFile per object,
     a RefusedObject per key that names `.` or `..` (a store may resolve those to objects
     outside the prefix). Keys that differ only by repeated slashes (`job//rank_0`, a
@@ -366,11 +387,12 @@ def _list_url(url: str, notes: list) -> list:
     fs, path = _filesystem(url)
     protocol = _protocol(url)
 
-    def listing():
+    def listing() -> dict[str, dict[str, Any]]:  # each object's path -> fsspec's details of it
         if not url.endswith("/") and fs.isfile(path):
             info = fs.info(path)
             return {path: info}
-        return fs.find(path, withdirs=False, detail=True)
+        found: dict[str, dict[str, Any]] = fs.find(path, withdirs=False, detail=True)
+        return found
 
     try:
         found = listing()
@@ -382,8 +404,8 @@ def _list_url(url: str, notes: list) -> list:
         raise SourceError(f"{url}: cannot list ({_one_line(f'{type(exc).__name__}: {exc}')})") from None
     if not found:
         raise SourceError(f"{url}: no such bucket, prefix or object")
-    objects: dict = {}  # the key with `//` folded -> its Source: a later one replaces an earlier
-    refused = []
+    objects: dict[str, RemoteFile] = {}  # the key with `//` folded -> its Source: a later one replaces an earlier
+    refused: list[Source] = []
     replaced = []
     for name in sorted(found):
         info = found[name]
@@ -407,7 +429,7 @@ def _list_url(url: str, notes: list) -> list:
     return list(objects.values()) + refused
 
 
-def _duplicates_note(where: str, what: str, names: list) -> str:
+def _duplicates_note(where: str, what: str, names: list[str]) -> str:
     """One line for the names listed more than once under `where` (an archive or prefix)."""
     shown = ", ".join(shortened(name, 200) for name in sorted(set(names))[:3])
     more = " ..." if len(set(names)) > 3 else ""
@@ -416,12 +438,13 @@ def _duplicates_note(where: str, what: str, names: list) -> str:
             f"the last of each is read")
 
 
-def _open_archive(archive: str):
+def _open_archive(archive: str) -> BinaryIO:
     """A binary file object over the archive (a local path or a URL), seekable."""
     if is_url(archive):
         fs, path = _filesystem(archive)
         try:
-            return fs.open(path, "rb")
+            handle: BinaryIO = fs.open(path, "rb")
+            return handle
         except Exception as exc:
             raise OSError(_one_line(f"{type(exc).__name__}: {exc}")) from None
     return open(archive, "rb")
@@ -452,22 +475,22 @@ class _LastOfEachName:
     are remembered for one note."""
 
     def __init__(self) -> None:
-        self.members: dict = {}
-        self.replaced: list = []
+        self.members: dict[str, Optional[Source]] = {}  # None: a name that is no file to read
+        self.replaced: list[str] = []
 
-    def add(self, name: str, member) -> None:
+    def add(self, name: str, member: Optional[Source]) -> None:
         if name in self.members:
             self.replaced.append(name)
             del self.members[name]  # the replacement takes the later place
         self.members[name] = member
 
-    def result(self, archive: str, notes: list) -> list:
+    def result(self, archive: str, notes: list[str]) -> list[Source]:
         if self.replaced:
             notes.append(_duplicates_note(archive, "member name", self.replaced))
         return [member for member in self.members.values() if member is not None]
 
 
-def _tar_members(archive: str, handle, refused: list, notes: list) -> list:
+def _tar_members(archive: str, handle: BinaryIO, refused: list[Problem], notes: list[str]) -> list[Source]:
     members = _LastOfEachName()
     tar = tarfile.open(fileobj=handle, mode="r:")
     count = 0
@@ -490,7 +513,7 @@ def _tar_mtime(info: tarfile.TarInfo) -> Optional[float]:
         return None
 
 
-def _checked_tar_member(archive: str, info: tarfile.TarInfo):
+def _checked_tar_member(archive: str, info: tarfile.TarInfo) -> Union[None, RefusedMember, Literal[True]]:
     """None for a directory (nothing to read), a RefusedMember, or True for a regular file."""
     name = info.name
     problem = _member_problem(name)
@@ -507,8 +530,8 @@ def _checked_tar_member(archive: str, info: tarfile.TarInfo):
     return True
 
 
-def _stream_compressed_tar(archive: str, handle, size: Optional[int], max_bytes: int, wanted, refused: list,
-                           notes: list, floor: int) -> list:
+def _stream_compressed_tar(archive: str, handle: BinaryIO, size: Optional[int], max_bytes: int, wanted: Wanted,
+                           refused: list[Problem], notes: list[str], floor: int) -> list[Source]:
     """Stream a gzip'd tarball once: held members for names `wanted(name)` accepts. The
     whole stream inflates within the allowance of the archive's `size` and `floor`."""
     limit = inflation_allowed(size, None, floor) if size else None
@@ -556,7 +579,7 @@ class _TooMuch(Exception):
 class _BoundedStream(io.RawIOBase):
     """A read-only stream that stops with _TooMuch past `limit` bytes."""
 
-    def __init__(self, inner, limit: Optional[int]):
+    def __init__(self, inner: gzip.GzipFile, limit: Optional[int]) -> None:
         self.inner, self.limit, self.done = inner, limit, 0
 
     def readable(self) -> bool:
@@ -569,23 +592,24 @@ class _BoundedStream(io.RawIOBase):
             raise _TooMuch()
         return data
 
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        target = memoryview(buffer).cast("B")
+        data = self.read(len(target))
+        target[: len(data)] = data
         return len(data)
 
 
 _OVERLAP = ("its bytes overlap another member's (the same compressed data listed twice: a zip bomb?): refused")
 
 
-def _zip_spans(infos: list, directory_start: int) -> tuple:
+def _zip_spans(infos: list[zipfile.ZipInfo], directory_start: int) -> tuple[dict[int, int], set[int]]:
     """`(end, overlapping)`: for each member (by index), the offset its bytes must end
     before (the next member's header, or the central directory), and the indexes of the
     members whose bytes reach into another member's or the directory. A member takes at
     least its local header (30 bytes and its name) and its compressed data."""
     order = sorted(range(len(infos)), key=lambda i: infos[i].header_offset)
-    end: dict = {}
-    overlapping: set = set()
+    end: dict[int, int] = {}
+    overlapping: set[int] = set()
     for position, index in enumerate(order):
         info = infos[index]
         following = infos[order[position + 1]].header_offset if position + 1 < len(order) else directory_start
@@ -597,14 +621,14 @@ def _zip_spans(infos: list, directory_start: int) -> tuple:
     return end, overlapping
 
 
-def _encoded_length(info) -> int:
+def _encoded_length(info: zipfile.ZipInfo) -> int:
     try:
         return len(info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"))
     except (UnicodeEncodeError, AttributeError):
         return len(info.filename.encode("utf-8", "surrogateescape"))
 
 
-def _zip_members(archive: str, handle, refused: list, notes: list) -> list:
+def _zip_members(archive: str, handle: BinaryIO, refused: list[Problem], notes: list[str]) -> list[Source]:
     import zipfile
 
     try:
@@ -660,8 +684,8 @@ def _archive_kind(head: bytes) -> Optional[str]:
     return None
 
 
-def expand_archive(archive: str, max_bytes: int, wanted, refused: list, notes: Optional[list] = None,
-                   floor: int = _GZIP_RATIO_FLOOR) -> list:
+def expand_archive(archive: str, max_bytes: int, wanted: Wanted, refused: list[Problem],
+                   notes: Optional[list[str]] = None, floor: int = _GZIP_RATIO_FLOOR) -> list[Source]:
     """The members of an archive (a local path or a URL) as Sources. Refused members are
     Sources whose read says why; problems with the archive as a whole go to `refused` as
     `(archive, problem)`, names listed twice to `notes`; SourceError when it cannot be
@@ -691,8 +715,8 @@ def expand_archive(archive: str, max_bytes: int, wanted, refused: list, notes: O
     raise SourceError(f"{archive}: not a tar, tar.gz or zip archive")
 
 
-def expand_input(item, max_bytes: int, wanted, refused: list, notes: Optional[list] = None,
-                 floor: int = _GZIP_RATIO_FLOOR) -> list:
+def expand_input(item: Input, max_bytes: int, wanted: Wanted, refused: list[Problem],
+                 notes: Optional[list[str]] = None, floor: int = _GZIP_RATIO_FLOOR) -> list[Source]:
     """The Sources of one input that is a URL or an archive (see `needs_expanding`)."""
     notes = [] if notes is None else notes
     if is_url(item):
@@ -702,7 +726,7 @@ def expand_input(item, max_bytes: int, wanted, refused: list, notes: Optional[li
     return expand_archive(str(item), max_bytes, wanted, refused, notes, floor)
 
 
-def needs_expanding(item) -> bool:
+def needs_expanding(item: Input) -> bool:
     """Whether an input is read through this module: a URL, or an archive file."""
     if is_url(item):
         return True
