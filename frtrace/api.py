@@ -23,7 +23,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence, TypeVar, Union
 
 import click
 
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from frtrace.report.progress_diff import ProgressDiff
 
 __all__ = [
-    "Analysis", "Diagnosis", "Diff", "Finding", "FrtraceError", "InputError", "JobMismatch", "OutputError",
+    "TEXT_WIDTH", "Analysis", "Diagnosis", "Diff", "Finding", "FrtraceError", "InputError", "JobMismatch", "OutputError",
     "analyze", "diagnose", "diff", "exit_code", "on_cluster", "same_input",
 ]
 
@@ -114,7 +114,7 @@ def analyze(
     return _usable(analysis, inputs)
 
 
-def _usable(analysis: Analysis, inputs: list) -> Analysis:
+def _usable(analysis: Analysis, inputs: Sequence[Union[str, Path]]) -> Analysis:
     if not analysis.layout.ranks_found:
         # Every file was read but none has a believable rank: as with no readable file.
         unusable = analysis.load.errors + list(analysis.layout.ignored_files)
@@ -164,7 +164,7 @@ def on_cluster(
         remote = dispatch_load(inputs, runner, prefix, max_bytes=_size(max_file_size), progress=progress,
                                all_generations=all_generations)
         # dask hands the task the results of the Futures among `remote.parts`, where it runs.
-        result = runner.run_task(_analysed_then, remote, then, inputs, world_size, group_world_size)
+        result: Result = runner.run_task(_analysed_then, remote, then, inputs, world_size, group_world_size)
         if receive is not None:
             receive(result, WorkerFiles(runner))
         return result
@@ -172,7 +172,7 @@ def on_cluster(
         runner.close()
 
 
-def _analysed_then(remote: RemoteLoad, then: Callable[[Analysis], Result], inputs: list,
+def _analysed_then(remote: RemoteLoad, then: Callable[[Analysis], Result], inputs: Sequence[Union[str, Path]],
                    world_size: Optional[int], group_world_size: Optional[int]) -> Result:
     """On the worker (see on_cluster): the parts arrive as the batches' results."""
     with cyclic_gc_paused():  # as the command line runs: millions of objects, no cycles
@@ -191,7 +191,7 @@ def input_list(path_or_paths: Inputs) -> list[Union[str, Path]]:
     """The inputs as the loader takes them (URLs stay strings; a str is one path, never
     a list of characters); InputError for a path that does not exist or for none."""
     if isinstance(path_or_paths, (str, bytes, os.PathLike)):
-        items: list = [path_or_paths]
+        items: list[object] = [path_or_paths]
     elif isinstance(path_or_paths, Iterable):
         items = list(path_or_paths)
     else:
@@ -265,7 +265,7 @@ class Diagnosis:
         """What `frtrace` exits with for this diagnosis: 0 healthy, 1 faults, 3 inconclusive."""
         return exit_code(self.status)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON report as Python data (schema `frtrace.report/1`)."""
         return report_dict(self.analysis, self.outcome)
 
@@ -339,7 +339,7 @@ class Diff:
     def exit_code(self) -> int:
         return exit_code(self.status)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON report as Python data (schema `frtrace.diff/1`)."""
         return dict(json.loads(self.to_json()))
 
@@ -415,5 +415,5 @@ def same_input(first: Union[str, Path], second: Union[str, Path]) -> bool:
     return os.path.realpath(first) == os.path.realpath(second)
 
 
-def _names(paths: list) -> str:
+def _names(paths: Sequence[object]) -> str:
     return ", ".join(str(p) for p in paths)

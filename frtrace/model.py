@@ -52,20 +52,25 @@ def numel(shapes: Iterable[Iterable[int]]) -> int:
     return total
 
 
+# A list of tensor shapes (one tuple of dimensions per tensor), and their dtypes.
+Sizes = tuple[tuple[int, ...], ...]
+Dtypes = tuple[str, ...]
+
+
 class Shapes(NamedTuple):
-    input_sizes: tuple
-    input_dtypes: tuple
-    output_sizes: tuple
-    output_dtypes: tuple
+    input_sizes: Sizes
+    input_dtypes: Dtypes
+    output_sizes: Sizes
+    output_dtypes: Dtypes
     # False when a size or dtype list could not be read: the sizes are then not compared.
     readable: bool = True
     # Elements sent to (received from) each member of the group, in group-local order,
     # for an all_to_all (dump format 2.11): () when the dump does not say.
-    input_split_sizes: tuple = ()
-    output_split_sizes: tuple = ()
+    input_split_sizes: tuple[int, ...] = ()
+    output_split_sizes: tuple[int, ...] = ()
     # The names of the fields above that could not be read (`readable` is False): what
     # the others say is still compared.
-    unread: tuple = ()
+    unread: tuple[str, ...] = ()
 
 
 # The dump fields a Shapes record reads, in its order (each may be unreadable: `unread`).
@@ -95,7 +100,7 @@ class Entry(NamedTuple):
     time_completed_ns: Optional[int]
     duration_ms: Optional[float]
     timeout_ms: Optional[int]
-    frames: tuple  # tuple[Frame, ...]; () when the dump has no stacks
+    frames: tuple[Frame, ...]  # () when the dump has no stacks
 
     @property
     def op(self) -> str:
@@ -130,7 +135,9 @@ def says_more_than_scheduled(state: str, retired: Optional[bool], time_started_n
 class PgConfig(NamedTuple):
     name: str
     desc: str
-    ranks: Optional[tuple]  # global ranks, or None when the dump did not say
+    # global ranks, or None when the dump did not say (packed as a range or an array only
+    # while it travels from a loader's worker: loader._for_transfer)
+    ranks: Optional[tuple[int, ...]]
 
 
 class PgStatus(NamedTuple):
@@ -148,7 +155,7 @@ class Group(NamedTuple):
     id: int
     name: str
     desc: str
-    ranks: tuple  # sorted global ranks
+    ranks: tuple[int, ...]  # sorted global ranks
     size: int
     # "pg_config" when the dumps listed the members, "entries" when rebuilt from who
     # carried entries of the group, "world" for the default group sized by the files.
@@ -163,7 +170,7 @@ class Membership(NamedTuple):
 
 class Traceback(NamedTuple):
     id: int
-    frames: tuple  # tuple[Frame, ...] innermost first
+    frames: tuple[Frame, ...]  # innermost first
 
 
 class Collective(NamedTuple):
@@ -176,16 +183,16 @@ class Collective(NamedTuple):
     collective_seq_id: Optional[int]
     p2p_seq_id: Optional[int]
     op: str  # majority op name
-    input_sizes: tuple
-    output_sizes: tuple
-    input_dtypes: tuple
-    output_dtypes: tuple
-    expected_ranks: tuple  # members whose window covers this op
-    issued_ranks: tuple
-    completed_ranks: tuple
-    not_issued_ranks: tuple  # members with a dump, inside their window, no entry
-    no_dump_ranks: tuple
-    out_of_window_ranks: tuple  # their ring buffer no longer reaches back this far
+    input_sizes: Sizes
+    output_sizes: Sizes
+    input_dtypes: Dtypes
+    output_dtypes: Dtypes
+    expected_ranks: tuple[int, ...]  # members whose window covers this op
+    issued_ranks: tuple[int, ...]
+    completed_ranks: tuple[int, ...]
+    not_issued_ranks: tuple[int, ...]  # members with a dump, inside their window, no entry
+    no_dump_ranks: tuple[int, ...]
+    out_of_window_ranks: tuple[int, ...]  # their ring buffer no longer reaches back this far
     state: str  # completed | in_flight | partial | mismatch
     problem: Optional[str]  # what went wrong, e.g. "size_mismatch: rank 1 [[17]] vs [[16]]"
 
@@ -203,10 +210,10 @@ class NCCLCall(NamedTuple):
     collective_seq_id: int
     p2p_seq_id: int
     op_id: int
-    input_sizes: tuple
-    output_sizes: tuple
-    input_dtypes: tuple
-    output_dtypes: tuple
+    input_sizes: Sizes
+    output_sizes: Sizes
+    input_dtypes: Dtypes
+    output_dtypes: Dtypes
     state: str
     retired: Optional[bool]
     time_created_ns: int
@@ -218,11 +225,11 @@ class NCCLCall(NamedTuple):
 
 
 class Database(NamedTuple):
-    groups: list
-    memberships: list
-    tracebacks: list
-    collectives: list
-    ncclcalls: list
+    groups: list[Group]
+    memberships: list[Membership]
+    tracebacks: list[Traceback]
+    collectives: list[Collective]
+    ncclcalls: list[NCCLCall]
 
 
 TABLE_TYPES = {
@@ -243,17 +250,3 @@ class LoadIssue:
 
     def __str__(self) -> str:
         return f"{shortened(self.path)}: {self.problem}"
-
-
-@dataclass(slots=True)
-class LoadResult:
-    dumps: list  # list[RankDump] sorted by rank
-    skipped: list = field(default_factory=list)  # unrelated files: list[LoadIssue]
-    errors: list = field(default_factory=list)  # dump files that could not be read: list[LoadIssue]
-    prefix: str = ""
-    # ranks whose file was found but unusable; they count as missing dumps
-    failed_ranks: tuple = ()
-    # for the user, one line each: several generations of dumps found, and which one was read
-    notes: list = field(default_factory=list)
-    # the directories and files the dumps were looked for in, as given
-    inputs: tuple = ()

@@ -270,7 +270,8 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
     from frtrace.load.safe_decode import DecodeError
     from frtrace.match.analysis import finish_analysis
     from frtrace.match.matcher import match
-    from frtrace.model import LoadIssue, LoadResult
+    from frtrace.model import LoadIssue
+    from frtrace.table.rank_dump import LoadResult
 
     dumps, errors, failed = [], [], []
     for rank, raw in sorted(dumps_by_rank.items()):

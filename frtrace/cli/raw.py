@@ -22,6 +22,7 @@ from frtrace.load.loader import discover_dump_files, iter_dump_files, select_fil
 from frtrace.load.sources import as_input
 from frtrace.match.analysis import match_files
 from frtrace.model import LoadIssue
+from frtrace.table.rank_dump import RankDump
 from frtrace.report.raw_view import (
     DEFAULT_LAST,
     SIDE_BY_SIDE_MAX,
@@ -102,8 +103,10 @@ def _print_raw_entries(opts: RawOptions, started: float, progress: Optional[Prog
         _note(f"note: the side-by-side table is wider than this terminal ({width} columns): one block per rank "
               "(--side-by-side keeps the table)")
         stacks = StackNumbers() if opts.print_stack else None
-        by_rank = {d.rank: d for d in loaded.dumps}
-        by_rank.update({rank: issue for rank, issue in zip(loaded.failed_ranks, loaded.errors)})
+        by_rank: dict[int, Union[RankDump, LoadIssue]] = {d.rank: d for d in loaded.dumps}
+        # The files' own issues come last among the errors (archive members refused by name first).
+        failed = loaded.errors[len(loaded.errors) - len(loaded.failed_ranks):]
+        by_rank.update(zip(loaded.failed_ranks, failed))
         for rank, _ in files:
             _emit_block(rank_block_lines(rank, by_rank[rank], opts.filters, _last(opts.last), stacks))
         _finish(EXIT_HEALTHY, opts.verbose, started, load_seconds)

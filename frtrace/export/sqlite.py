@@ -36,7 +36,8 @@ from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.export.database import build_database
 from frtrace.load.discovery import parse_rank_from_name
 from frtrace.match.analysis import Analysis
-from frtrace.model import Collective, Entry, Group, LoadResult, NCCLCall, Traceback
+from frtrace.model import Collective, Entry, Group, NCCLCall, Traceback
+from frtrace.table.rank_dump import LoadResult
 from frtrace.table.standing import blocked_at
 from frtrace.wording import printable
 

@@ -60,10 +60,10 @@ from frtrace.load.normalise import (
 )
 from frtrace.load.safe_decode import _GZIP_RATIO_FLOOR, DecodeError, MayNestTooDeeply, decode_dump
 from frtrace.load.sources import DumpPath, Input, Source, SourceError, as_input
-from frtrace.model import LoadIssue, LoadResult
+from frtrace.model import LoadIssue
 from frtrace.table.by_group import GroupParts, deal_by_group
 from frtrace.table.entry_columns import SharedValues
-from frtrace.table.rank_dump import RankDump
+from frtrace.table.rank_dump import LoadResult, RankDump
 from frtrace.util import cyclic_gc_paused
 
 if TYPE_CHECKING:

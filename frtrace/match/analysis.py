@@ -19,8 +19,8 @@ from frtrace.load.loader import (
     load_dumps,
 )
 from frtrace.match.matcher import DealtDumps, MatchResult, match, rematch
-from frtrace.model import LoadIssue, LoadResult, PgConfig
-from frtrace.table.rank_dump import RankDump
+from frtrace.model import LoadIssue, PgConfig
+from frtrace.table.rank_dump import LoadResult, RankDump
 from frtrace.table.standing import completion_is_reliable, without_queued_ops
 
 

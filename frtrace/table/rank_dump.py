@@ -2,15 +2,16 @@
 says of its groups.
 
 Takes what the loader read from one file; returns a `RankDump` (Entry tuples given for
-`entries`, as tests and hand-made dumps do, are stored as a table).
+`entries`, as tests and hand-made dumps do, are stored as a table); and a job's load as a
+whole, `LoadResult`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from frtrace.model import PgConfig, PgStatus
+from frtrace.model import LoadIssue, PgConfig, PgStatus
 from frtrace.table.entry_table import EntryTable
 
 
@@ -61,3 +62,19 @@ class RankDump:
 def clocks_compare(dumps: Iterable[RankDump]) -> bool:
     """Whether times of different ranks' dumps can be compared: every dump is on a wall clock."""
     return all(dump.clock == "wall" for dump in dumps)
+
+
+@dataclass(slots=True)
+class LoadResult:
+    """What loading a job's dumps gave: a RankDump per usable file, and what was not used."""
+
+    dumps: list[RankDump]  # sorted by rank
+    skipped: list[LoadIssue] = field(default_factory=list)  # unrelated files
+    errors: list[LoadIssue] = field(default_factory=list)  # dump files that could not be read
+    prefix: str = ""
+    # ranks whose file was found but unusable; they count as missing dumps
+    failed_ranks: tuple[int, ...] = ()
+    # for the user, one line each: several generations of dumps found, and which one was read
+    notes: list[str] = field(default_factory=list)
+    # the directories and files the dumps were looked for in, as given
+    inputs: tuple[str, ...] = ()
