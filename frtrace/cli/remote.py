@@ -2,12 +2,12 @@
 
 Takes what the command was asked to print and write (`ReportRequest`, with its
 `OutputRequest`); returns a `RemoteReport`: the notes the command prints on stderr, the
-report, the status, the job's ranks and each file's bytes (`MadeOutput`), made by
-`report_on_worker` on the Dask worker that holds the analysis (through
-`frtrace.api.on_cluster`). Only these travel back, the files a piece at a time as they are
-written (load.cluster.WorkerFiles): the process the user started holds no entry, however
-large the job, nor a whole file. Also `analysis_notes`, the
-stderr notes of an analysis, which the local run prints the same way.
+report, the status, the job's ranks and each file made (`MadeOutput`: where it lies on the
+worker), made by `report_on_worker` on the Dask worker that holds the analysis (through
+`frtrace.api.on_cluster`). Only these travel back, and the files a piece at a time as the
+command writes them (load.cluster.WorkerFiles): the process the user started holds no
+entry, however large the job, nor a whole file. Also `analysis_notes`, the stderr notes
+of an analysis, which the local run prints the same way.
 """
 
 from __future__ import annotations
