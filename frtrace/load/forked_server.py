@@ -10,7 +10,7 @@ threads, so decoding must happen in a single-threaded child for the address-spac
 hold (loader._decoding_is_capped), and one hostile pickle must cost its batch, not the
 worker. Forking a child per batch did both, but a worker is a large process: forking it,
 and the copy-on-write faults that follow, cost about 40 ms a batch, more than decoding
-the batch's 16 files. One child serves every batch of its worker thread instead.
+the 16 files a batch then held. One child serves every batch of its worker thread instead.
 
 The child's replies are read back as `forked.Forked`'s are (`OwnResultUnpickler`:
 frtrace's own records only, never another module's callables).

@@ -578,10 +578,14 @@ def _share_rank_lists(dump: RankDump, shared: SharedValues) -> None:
                                for config in dump.pg_config)
 
 
-def job_batches(jobs: list[Job], workers: int) -> list[list[Job]]:
-    """The jobs in batches of up to 16, a few per worker (each batch is one task), the
-    first few smaller (see _batches)."""
-    return _batches(jobs, max(1, min(16, len(jobs) // (8 * workers))))
+# Files per batch of the local pool, at most: a batch is one task of a worker process.
+POOL_BATCH_FILES = 16
+
+
+def job_batches(jobs: list[Job], workers: int, most: int = POOL_BATCH_FILES) -> list[list[Job]]:
+    """The jobs in batches of up to `most`, at least 8 per worker while there are files
+    enough (each batch is one task), the first few smaller (see _batches)."""
+    return _batches(jobs, max(1, min(most, len(jobs) // (8 * workers))))
 
 
 def take_batch(batch: Sequence[Sent], results: list[LoadOutcome], total: int, shared: SharedValues,
