@@ -28,7 +28,7 @@ import logging
 import os
 from collections import deque
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Optional, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Optional, TypeVar, Union
 
 from frtrace.load.loader import (
     InputError,
@@ -36,7 +36,7 @@ from frtrace.load.loader import (
     LoadOutcome,
     OnDump,
     Progress,
-    Sent,
+    SentBatch,
     _load_batch_for_transfer,
     job_batches,
     take_batch,
@@ -53,7 +53,7 @@ _Result = TypeVar("_Result")
 _Fetched = TypeVar("_Fetched")
 # What DaskRunner.dispatch keeps of a batch of jobs: the Future of its results (they stay on
 # the worker), or a LoadIssue per job where it failed.
-KeptBatch = Union["Future[list[Sent]]", "list[LoadIssue]"]
+KeptBatch = Union["Future[SentBatch]", "list[LoadIssue]"]
 
 INSTALL_HINT = install_hint("dask")
 # An external cluster may still be starting its workers (a Slurm allocation, a Kubernetes
@@ -168,7 +168,7 @@ class DaskRunner:
     def __init__(self, client: Client, cluster: Optional[LocalCluster], address: str) -> None:
         self.client, self.cluster, self.address = client, cluster, address
         # What a worker runs on a batch of jobs (and whether to deal them by group).
-        self.task: Callable[[list[Job], bool], list[Sent]] = _load_batch_for_transfer
+        self.task: Callable[[list[Job], bool], SentBatch] = _load_batch_for_transfer
         self._plugin: Optional[str] = None  # the name of the workers' plugin this run registered
 
     @classmethod
@@ -239,7 +239,7 @@ class DaskRunner:
         """`(results in job order, notes)`: a RankDump or LoadIssue per job (see module doc)."""
         results: list[LoadOutcome] = []
 
-        def take(batch: list[Job], outcome: Sequence[Sent]) -> None:
+        def take(batch: list[Job], outcome: SentBatch) -> None:
             take_batch(outcome, results, len(jobs), shared, on_dump, progress)
 
         notes = self._run(jobs, on_dump is not None, fetch=_result, take=take)
@@ -263,7 +263,7 @@ class DaskRunner:
         notes = self._run(jobs, True, fetch=_finished, take=keep)
         return parts, notes
 
-    def _run(self, jobs: list[Job], deal: bool, fetch: Callable[[Future[list[Sent]]], _Fetched],
+    def _run(self, jobs: list[Job], deal: bool, fetch: Callable[[Future[SentBatch]], _Fetched],
              take: Callable[[list[Job], Union[_Fetched, list[LoadIssue]]], None]) -> list[str]:
         """Run the jobs in batches, a few in flight per worker thread; `take(batch, outcome)`
         for each in job order, the outcome being what `fetch` makes of the batch's Future
@@ -272,7 +272,7 @@ class DaskRunner:
         Returns the notes on what failed."""
         threads = self.threads()
         batches = deque(job_batches(jobs, threads, CLUSTER_BATCH_FILES))
-        pending: deque[tuple[list[Job], Optional[Future[list[Sent]]]]] = deque()
+        pending: deque[tuple[list[Job], Optional[Future[SentBatch]]]] = deque()
         failures: dict[str, list[int]] = {}  # note -> ranks
         lost: Optional[str] = None
 

@@ -2,7 +2,7 @@
 and the decoder children it decodes them in.
 
 Takes a batch of the loader's jobs; `load_batch_on_worker` returns what
-`loader._load_batch_for_transfer` returns for it. A dask worker runs other threads, so
+`loader._load_batch_for_transfer` returns for it, pickled. A dask worker runs other threads, so
 each batch is decoded in a single-threaded child (loader._decoding_is_capped): here, one
 of the `DecoderChildren` that the plugin of that name keeps on each worker, a forked child
 per worker thread that serves batch after batch (forked_server.ForkedServer), where
@@ -15,13 +15,14 @@ that registers the plugin (cluster.DaskRunner), import it.
 
 from __future__ import annotations
 
+import pickle
 import queue
 from typing import Any, Optional
 
 import distributed
 
 from frtrace.load.forked_server import ForkedServer
-from frtrace.load.loader import _decode_batch, _load_batch_for_transfer
+from frtrace.load.loader import Job, _decode_batch, _load_batch_for_transfer
 
 PLUGIN_NAME = "frtrace-decoder-children"
 
@@ -55,11 +56,16 @@ class DecoderChildren(distributed.WorkerPlugin):
         return outcome
 
 
-def load_batch_on_worker(jobs: list[Any], deal: bool = False) -> list[Any]:
+def load_batch_on_worker(jobs: list[Job], deal: bool = False) -> bytes:
     """The task a worker runs on a batch of jobs: `_load_batch_for_transfer`, decoding in
-    this worker's decoder children when the plugin is there."""
+    this worker's decoder children when the plugin is there; the results pickled
+    (`loader.take_batch` reads them where they are taken up). dask moves bytes between
+    workers far faster than it moves these objects: fetching half of 4,096 ranks' results
+    to the worker that analyses them took 1.27 s as objects, 0.04 s as bytes (and 0.24 s to
+    unpickle them all there)."""
     try:
         children = distributed.get_worker().plugins.get(PLUGIN_NAME)
     except ValueError:  # not on a worker (called directly)
         children = None
-    return _load_batch_for_transfer(jobs, deal, children.decode if isinstance(children, DecoderChildren) else None)
+    results = _load_batch_for_transfer(jobs, deal, children.decode if isinstance(children, DecoderChildren) else None)
+    return pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import io
 import multiprocessing
 import operator
 import os
@@ -49,7 +50,7 @@ from frtrace.load.discovery import (
     find_dump_files,
     parse_rank_from_name,
 )
-from frtrace.load.forked import Forked
+from frtrace.load.forked import Forked, OwnResultUnpickler
 from frtrace.load.normalise import (
     DEFAULT_MAX_ENTRIES,
     BatchMemo,
@@ -588,10 +589,18 @@ def job_batches(jobs: list[Job], workers: int, most: int = POOL_BATCH_FILES) -> 
     return _batches(jobs, max(1, min(most, len(jobs) // (8 * workers))))
 
 
-def take_batch(batch: Sequence[Sent], results: list[LoadOutcome], total: int, shared: SharedValues,
+# A batch's results as a task sends them: the results, or (from a cluster's worker,
+# cluster_worker.load_batch_on_worker) the pickle of them.
+SentBatch = Union[Sequence[Sent], bytes]
+
+
+def take_batch(batch: SentBatch, results: list[LoadOutcome], total: int, shared: SharedValues,
                on_dump: Optional[OnDump] = None, progress: Optional[Progress] = None) -> None:
-    """Receive a worker's batch of results into `results`, in this process (see _received)."""
-    for sent in batch:
+    """Receive a worker's batch of results into `results`, in this process (see _received).
+    A pickled batch is this program's own records, read back as a forked child's are."""
+    sent_batch: Sequence[Sent] = (OwnResultUnpickler(io.BytesIO(batch)).load() if isinstance(batch, bytes)
+                                  else batch)
+    for sent in sent_batch:
         result, parts = _received(sent, shared)
         results.append(result)
         if on_dump and isinstance(result, RankDump):
