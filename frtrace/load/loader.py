@@ -21,9 +21,8 @@ import stat
 import threading
 from array import array
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import islice
-from concurrent.futures import Future
 from pathlib import Path
 from typing import (
     TYPE_CHECKING,
