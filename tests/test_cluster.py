@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -164,13 +165,17 @@ def test_workers_elsewhere_read_a_job_given_by_a_relative_path(synth_job, tmp_pa
     here = tmp_path / "here"
     here.mkdir()
     (here / "job").symlink_to(synth_job)
+    with tarfile.open(here / "job.tar", "w") as archive:  # members are read in place from a relative archive too
+        archive.add(synth_job, arcname="job")
     monkeypatch.chdir(here)
-    local = run_cli(["job", "--format", "json", "--workers", "2", "-v"])
+    local = [run_cli([given, "--format", "json", "--workers", "2", "-v"]) for given in ("job", "job.tar")]
     monkeypatch.chdir(tmp_path)  # where the cluster's workers start; the command then runs in `here`
-    (remote,) = in_cluster([["job", "--format", "json", "--scheduler", "{scheduler}", "-v"]],
-                           TEST_PROCESSES="1", TEST_CHDIR=str(here))
-    assert (remote["code"], remote["stdout"]) == (local.exit_code, local.stdout)
-    assert _without_timing(remote["stderr"]) == _without_timing(local.stderr)
+    remote = in_cluster([[given, "--format", "json", "--scheduler", "{scheduler}", "-v"] for given in ("job", "job.tar")],
+                        TEST_PROCESSES="1", TEST_CHDIR=str(here))
+    for here_run, there_run in zip(local, remote):
+        assert (there_run["code"], there_run["stdout"]) == (here_run.exit_code, here_run.stdout)
+        assert _without_timing(there_run["stderr"]) == _without_timing(here_run.stderr)
+    assert '"job.tar:job/' in remote[1]["stdout"]  # the members named as given, not by an absolute path
 
 
 def _without_timing(stderr: str) -> str:

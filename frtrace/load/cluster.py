@@ -24,6 +24,7 @@ dask is imported here only, and this module only when `--scheduler` is given.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import logging
 import os
 from collections import deque
@@ -42,6 +43,7 @@ from frtrace.load.loader import (
     take_batch,
 )
 from frtrace.load.safe_decode import _one_line
+from frtrace.load.sources import TarMember, ZipMember, is_url
 from frtrace.model import LoadIssue
 from frtrace.table.entry_columns import SharedValues
 from frtrace.util import fold_ranks, install_hint, plural
@@ -343,10 +345,15 @@ class DaskRunner:
 def _from_anywhere(job: Job) -> Job:
     """`job` with its local path made absolute: a worker elsewhere does not share this
     process's working directory. The results name the file as given all the same
-    (loader._load_result restores the paths of the files found)."""
+    (loader._load_result restores the paths of the files found; an archive member keeps
+    its name, only the archive it is read from moves)."""
     path = job[1]
     if isinstance(path, str) and not os.path.isabs(path):
         return (job[0], os.path.abspath(path), *job[2:])
+    if isinstance(path, (TarMember, ZipMember)) and not is_url(path.archive) and not os.path.isabs(path.archive):
+        member = copy.copy(path)
+        member.archive = os.path.abspath(path.archive)
+        return (job[0], member, *job[2:])
     return job
 
 
