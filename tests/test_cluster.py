@@ -18,9 +18,20 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import deep_tuple_key_dump, healthy_dumps, nccl_hang_dumps, run_cli, stderr_lines, write_job, write_synth_job
+from helpers import (
+    deep_tuple_key_dump,
+    dump,
+    entry,
+    healthy_dumps,
+    nccl_hang_dumps,
+    run_cli,
+    stderr_lines,
+    write_job,
+    write_synth_job,
+)
 
 import frtrace
+from frtrace.testing.joblogs import job_logs, write_job_logs
 from frtrace.testing.synth import Fault, generate
 
 TESTS = Path(__file__).resolve().parent
@@ -51,7 +62,8 @@ IN_CLUSTER = textwrap.dedent("""
     from frtrace.load import cluster as frcluster, loader
     received = []
     def counted(batch, *args, take=loader.take_batch):
-        received.extend(batch)
+        import pickle
+        received.extend(pickle.loads(batch) if isinstance(batch, bytes) else batch)  # a cluster task's batch travels pickled
         return take(batch, *args)
     loader.take_batch = frcluster.take_batch = counted
     if os.environ.get("TEST_PIECE"):  # files made on a worker come back in pieces of this many bytes
@@ -180,6 +192,22 @@ def test_workers_elsewhere_read_a_job_given_by_a_relative_path(synth_job, tmp_pa
 
 def _without_timing(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if " total (" not in line)
+
+
+def test_dumps_with_logs_on_a_cluster_report_as_a_local_run(tmp_path):
+    """With --logs the entries come back to the client (the logs are read there): the
+    batches travel pickled, and the report is the local run's."""
+    dumps = {rank: dump([entry(s) for s in (1, 2, 3)] + [entry(4, state="started")], ranks=range(4))
+             for rank in range(3)}  # rank 3 left no dump; its log says it crashed
+    directory = write_job(tmp_path / "dumps", dumps)
+    log_dir = write_job_logs(job_logs(world=4, era="2.6", fault="crash", culprits=(3,), seq=4), tmp_path / "logs")
+    local = run_cli([directory, "--logs", log_dir, "--format", "json", "--workers", "2"])
+    (remote,) = in_cluster([[directory, "--logs", log_dir, "--format", "json", "--scheduler", "{scheduler}"]],
+                           TEST_PROCESSES="1")
+    assert local.exit_code == remote["code"] == 1
+    assert remote["stdout"] == local.stdout and remote["stderr"] == local.stderr
+    assert remote["received"] == 3  # the dumps came back to the client
+    assert json.loads(remote["stdout"])["suspects"] == [{"rank": 3, "host": "node01"}]
 
 
 def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):
