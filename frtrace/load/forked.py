@@ -22,8 +22,9 @@ _Result = TypeVar("_Result")
 
 
 class OwnResultUnpickler(pickle.Unpickler):
-    """Reads what a child of this process pickled: frtrace's own records (and the arrays
-    and sets they hold), never another module's callables."""
+    """Reads what another process of this program pickled (a child's result, a parent's
+    request to a forked server, a cluster task's batch): frtrace's own records (and the
+    arrays and sets they hold), never another module's callables."""
 
     _ALLOWED = {("array", "array"), ("array", "_array_reconstructor"), ("builtins", "frozenset"),
                 ("builtins", "set"), ("builtins", "range"), ("builtins", "slice")}

@@ -126,13 +126,13 @@ def _highest_descriptor() -> int:
 
 def _serve(function: Callable[..., Any], requests: int, replies: int) -> None:
     """The child's loop: a request in, `function`'s result out, until the requests end.
-    A request is this program's own data from its parent (the decoded dumps never come
-    this way in: only file names and bytes)."""
+    A request is its parent's own records (file names, jobs, a file's bytes), read as
+    replies are: frtrace's records only, never another module's callables."""
     while True:
         request = _receive(requests)
         if request is None:
             return
-        result = function(*pickle.loads(request))
+        result = function(*OwnResultUnpickler(io.BytesIO(request)).load())
         _send(replies, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
 
 
