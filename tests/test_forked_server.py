@@ -68,3 +68,14 @@ def test_a_server_ends_when_its_requests_end_though_another_was_forked_since():
     finally:
         first.close()
         second.close()
+
+
+def test_a_result_left_pickled_is_what_call_would_read():
+    server = ForkedServer.start(_work)
+    try:
+        reply, exitcode = server.call_pickled("work", 21)
+        issue, _ = server.call("work", 21)
+    finally:
+        server.close()
+    assert exitcode is None and isinstance(reply, bytes)
+    assert pickle.loads(reply) == issue == LoadIssue(str(server.pid), "42")

@@ -2,8 +2,9 @@
 
 Takes a function; `ForkedServer.start(function)` forks a child that waits for requests,
 and `call(*args)` sends it one (its arguments pickled: this process's own data), returns
-`(function(*args), None)`, or `(None, exit code)` when the child died on it; a dead
-server serves no more (`alive`), and its owner starts another. `close()` ends the child.
+`(function(*args), None)`, or `(None, exit code)` when the child died on it
+(`call_pickled`: the result as the child pickled it); a dead server serves no more
+(`alive`), and its owner starts another. `close()` ends the child.
 
 The loader decodes in one on a dask worker (load/cluster.py): there a process runs other
 threads, so decoding must happen in a single-threaded child for the address-space cap to
@@ -75,6 +76,14 @@ class ForkedServer:
     def call(self, *args: Any) -> tuple[Any, Optional[int]]:
         """`(function(*args), None)` computed by the child; `(None, exit code)` when it died
         on this request (or had died before), after which it serves no more."""
+        reply, exitcode = self.call_pickled(*args)
+        if reply is None:
+            return None, exitcode
+        return OwnResultUnpickler(io.BytesIO(reply)).load(), None
+
+    def call_pickled(self, *args: Any) -> tuple[Optional[bytes], Optional[int]]:
+        """As `call`, the result left pickled: for a caller that only passes it on (a dask
+        worker's task), whose receiver reads it as `call` would (`OwnResultUnpickler`)."""
         if not self.alive:
             return None, self._exitcode
         try:
@@ -84,7 +93,7 @@ class ForkedServer:
             reply = None
         if reply is None:
             return None, self._end()
-        return OwnResultUnpickler(io.BytesIO(reply)).load(), None
+        return bytes(reply), None
 
     def close(self) -> None:
         """End the child and reap it."""

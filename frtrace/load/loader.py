@@ -290,29 +290,53 @@ def _exit_reason(exitcode: Optional[int]) -> str:
     return f"exit status {exitcode}"
 
 
-# Decodes a batch of files read already (`jobs`, and the bytes or LoadIssue `read` for each)
-# in a single-threaded child process: `(results, None)`, or `(None, its exit code)` when
-# decoding killed the child. By default a child forked for the batch (see
-# _load_batch_for_transfer); a cluster's worker keeps one per thread (cluster_worker.py).
-BatchDecoder = Callable[[list[Job], list[Union[bytes, LoadIssue]]], tuple[Optional[list[LoadOutcome]], Optional[int]]]
+# What was read of each file of a batch: its bytes, or why they could not be read.
+ReadBatch = list[Union[bytes, LoadIssue]]
 
 
-def _load_batch_for_transfer(jobs: list[Job], deal: bool = False, decoder: Optional[BatchDecoder] = None) -> list[Sent]:
+def _load_batch_for_transfer(jobs: list[Job], deal: bool = False) -> list[Sent]:
     """`load_one` for a few files in a worker process. Entries travel to the parent as
     EntryTables (arrays and small tables), which pickle at memory speed; an Entry per
     entry would cost a pickle round trip each. With `deal`, each dump travels as a
     `DealtDump`, its entries dealt by group here (see table/by_group.py), so that the
     process that receives thousands of dumps only puts the parts together.
 
-    In a process running other threads (a dask worker), the files are read here, and
-    decoded in a single-threaded child (see _decoding_is_capped): `decoder`, or one forked
-    for the batch."""
+    In a process running other threads, the files are read here and decoded in a
+    single-threaded child forked for the batch (see _decoding_is_capped); a dask worker
+    keeps such children instead (cluster_worker.py), with the same pieces: `read_batch`,
+    `decode_batch` in the child, `crashed_batch` when it died."""
     if not _decoding_is_capped():
-        results = _batch_in_own_process(jobs, decoder or _decode_in_forked_child)
-    else:
-        memo = BatchMemo()
-        results = _for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs])
-    return [DealtDump(result, deal_by_group(result.entries)) if deal and isinstance(result, RankDump) else result
+        read = read_batch(jobs)
+        results, exitcode = _in_child(decode_batch, jobs, read, deal)
+        return results if results is not None else crashed_batch(jobs, read, exitcode)
+    memo = BatchMemo()
+    return _dealt(_for_transfer([load_one(*job, packed=True, memo=memo) for job in jobs]), deal)
+
+
+def read_batch(jobs: list[Job]) -> ReadBatch:
+    """The bytes of each job's file, or why they cannot be read (see _read_source)."""
+    return [_read_source(*job[1:]) for job in jobs]
+
+
+def decode_batch(jobs: list[Job], read: ReadBatch, deal: bool = False) -> list[Sent]:
+    """What `_load_batch_for_transfer` sends for files read already (`read_batch`): run in
+    a single-threaded child process, where decoding is capped."""
+    memo = BatchMemo()
+    return _dealt(_for_transfer([data if isinstance(data, LoadIssue) else load_one(*job, packed=True, memo=memo, data=data)
+                                 for job, data in zip(jobs, read)]), deal)
+
+
+def crashed_batch(jobs: list[Job], read: ReadBatch, exitcode: Optional[int]) -> list[Sent]:
+    """What is sent for a batch whose decoding killed its child process (short of a bug or
+    the OOM killer, it cannot happen): its files named, each with the reason."""
+    reason = f"decoding crashed a separate process ({_exit_reason(exitcode)})"
+    return [data if isinstance(data, LoadIssue) else LoadIssue(str(job[1]), reason) for job, data in zip(jobs, read)]
+
+
+def _dealt(results: list[LoadOutcome], deal: bool) -> list[Sent]:
+    if not deal:
+        return list(results)
+    return [DealtDump(result, deal_by_group(result.entries)) if isinstance(result, RankDump) else result
             for result in results]
 
 
@@ -343,26 +367,6 @@ class Dispatcher(Protocol):
 
     def dispatch(self, jobs: list[Job], progress: Optional[Progress] = None) -> tuple[list[Any], list[str]]:
         """`(parts, notes)`: see RemoteLoad."""
-
-
-def _batch_in_own_process(jobs: list[Job], decoder: BatchDecoder) -> list[LoadOutcome]:
-    read = [_read_source(*job[1:]) for job in jobs]
-    results, exitcode = decoder(jobs, read)
-    if results is None:  # cannot happen short of a bug or the OOM killer: name the files
-        reason = f"decoding crashed a separate process ({_exit_reason(exitcode)})"
-        return [data if isinstance(data, LoadIssue) else LoadIssue(str(job[1]), reason) for job, data in zip(jobs, read)]
-    return results
-
-
-def _decode_in_forked_child(jobs: list[Job], read: list[Union[bytes, LoadIssue]]) -> tuple[Optional[list[LoadOutcome]], Optional[int]]:
-    return _in_child(_decode_batch, jobs, read)
-
-
-def _decode_batch(jobs: list[Job], read: list[Union[bytes, LoadIssue]]) -> list[LoadOutcome]:
-    memo = BatchMemo()
-    return _for_transfer([data if isinstance(data, LoadIssue) else
-                          load_one(*job, packed=True, memo=memo, data=data)
-                          for job, data in zip(jobs, read)])
 
 
 def _for_transfer(results: list[LoadOutcome]) -> list[LoadOutcome]:
