@@ -158,9 +158,10 @@ def test_no_entry_comes_back_to_the_client_only_the_report_and_the_files(synth_j
 
 
 def test_a_pickle_that_crashes_its_decoder_costs_only_its_file_on_a_cluster(tmp_path):
-    """Workers decode in children they keep (load/cluster_worker.py): the crash of one,
-    on a pickle nested a million deep, costs that file; the batches after it are decoded
-    by a new child, and the report is the local run's."""
+    """Workers decode in children they keep (load/cluster_worker.py). A pickle nested a
+    million deep, which crashes the C unpickler, is decoded in a child of the decoder's
+    own: it costs its file only, the kept child goes on, and the report is the local run's.
+    (A kept child that dies itself: tests/test_forked_server.py.)"""
     directory = write_job(tmp_path / "job", healthy_dumps(40))
     (directory / "rank_7").write_bytes(deep_tuple_key_dump(1_000_000))
     local = run_cli([directory, "--format", "json", "--workers", "2"])
