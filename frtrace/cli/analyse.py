@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional, Sequence, Union
 
 import click
 
@@ -327,19 +327,11 @@ def _write_outputs(targets: list[OutputTarget], analysis: Analysis, diagnosis: F
     progress = progress or Progress()
     failed: list[OutputError] = []
     for target in targets:
-        progress.phase(f"writing {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
-        try:
-            # A database of thousands of ranks takes a while.
-            write_output(target, target.kind, analysis, diagnosis, ranks=ranks, pg_filters=filters,
-                         timeline_all=timeline_all)
-        except OutputError as exc:
-            failed.append(exc)
-            continue
-        finally:
-            progress.clear()
-        # The same choice write_timeline made: what the trace leaves out, and how to get it.
-        _note_written(target, choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note
-                      if target.kind == TIMELINE else None)
+        # The same choice write_timeline makes: what the trace leaves out, and how to get it.
+        note = choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note if target.kind == TIMELINE else None
+        write = functools.partial(write_output, target, target.kind, analysis, diagnosis, ranks=ranks,
+                                  pg_filters=filters, timeline_all=timeline_all)
+        _write_one(target, write, note, progress, failed)
     return failed
 
 
@@ -353,18 +345,13 @@ def _write_made_outputs(made: tuple[MadeOutput, ...], files: "WorkerFiles", prog
     failed: list[OutputError] = []
     try:
         for output in made:
-            if output.file is None:
+            file = output.file
+            if file is None:
                 failed.append(OutputError(output.error or f"{output.target.path}: not made"))
                 continue
-            progress.phase(f"writing {output.target.path} ({WRITTEN_AS.get(output.target.format, output.target.format)})")
-            try:
-                write_made_output(output.target, files.read(output.file))
-            except OutputError as exc:
-                failed.append(exc)
-                continue
-            finally:
-                progress.clear()
-            _note_written(output.target, output.note)
+            # files.read is lazy: no piece is asked for before the write begins.
+            write = functools.partial(write_made_output, output.target, files.read(file))
+            _write_one(output.target, write, output.note, progress, failed)
     finally:
         for output in made:
             if output.file is not None:
@@ -372,7 +359,18 @@ def _write_made_outputs(made: tuple[MadeOutput, ...], files: "WorkerFiles", prog
     return failed
 
 
-def _note_written(target: OutputTarget, timeline_note: Optional[str]) -> None:
+def _write_one(target: OutputTarget, write: Callable[[], object], timeline_note: Optional[str], progress: Progress,
+               failed: list[OutputError]) -> None:
+    """`write()` the output at `target` with its progress phase (a database of thousands of
+    ranks takes a while), then its notes; its OutputError into `failed`."""
+    progress.phase(f"writing {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
+    try:
+        write()
+    except OutputError as exc:
+        failed.append(exc)
+        return
+    finally:
+        progress.clear()
     _note(f"wrote {target.path} ({WRITTEN_AS.get(target.format, target.format)})")
     if timeline_note:
         _note(timeline_note)
