@@ -171,8 +171,9 @@ def _positions(analysis: Analysis) -> dict[int, dict[int, tuple[int, int]]]:
     positions: defaultdict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
     for view in analysis.device.views:
         newest = {}
+        members = frozenset(view.group.ranks)  # the default group lists every rank: a tuple would cost ranks^2
         for rank, stream in view.streams.items():
-            if rank not in view.group.ranks:
+            if rank not in members:
                 continue
             seq = stream.last_seq if stream.last_seq is not None else stream.enqueued
             if seq is not None and seq >= 0:
