@@ -83,8 +83,8 @@ def test_the_loaders_fast_paths_read_what_their_plain_twins_read(tmp_path, path,
     fast = load_dumps([tmp_path], workers=1)
     with plain_twins([path]):
         plain = load_dumps([tmp_path], workers=1)
-    assert [(d.rank, d.warnings, tuple(d.entries)) for d in fast.dumps] == \
-        [(d.rank, d.warnings, tuple(d.entries)) for d in plain.dumps]
+    assert [(d.rank, d.warnings, d.pg_config, tuple(d.entries)) for d in fast.dumps] == \
+        [(d.rank, d.warnings, d.pg_config, tuple(d.entries)) for d in plain.dumps]
     assert len(fast.dumps) >= 15
 
 

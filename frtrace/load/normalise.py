@@ -9,6 +9,7 @@ warnings, never exceptions; only data not shaped like a dump at all raises Decod
 from __future__ import annotations
 
 
+import json
 import operator
 import re
 from collections import Counter
@@ -482,26 +483,60 @@ _RANK_LIST = re.compile(r"\s*[\[(]\s*(\d+(?:\s*,\s*\d+)*)?\s*,?\s*[\])]\s*")
 
 
 def _parse_rank_list(value: RawValue) -> Optional[tuple[int, ...]]:
-    """Sorted global ranks from `"[0, 1, 2]"` (or a list), None when unreadable or empty.
+    """Sorted global ranks from `"[0, 1, 2]"` (or a list), None when unreadable or empty."""
+    if isinstance(value, (list, tuple)):
+        if not all(type(r) is int and 0 <= r < _INT_LIMIT for r in value):
+            return None
+        return tuple(sorted(set(value))) or None
+    if isinstance(value, str):
+        return _rank_list_text(value)
+    return None
+
+
+def _rank_list_text(text: str) -> Optional[tuple[int, ...]]:
+    """`_rank_list_text_plain`, read the quick way when `text` is what c10d writes."""
+    written = _as_str_writes_it(text)
+    if written is None:
+        return _rank_list_text_plain(text)
+    return tuple(sorted(set(written))) or None
+
+
+def _rank_list_text_plain(text: str) -> Optional[tuple[int, ...]]:
+    """Sorted global ranks from a text such as `"[0, 1, 2]"` or `"(0,1)"`.
 
     A regular expression rather than ast.literal_eval: the default group of a large job
     lists every rank, and compiling that string costs more than the rest of the file.
     """
-    if isinstance(value, (list, tuple)):
-        if not all(type(r) is int and 0 <= r < _INT_LIMIT for r in value):
-            return None
-        ranks = value
-    elif isinstance(value, str):
-        match = _RANK_LIST.fullmatch(value)
-        if match is None:
-            return None
-        numbers = match[1]
-        if numbers and max(map(len, numbers.split(","))) > 25:
-            return None
-        ranks = list(map(int, numbers.split(","))) if numbers else []
-    else:
+    match = _RANK_LIST.fullmatch(text)
+    if match is None:
         return None
+    numbers = match[1]
+    if numbers and max(map(len, numbers.split(","))) > 25:
+        return None
+    ranks = list(map(int, numbers.split(","))) if numbers else []
     return tuple(sorted(set(ranks))) or None
+
+
+# Ranks this large are not read the quick way: they take the general path's length rule.
+_QUICK_RANKS_BELOW = 10**24
+
+
+def _as_str_writes_it(text: str) -> Optional[list[int]]:
+    """The ranks of `text` when it is exactly what str() writes for a list of ints (the
+    way c10d writes every pg_config: "[0, 1, 2]"), else None for the general path.
+
+    Read by the C JSON decoder and then checked to be that text to the byte, so the
+    answer is the regular expression's: at 32,768 ranks this takes 3 ms where the
+    plain twin takes 7, once per worker batch for the group that lists every rank."""
+    if len(text) < 3 or text[0] != "[" or not text[1].isdigit() or "-" in text:
+        return None
+    try:
+        ranks = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if type(ranks) is not list or list(map(type, ranks)).count(int) != len(ranks) or str(ranks) != text:
+        return None
+    return ranks if max(ranks) < _QUICK_RANKS_BELOW else None
 
 
 def _pg_config(raw: RawValue, norm: _Normaliser) -> tuple[PgConfig, ...]:
@@ -700,3 +735,6 @@ def normalised_without_entries(raw: object, rank: int, path: str, encoding: str,
     )
     dump.warnings = tuple(f"{msg} ({n}x)" if n > 1 else msg for msg, n in sorted(norm.warnings.items()))
     return dump, columns
+
+
+PLAIN_TWINS = {"_rank_list_text": _rank_list_text_plain}

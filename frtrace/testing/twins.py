@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator, Optional
 # The modules whose fast paths have plain twins: those the analysis runs once the dumps
 # are loaded, and those loading runs (each rank's table is built with them).
 MODULES = ("frtrace.table.entry_table", "frtrace.table.seq_map", "frtrace.match.matcher")
-LOADING_MODULES = ("frtrace.table.batches",)
+LOADING_MODULES = ("frtrace.table.batches", "frtrace.load.normalise")
 
 
 def fast_paths(modules: Iterable[str] = MODULES + LOADING_MODULES) -> dict[str, Callable[..., object]]:
