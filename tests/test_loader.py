@@ -148,3 +148,20 @@ def test_a_bool_frame_line_is_reported_whatever_was_read_before(tmp_path, worker
     loaded = load_dumps([tmp_path], workers=workers)
     warned = {d.rank for d in loaded.dumps if any("frame line is not an integer" in w for w in d.warnings)}
     assert warned == {2, 3}
+
+
+@pytest.mark.parametrize("files, workers, most", [(1, 2, None), (100, 2, None), (4096, 2, None), (16384, 2, None),
+                                                  (32768, 16, None), (300, 2, 64), (20000, 4, 64)])
+def test_batches_hold_every_file_once_in_order_and_end_small(files, workers, most):
+    from frtrace.load.loader import LARGE_JOB_BATCH_FILES, LARGE_JOB_FILES, POOL_BATCH_FILES, job_batches
+
+    jobs = list(range(files))
+    batches = job_batches(jobs, workers, most)
+    assert [job for batch in batches for job in batch] == jobs
+    assert len(batches[0]) == 1  # the first dump arrives after one file
+    largest = max(map(len, batches))
+    assert largest <= (most or (LARGE_JOB_BATCH_FILES if files >= LARGE_JOB_FILES else POOL_BATCH_FILES))
+    # The workers' last batches are no longer than the pool's usual, whatever the rest hold.
+    assert all(len(batch) <= POOL_BATCH_FILES for batch in batches[-workers:])
+    if files >= LARGE_JOB_FILES:
+        assert largest == LARGE_JOB_BATCH_FILES
