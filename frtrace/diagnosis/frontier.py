@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from frtrace.diagnosis.facts import Facts, new_finding, oldest_created, unfinished
+from frtrace.diagnosis.facts import Facts, Siblings, new_finding, oldest_created, unfinished
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView, RankStream
 from frtrace.table.rank_dump import RankDump
@@ -34,7 +34,7 @@ def frontiers(facts: Facts) -> list[Finding]:
         if frontier is None:
             continue
         if frontier.no_dump:
-            findings.append(_missing_at_frontier(view, frontier, facts.reliable))
+            findings.append(_missing_at_frontier(view, frontier, facts.reliable, facts.siblings_of(view)))
         else:
             findings.extend(stuck(view, frontier, facts.reliable, seen_until))
     in_flight = [f for f in findings if f.rule == IN_FLIGHT]
@@ -77,10 +77,57 @@ def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[Collec
     return matches[-1]
 
 
-def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: bool) -> Finding:
+def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: bool, siblings: Siblings) -> Finding:
     if _all_issuers_finished(view, frontier):
         return took_part_without_dump(view, frontier, reliable)
+    alike = _siblings_in_the_same_op(siblings, frontier) if reliable and not frontier.completed_ranks else []
+    if alike:
+        names = {v.group.id: v.group.name for v in siblings.views}
+        return in_flight_like_its_siblings(view, frontier, [names[match.group_id] for match in alike])
     return waited_on_without_dump(view, frontier, reliable)
+
+
+def _siblings_in_the_same_op(siblings: Siblings, frontier: CollectiveMatch) -> list[CollectiveMatch]:
+    """The sibling groups' matches at the frontier's number when every sibling group stands
+    in that same op as this one does, every member in it and none finished (empty
+    otherwise). A rank that never arrived holds up only its own group: the siblings,
+    which do not wait for it, would have finished the op long before the dumps were
+    taken. Standing in it alike, they show the whole job dumped mid-op (or stuck alike)."""
+    if not siblings.views:
+        return []
+    found = siblings.matches_at(frontier.seq)
+    op = frontier.first_entry.op
+    if len(found) != len(siblings.views) or not all(_in_it_unfinished(match, op) for match in found):
+        return []
+    return found
+
+
+def _in_it_unfinished(match: CollectiveMatch, op: str) -> bool:
+    """Every member issued `op` at this number, agreeing, and none has finished it."""
+    return (bool(match.calls) and match.unfinished and not match.completed_ranks and not match.finished_unseen
+            and not match.no_dump and not match.not_issued and not match.out_of_window
+            and match.disagreement is None and match.first_entry.op == op)
+
+
+def in_flight_like_its_siblings(view: GroupView, frontier: CollectiveMatch, sibling_names: list[str]) -> Finding:
+    """Members without a dump, and the others in the group's newest op, unfinished, as every
+    member of each sibling group is: the missing dump explains nothing those groups do
+    not show without one, so nobody is blamed for it."""
+    issued, no_dump = frontier.issued, frontier.no_dump
+    entry = frontier.first_entry
+    group = group_text(view.group.name, view.group.desc)
+    return new_finding(
+        "missing_dump", "frontier.in_flight_like_its_siblings", view, severity="warning", op=entry.op,
+        collective_seq_id=frontier.seq, p2p_seq_id=None, ranks=no_dump, suspect_ranks=(),
+        message=(f"{ranks_text(no_dump)} left no usable dump; {ranks_text(issued)} "
+                 f"{'is' if len(issued) == 1 else 'are'} in {entry.op} #{frontier.seq} of {group}, unfinished, as every "
+                 f"member of {groups_text(sibling_names, view.group.desc)} is: the dumps cannot tell whether "
+                 f"{'it' if len(issued) == 1 else 'they'} wait for {'it' if len(no_dump) == 1 else 'them'} "
+                 "or the job was dumped mid-op"),
+        evidence={"no_dump_ranks": list(no_dump), "issued_ranks": list(issued), "completed_ranks": [],
+                  "siblings_in_the_same_op": sibling_names},
+        age_ns=oldest_created(frontier),
+    )
 
 
 def _all_issuers_finished(view: GroupView, match: CollectiveMatch) -> bool:
