@@ -267,6 +267,7 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
     from frtrace.diagnosis import diagnose
     from frtrace.load.layout import build_layout
     from frtrace.load.loader import normalise_dump
+    from frtrace.load.normalise import settle_only_active_job
     from frtrace.load.safe_decode import DecodeError
     from frtrace.match.analysis import finish_analysis
     from frtrace.match.matcher import match
@@ -282,6 +283,7 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
             failed.append(rank)
     if not dumps:
         return None
+    settle_only_active_job(dumps)
     layout = build_layout(dumps, failed, None)
     analysis = finish_analysis(LoadResult(dumps=dumps, errors=errors, prefix="rank_", failed_ranks=tuple(failed)),
                                layout, match(dumps, layout))

@@ -33,7 +33,7 @@ from frtrace.table.entry_columns import (
 )
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
-from frtrace.table.standing import keeps_only_active
+from frtrace.table.standing import keeps_only_active, only_active_job
 
 # A ring buffer keeps 2,000 entries by default (TORCH_NCCL_TRACE_BUFFER_SIZE); jobs that
 # raise it use 20,000 or so. A file holding more is refused before normalising: 8 KB of
@@ -699,6 +699,21 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
     if keeps_only_active(dump):
         table.replace(finished_settlements(table, dump.pg_status))
         table.compact()
+
+
+def settle_only_active_job(dumps: Sequence[RankDump]) -> list[RankDump]:
+    """In a job dumped with only active entries (one dump's gaps in its record ids speak for
+    every dump: `only_active_job`), settle the dumps whose few entries show no gap as
+    `set_entries` settles those that do: a rank whose only unfinished ops are one batch's
+    otherwise looks as if that batch never finished. Returns the dumps it settled."""
+    if not only_active_job(dumps):
+        return []
+    settled = [dump for dump in dumps
+               if dump.entries and dump.writer == cupti.C10D and not keeps_only_active(dump) and dump.backend != "gloo"]
+    for dump in settled:
+        dump.entries.replace(finished_settlements(dump.entries, dump.pg_status))
+        dump.entries.compact()
+    return settled
 
 
 def normalised_without_entries(raw: object, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
