@@ -97,13 +97,23 @@ def _first_b_off_the_op(program: Programs, rank: int, ops: list[int], before: Op
     return None
 
 
-def turns_say_skipped(program: Programs, rank: int, p2p: RowList, skipped: Channel) -> Optional[WentPast]:
+# Turns (ops on the two channels, newest first) that show a skip: the other channel twice,
+# then one earlier step (d d c); twice that many steps (d d c d c) where the rank's buffer
+# wrapped and the turns run back to its oldest op: a pipeline's warm-up also posts on one
+# channel twice, and what came before the oldest op is not there to rule that out.
+TURNS_SHOWING_A_SKIP = 3
+TURNS_SHOWING_A_SKIP_TO_A_WRAPPED_START = 5
+
+
+def turns_say_skipped(program: Programs, rank: int, p2p: RowList, skipped: Channel,
+                      clipped: bool = False) -> Optional[WentPast]:
     """A rank whose P2P ops in a group (`p2p`, oldest first) took turns between the
     `skipped` channel and one other (a first pipeline stage's forward send and
     backward recv, one micro-batch per step: c d c d) and then posted on the other
     one twice (c d c d d) went past its op on the skipped channel: nothing in its past
     lets the second come first. Its own past says so with a single earlier step,
-    where `past_says_skipped` needs two."""
+    where `past_says_skipped` needs two; with two where its buffer wrapped (`clipped`)
+    and the turns reach back to its oldest op."""
     if len(p2p) < 3:
         return None
     newest = p2p[-1]
@@ -113,14 +123,16 @@ def turns_say_skipped(program: Programs, rank: int, p2p: RowList, skipped: Chann
     # Newest first: other, other, skipped, other, skipped, other ... to the oldest read.
     # Read op by op, off the codes (no entry built): most ranks asked about break the
     # pattern within a few ops.
-    turns = 0
+    turns = read = 0
     for _, name in islice(newest_p2p_names(p2p), HISTORY_SPAN):
+        read += 1
         channel = name_channel(name)
         if channel == skipped or channel == other:
             if channel != (skipped if turns % 2 == 0 and turns > 0 else other):
                 return None
             turns += 1
-    if turns < 3:
+    to_its_start = clipped and read == len(p2p)
+    if turns < (TURNS_SHOWING_A_SKIP_TO_A_WRAPPED_START if to_its_start else TURNS_SHOWING_A_SKIP):
         return None
     position = program.position(rank, newest)
     return program.went_past(rank, position, 0, True) if position is not None else None
@@ -129,7 +141,7 @@ def turns_say_skipped(program: Programs, rank: int, p2p: RowList, skipped: Chann
 def finding_turns_say_skipped(program: Programs, finding: Finding, rank: int) -> Optional[WentPast]:
     """turns_say_skipped on the rank's P2P ops in the finding's group."""
     stream = _stream(program, finding, rank)
-    return turns_say_skipped(program, rank, stream.p2p, unposted_channel(finding)) if stream else None
+    return turns_say_skipped(program, rank, stream.p2p, unposted_channel(finding), stream.clipped) if stream else None
 
 
 def channel_positions(program: Programs, finding: Finding, rank: int) -> list[int]:
