@@ -195,20 +195,31 @@ def _without_timing(stderr: str) -> str:
     return "\n".join(line for line in stderr.splitlines() if " total (" not in line)
 
 
-def test_dumps_with_logs_on_a_cluster_report_as_a_local_run(tmp_path):
-    """With --logs the entries come back to the client (the logs are read there): the
-    batches travel pickled, and the report is the local run's."""
+def test_dumps_with_logs_on_a_cluster_report_as_a_local_run(tmp_path, monkeypatch):
+    """With --logs the logs are read where the analysis is too: no dump comes back to the
+    client; the workers, started elsewhere, find logs given by a relative path; and the
+    report and the notes name them as given, as the local run's do. Logs that cannot be
+    read are the local run's one-line error, exit 2."""
+    here = tmp_path / "here"
     dumps = {rank: dump([entry(s) for s in (1, 2, 3)] + [entry(4, state="started")], ranks=range(4))
              for rank in range(3)}  # rank 3 left no dump; its log says it crashed
-    directory = write_job(tmp_path / "dumps", dumps)
-    log_dir = write_job_logs(job_logs(world=4, era="2.6", fault="crash", culprits=(3,), seq=4), tmp_path / "logs")
-    local = run_cli([directory, "--logs", log_dir, "--format", "json", "--workers", "2"])
-    (remote,) = in_cluster([[directory, "--logs", log_dir, "--format", "json", "--scheduler", "{scheduler}"]],
-                           TEST_PROCESSES="1")
-    assert local.exit_code == remote["code"] == 1
-    assert remote["stdout"] == local.stdout and remote["stderr"] == local.stderr
-    assert remote["received"] == 3  # the dumps came back to the client
-    assert json.loads(remote["stdout"])["suspects"] == [{"rank": 3, "host": "node01"}]
+    write_job(here / "dumps", dumps)
+    write_job_logs(job_logs(world=4, era="2.6", fault="crash", culprits=(3,), seq=4), here / "logs")
+    (here / "empty").mkdir()
+    runs = [["dumps", "--logs", "logs", "--format", "json"], ["dumps", "--logs", "logs"], ["dumps", "--logs", "empty"]]
+    monkeypatch.chdir(here)
+    local = [run_cli(args + ["--workers", "2"]) for args in runs]
+    monkeypatch.chdir(tmp_path)  # where the cluster's workers start; the command then runs in `here`
+    remote = in_cluster([args + ["--scheduler", "{scheduler}"] for args in runs], TEST_PROCESSES="1",
+                        TEST_CHDIR=str(here))
+    for here_run, there_run in zip(local, remote):
+        assert (there_run["code"], there_run["stdout"], there_run["stderr"]) == \
+            (here_run.exit_code, here_run.stdout, here_run.stderr)
+        assert there_run["received"] == 0  # the dumps stayed on the cluster
+    assert [run["code"] for run in remote] == [1, 1, 2]
+    assert json.loads(remote[0]["stdout"])["suspects"] == [{"rank": 3, "host": "node01"}]
+    assert '"path": "logs/' in remote[0]["stdout"]
+    assert remote[2]["stderr"] == "frtrace: error: no log files found in empty\n"
 
 
 def test_on_cluster_runs_the_function_where_the_analysis_is(synth_job):

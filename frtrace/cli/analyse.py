@@ -46,6 +46,7 @@ from frtrace.cli.output import (
 from frtrace.cli.progress import Progress
 from frtrace.cli.raw import RawOptions, _print_raw_entries
 from frtrace.cli.remote import (
+    LogsRequest,
     MadeOutput,
     OutputRequest,
     RemoteReport,
@@ -220,11 +221,14 @@ def frtrace(dump_dirs: tuple[str, ...], dirs: tuple[str, ...], output: Optional[
     options = RenderOptions(mismatch_cap=mismatch_cap, verbose=verbose, color=_styler() is not None,
                             width=_text_width(), show_all=show_all)
     try:
-        if scheduler is not None and not log_paths:
-            # The report and the files are made on the cluster, where the entries stay.
+        if scheduler is not None:
+            # The report and the files are made on the cluster, where the entries stay; the
+            # logs are read there too (by absolute path: the workers run elsewhere).
             outputs = OutputRequest(tuple(targets), rank_ranges, tuple(filters), timeline_all)
+            logs_request = (LogsRequest(tuple(map(os.path.abspath, log_paths)), tuple(map(str, log_paths)), world_size)
+                            if log_paths else None)
             _report_on_cluster(
-                inputs, scheduler, ReportRequest(fmt, ranks_only, options, verbose, outputs), rank_ranges, progress,
+                inputs, scheduler, ReportRequest(fmt, ranks_only, options, verbose, outputs, logs_request), rank_ranges, progress,
                 started, exit_zero, dict(prefix=prefix, world_size=world_size, max_file_size=max_file_size,
                                 group_world_size=group_world_size if transform_ft else None,
                                 all_generations=all_generations))
@@ -379,7 +383,7 @@ def _write_one(target: OutputTarget, write: Callable[[], object], timeline_note:
 def _report_on_cluster(inputs: list[Union[str, Path]], scheduler: str, request: ReportRequest,
                        rank_ranges: Optional[tuple[range, ...]], progress: Progress, started: float, exit_zero: bool,
                        analyze_options: dict[str, Any]) -> NoReturn:
-    """The run with --scheduler, unless logs are read too (see cli/remote.py)."""
+    """The run with --scheduler (see cli/remote.py)."""
     # Once the files are read, a worker matches and diagnoses them: minutes at 100,000 ranks.
     progress.after_reading = "matching and diagnosing on a worker of the dask cluster"
     failed: list[OutputError] = []
@@ -396,6 +400,8 @@ def _report_on_cluster(inputs: list[Union[str, Path]], scheduler: str, request: 
     outcome = on_cluster(inputs, functools.partial(report_on_worker, request), scheduler=scheduler,
                          progress=progress, receive=receive, **analyze_options)
     load_seconds = time.monotonic() - started
+    if outcome.failure is not None:  # its notes are out (receive), and no file was made
+        _fail(outcome.failure)
     _emit(outcome.report)
     if failed:
         # The report is out; the run still failed to do all it was asked (as a local run).
