@@ -121,11 +121,11 @@ def in_flight_like_its_siblings(view: GroupView, frontier: CollectiveMatch, sibl
         collective_seq_id=frontier.seq, p2p_seq_id=None, ranks=no_dump, suspect_ranks=(),
         message=(f"{ranks_text(no_dump)} left no usable dump; {ranks_text(issued)} "
                  f"{'is' if len(issued) == 1 else 'are'} in {entry.op} #{frontier.seq} of {group}, unfinished, as every "
-                 f"member of {groups_text(sibling_names, view.group.desc)} is: the dumps cannot tell whether "
+                 f"member of {groups_text(sibling_names, view.group.desc, most_ranges=4)} is: the dumps cannot tell whether "
                  f"{'it' if len(issued) == 1 else 'they'} wait for {'it' if len(no_dump) == 1 else 'them'} "
                  "or the job was dumped mid-op"),
         evidence={"no_dump_ranks": list(no_dump), "issued_ranks": list(issued), "completed_ranks": [],
-                  "siblings_in_the_same_op": sibling_names},
+                  "siblings_in_the_same_op": len(sibling_names)},  # a count: a family may hold thousands
         age_ns=oldest_created(frontier),
     )
 
