@@ -37,8 +37,12 @@ class Siblings:
         return [v for v in self.family if v.group.id != self.group_id]
 
     def matches_at(self, seq: int) -> list[CollectiveMatch]:
-        found = (self.index.at.get((v.group.id, seq)) for v in self.family if v.group.id != self.group_id)
-        return [m for m in found if m is not None]
+        return [m for m in self.each_at(seq) if m is not None]
+
+    def each_at(self, seq: int) -> Iterator[Optional[CollectiveMatch]]:
+        """Each other group's match at `seq` (None where it has none), read as asked: a
+        caller that stops at the first one unlike its own reads no further."""
+        return (self.index.at.get((v.group.id, seq)) for v in self.family if v.group.id != self.group_id)
 
 
 @dataclass(slots=True)

@@ -93,12 +93,12 @@ def _siblings_in_the_same_op(siblings: Siblings, frontier: CollectiveMatch) -> l
     otherwise). A rank that never arrived holds up only its own group: the siblings,
     which do not wait for it, would have finished the op long before the dumps were
     taken. Standing in it alike, they show the whole job dumped mid-op (or stuck alike)."""
-    if not siblings.views:
-        return []
-    found = siblings.matches_at(frontier.seq)
     op = frontier.first_entry.op
-    if len(found) != len(siblings.views) or not all(_in_it_unfinished(match, op) for match in found):
-        return []
+    found = []
+    for match in siblings.each_at(frontier.seq):  # stops at the first sibling that stands elsewhere
+        if match is None or not _in_it_unfinished(match, op):
+            return []
+        found.append(match)
     return found
 
 
