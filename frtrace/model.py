@@ -10,7 +10,7 @@ Everything here is immutable or slotted so millions of entries stay cheap.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, NamedTuple, Optional
 
 from frtrace.util import shortened
@@ -149,6 +149,8 @@ class PgStatus(NamedTuple):
 # What torch writes as a group's description when the program gave none: it says nothing
 # of what the group is for, so groups sharing it are no family.
 UNDESCRIBED = frozenset({"", "undefined"})
+# What groups of one family share (see family_of).
+Family = tuple[object, ...]
 
 
 class Group(NamedTuple):
@@ -160,6 +162,17 @@ class Group(NamedTuple):
     # "pg_config" when the dumps listed the members, "entries" when rebuilt from who
     # carried entries of the group, "world" for the default group sized by the files.
     membership_source: str
+
+
+def family_of(group: Group) -> Family:
+    """Groups of one family run the same program (the TP groups, the DP groups ...): told
+    apart by their description and size, or, for groups made without a description, by
+    their size and how their ranks are spaced (a mesh's TP groups hold consecutive ranks,
+    its DP groups every TP-th rank, its PP groups every TP x DP-th rank)."""
+    if group.desc not in UNDESCRIBED:
+        return (group.desc, group.size)
+    ranks = group.ranks
+    return ("", group.size, tuple(b - a for a, b in zip(ranks, ranks[1:])))
 
 
 class Membership(NamedTuple):

@@ -341,19 +341,27 @@ def test_an_even_split_is_no_tie_when_the_absent_rank_waits_in_nothing():
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))
 
 
-def _pair_tie(desc: str) -> dict:
-    # Ranks 0 and 1 disagree on their pair group's 2nd all_reduce; the other pair (2, 3)
+def _pair_tie(desc: str, other_pair: tuple[int, int] = (2, 3), other_desc: str = "") -> dict:
+    # Ranks 0 and 1 disagree on their pair group's 2nd all_reduce; the other pair
     # issued it as rank 1 did.
-    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": (desc, (0, 1)), "2": (desc, (2, 3))}
+    a, b = other_pair
+    world = tuple(range(max(other_pair) + 1))
+    groups = {"0": ("default_pg", world), "1": (desc, (0, 1)), "2": (other_desc or desc, other_pair)}
     pair = ["all_reduce@1", "all_reduce@1"]
-    return job({0: ["all_reduce@1", ("all_reduce@1", {"sizes": ((32,),)})], 1: pair,
-                2: ["all_reduce@2", "all_reduce@2"], 3: ["all_reduce@2", "all_reduce@2"]}, groups=groups)
+    steps = {0: ["all_reduce@1", ("all_reduce@1", {"sizes": ((32,),)})], 1: pair,
+             a: ["all_reduce@2", "all_reduce@2"], b: ["all_reduce@2", "all_reduce@2"]}
+    return job({**{r: [] for r in world}, **steps}, groups=groups)
 
 
-def test_sibling_groups_break_a_tie_only_when_they_are_described_alike():
+def test_sibling_groups_break_a_tie_only_when_they_are_alike():
     _, described = analyse_dicts(_pair_tie("tp"))
     assert described.suspect_ranks == (0,)
-    # torch's "undefined" says nothing of what a group is for: no sibling, so a tie.
+    # torch's "undefined" says nothing of what a group is for, but two pairs of consecutive
+    # ranks are laid out alike: the pairs of one mesh dimension, siblings.
     _, undescribed = analyse_dicts(_pair_tie("undefined"))
-    assert undescribed.suspect_ranks == (0, 1)
-    assert only(undescribed, "divergence.mismatch_tie").kind == "size_mismatch"
+    assert undescribed.suspect_ranks == (0,)
+    # Described apart, or spaced apart without a description: no sibling, so a tie.
+    for other in (_pair_tie("tp", other_desc="dp"), _pair_tie("undefined", other_pair=(2, 4))):
+        _, tie = analyse_dicts(other)
+        assert tie.suspect_ranks == (0, 1)
+        assert only(tie, "divergence.mismatch_tie").kind == "size_mismatch"

@@ -18,7 +18,7 @@ from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits, waits_of
 from frtrace.match.analysis import Analysis
 from frtrace.match.matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
-from frtrace.model import UNDESCRIBED, Entry
+from frtrace.model import Entry, Family, family_of
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import blocked_entries
 
@@ -54,7 +54,7 @@ class Facts:
     # rank -> the entry of the op it is blocked in (`standing.blocked_at` of its dump in
     # `seen`), read once for every rule that asks; empty without completion states
     blocked_entry: dict[int, Entry]
-    _families: dict[tuple[str, int], list[GroupView]]
+    _families: dict[Family, list[GroupView]]
     # group id -> index in its matches of the first op members disagree on or some never
     # issued (None: they agree on all they hold); read by the divergence and frontier rules
     divergence_at: dict[int, Optional[int]]
@@ -69,10 +69,9 @@ class Facts:
 
     @classmethod
     def of(cls, analysis: Analysis) -> "Facts":
-        families: dict[tuple[str, int], list[GroupView]] = defaultdict(list)
+        families: dict[Family, list[GroupView]] = defaultdict(list)
         for view in analysis.device.views:
-            if view.group.desc not in UNDESCRIBED:
-                families[(view.group.desc, view.group.size)].append(view)
+            families[family_of(view.group)].append(view)
         # The device view leaves out only ops queued behind the one a rank is blocked in:
         # it is blocked in the same op as its whole dump says.
         blocked = blocked_entries(analysis.device_dumps) if analysis.reliable else {}
@@ -95,7 +94,7 @@ class Facts:
     def siblings_of(self, view: GroupView) -> Siblings:
         # The family is read only when asked (a group with something to weigh): listing
         # it for every group would cost groups x family size.
-        family = [] if view.group.desc in UNDESCRIBED else self._families.get((view.group.desc, view.group.size), [])
+        family = self._families.get(family_of(view.group), [])
         return Siblings(family, view.group.id, self.index)
 
 

@@ -17,7 +17,7 @@ from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
 from frtrace.diagnosis.waits import PostedPair
 from frtrace.match.matcher import GroupView, P2PMatch
-from frtrace.model import UNDESCRIBED, Entry, numel
+from frtrace.model import Entry, family_of, numel
 from frtrace.table.seq_map import RowList
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
@@ -247,8 +247,9 @@ class _RingConsensus:
     def of(cls, facts: Facts, view: GroupView, window: range) -> Optional["_RingConsensus"]:
         """From everything dumped (ops queued behind a blocked one show its program too)."""
         full, group = facts.analysis.matches, view.group
-        family = [g for g in facts.analysis.layout.groups if g.id != group.id and g.desc == group.desc
-                  and g.size == group.size and g.desc not in UNDESCRIBED]
+        mine = family_of(group)
+        family = [g for g in facts.analysis.layout.groups
+                  if g.id != group.id and g.size == group.size and family_of(g) == mine]
         signatures: dict[int, dict[int, P2PSignature]] = {}
         for member_group in [group, *family]:
             for rank, stream in full.views[member_group.id].streams.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from itertools import repeat
-from typing import Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from frtrace.diagnosis.finding import WentPast
 from frtrace.load.layout import Layout
@@ -26,7 +26,7 @@ from frtrace.match.matcher import (
     SignatureCache,
     batch_signature,
 )
-from frtrace.model import UNDESCRIBED, Entry, Group, OpName
+from frtrace.model import Entry, Family, OpName, family_of
 from frtrace.table.entry_table import EntryTable, StaticRow
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import RowList
@@ -36,7 +36,6 @@ LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same p
 
 # Groups of one family run the same program: (description, size), or ("", name, size)
 # for a group without a description.
-Family = tuple[Union[str, int], ...]
 Channel = tuple[str, Optional[int], Optional[int]]  # a send or recv: (op, group-local src, dst)
 
 
@@ -78,9 +77,6 @@ def form_of(token: Optional[Token]) -> Optional[OpForm]:
     return token.form if token is not None else None
 
 
-def family_of(group: Group) -> Family:
-    """Groups of one family run the same program (the TP groups, the DP groups ...)."""
-    return (group.desc, group.size) if group.desc not in UNDESCRIBED else ("", group.name, group.size)
 
 
 def name_channel(name: OpName) -> Channel:
