@@ -253,3 +253,37 @@ def _verdict(program: Programs, place: Place, token: Token, same_choice: int) ->
     if before or len(place) <= same_choice:
         return None
     return False
+
+
+# ---- the members of the op the rank waits in
+
+MIN_PEERS_IN_ITS_OP = 2  # members of the op a rank waits in that must show the order
+
+
+def peers_in_its_op_say_skipped(program: Programs, rank: int, op_token: Token) -> Optional[WentPast]:
+    """A rank that waits in a collective B without having issued the collective `op_token`
+    names (in its own group of that family): when the other members of B that issued
+    both (in their own groups of the op's family) all issued the op before B, B comes
+    after the op in the program, and the rank went past the op. Where the like ranks
+    cannot be placed (the stages of one pipeline differ in their recent ops), the members
+    of B still show the program's order."""
+    entries = program.entries.get(rank)
+    if op_token.is_p2p or not entries or program.find(rank, op_token) is not None:
+        return None
+    position = len(entries) - 1  # the device view ends with the op the rank waits in
+    waits_in = program.token(rank, position)
+    if waits_in is None or waits_in.is_p2p or entries[position].completed:
+        return None
+    gid = program.group_in_family.get((rank, waits_in.family))
+    view = program.views.get(gid) if gid is not None else None
+    if view is None:
+        return None
+    before = after = 0
+    for peer in islice((r for r in view.streams if r != rank), MAX_WITNESSES):
+        at_op, at_b = program.find(peer, op_token), program.find(peer, waits_in)
+        if at_op is not None and at_b is not None:
+            before += at_op < at_b
+            after += at_op > at_b
+    if before < MIN_PEERS_IN_ITS_OP or after:
+        return None
+    return program.went_past(rank, position, before, True)

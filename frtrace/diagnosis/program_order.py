@@ -26,6 +26,7 @@ from frtrace.diagnosis.like_ranks import (
     collective_witnesses,
     like_ranks_say_skipped,
     p2p_witnesses,
+    peers_in_its_op_say_skipped,
     places,
 )
 from frtrace.diagnosis.own_past import (
@@ -67,9 +68,14 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     split = [r for r in absent if r in placed and r not in found]
     # Every op on a P2P channel is like the one never posted; collectives vary.
     op_form = None if finding.kind == "p2p_unmatched" or op_token is None else op_token.form
-    for rank in _at_most_history_ranks(unplaced):
+    # Like ranks that cannot decide (none placed, or split): the members of the op the
+    # rank waits in may still show where the op comes; then its own past.
+    for rank in unplaced + split:
+        if op_token is not None:
+            _add(found, rank, peers_in_its_op_say_skipped(program, rank, op_token))
+    for rank in _at_most_history_ranks([r for r in unplaced if r not in found]):
         _add(found, rank, _whole_past_says_skipped(program, finding, rank, op_form))
-    for rank in _at_most_history_ranks(split):
+    for rank in _at_most_history_ranks([r for r in split if r not in found]):
         _add(found, rank, _strict_past_says_skipped(program, finding, rank, op_form))
     return found
 
