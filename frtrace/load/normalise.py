@@ -697,8 +697,14 @@ def set_entries(dump: RankDump, columns: Columns, shared: Optional[SharedValues]
         table.compact()
     dump.entries = table
     if keeps_only_active(dump):
-        table.replace(finished_settlements(table, dump.pg_status))
-        table.compact()
+        _settle_finished(dump)
+
+
+def _settle_finished(dump: RankDump) -> None:
+    """Mark finished the ops of a dump of only active entries that its batches or its
+    pg_status say finished (batches.finished_settlements)."""
+    dump.entries.replace(finished_settlements(dump.entries, dump.pg_status))
+    dump.entries.compact()
 
 
 def settle_only_active_job(dumps: Sequence[RankDump]) -> list[RankDump]:
@@ -711,8 +717,7 @@ def settle_only_active_job(dumps: Sequence[RankDump]) -> list[RankDump]:
     settled = [dump for dump in dumps
                if dump.entries and dump.writer == cupti.C10D and not keeps_only_active(dump) and dump.backend != "gloo"]
     for dump in settled:
-        dump.entries.replace(finished_settlements(dump.entries, dump.pg_status))
-        dump.entries.compact()
+        _settle_finished(dump)
     return settled
 
 
