@@ -9,7 +9,9 @@ dealt into its groups as it arrives, `deal`), build
 timed with `time.perf_counter`; `import` is the time to import the package; `after_last_file`
 is build + match + diagnose + render, what the main process does alone once the last file is
 decoded, and its share of the run. After every stage
-the process's resident memory (VmRSS) and its high-water mark (VmHWM) are recorded; they
+the process's resident memory (VmRSS) and its high-water mark (VmHWM) are recorded, and `main_cpu_seconds` gives the main
+process's own CPU time in each stage (in `load`, near the wall time means the main process, not
+the workers, set the pace); they
 cover this process only, not the loader's worker processes.
 
 If pipeline.analyze gains a stage, add it here too, or these numbers stop adding up to the
@@ -60,15 +62,18 @@ def main(argv=None) -> int:
     gc.disable()  # as frtrace's command line does (see frtrace/cli/analyse.py main)
 
     seconds = {"import": _imported - _started}
+    cpu_seconds = {}
     memory = {}
     clock = time.perf_counter()
+    cpu_clock = time.process_time()
 
     def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
+        nonlocal clock, cpu_clock
+        now, cpu_now = time.perf_counter(), time.process_time()
         seconds[name] = now - clock
+        cpu_seconds[name] = cpu_now - cpu_clock
         memory[name] = _memory_mb()
-        clock = now
+        clock, cpu_clock = now, cpu_now
 
     # As pipeline.analyze does: each dump is dealt into its groups as it arrives (that
     # work is timed as part of the load, where it overlaps the workers').
@@ -92,6 +97,7 @@ def main(argv=None) -> int:
     after_last_file = sum(seconds[k] for k in ("build", "match", "diagnose", "render"))
     print(json.dumps({
         "seconds": seconds,
+        "main_cpu_seconds": cpu_seconds,
         "total_seconds": total,
         "after_last_file_seconds": after_last_file,
         "after_last_file_share": after_last_file / total if total else 0.0,
