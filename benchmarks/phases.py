@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     matches = match(loaded.dumps, layout, dealt)
     analysis = finish_analysis(loaded, layout, matches)
     lap("match")
-    diagnosis = diagnose(analysis)
+    diagnosis = diagnose(analysis, args.workers)
     lap("diagnose")
     report = render_json(analysis, diagnosis)
     lap("render")

@@ -296,11 +296,15 @@ class Diagnosis:
         return str(render(self.analysis, self.outcome, style=_styler(color), width=width or TEXT_WIDTH))  # type: ignore[operator]
 
 
-def diagnose(analysis: Analysis) -> Diagnosis:
-    """Run the diagnosis rules over an `Analysis` (see README "How it decides")."""
+def diagnose(analysis: Analysis, *, processes: int = 1) -> Diagnosis:
+    """Run the diagnosis rules over an `Analysis` (see README "How it decides").
+    `processes` over 1 lets the costliest rules of a large job run in forked children
+    meanwhile (where the system forks); the diagnosis is the same."""
     if not isinstance(analysis, Analysis):
         raise TypeError(f"diagnose takes the Analysis that frtrace.analyze returned, not {type(analysis).__name__}")
-    return Diagnosis(analysis, run_rules(analysis))
+    if processes < 1:
+        raise InputError(f"processes must be 1 or more, not {processes}")
+    return Diagnosis(analysis, run_rules(analysis, processes))
 
 
 def _styler(color: bool) -> Optional[Callable[..., str]]:

@@ -253,7 +253,7 @@ def frtrace(dump_dirs: tuple[str, ...], dirs: tuple[str, ...], output: Optional[
     ranks = _selected_job_ranks(rank_ranges, job_ranks)
 
     progress.phase("diagnosing")
-    diagnosis = diagnose(analysis)
+    diagnosis = diagnose(analysis, processes=workers or (os.cpu_count() or 1))
     progress.clear()
     evidence = None
     if log_paths:  # dumps and logs: the logs stand in for missing dumps, and say where they disagree

@@ -1,0 +1,109 @@
+"""The costliest rules in forked children (diagnosis/side_by_side.py) give the diagnosis
+that running every rule in this process gives, fault by fault, and a child that cannot
+run or answer costs only time."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from helpers import analyse_dicts
+
+import frtrace.diagnosis.side_by_side as side_by_side
+from frtrace.diagnosis import COSTLY_FIRST, diagnose
+from frtrace.report.render import render_json, render_text
+from frtrace.testing.synth import Fault, generate
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+
+FAULTS = [
+    ("hang", "tp"), ("skip_op", "tp"), ("extra_op", "dp"), ("size_mismatch", "tp"), ("p2p_unmatched", "pp"),
+    ("straggler", "tp"), ("stuck", "tp"), ("missing_dump_hang", "dp"), ("op_mismatch", "dp"),
+]
+
+
+def _job(kind: str, group: str, seed: int):
+    job = generate(32, 2, 4, steps=4, fault=Fault(kind, rank=5, group=group, step=2), timing=True, seed=seed)
+    analysis, _ = analyse_dicts(dict(job.dumps), render=False)
+    return analysis
+
+
+@pytest.fixture
+def forked_rules(monkeypatch):
+    """Fork at any size, and count the rules that went to a child."""
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    started = []
+    real_start = side_by_side.Forked.start
+
+    def start(rule, facts):
+        started.append(rule)
+        return real_start(rule, facts)
+
+    monkeypatch.setattr(side_by_side.Forked, "start", start)
+    return started
+
+
+@pytest.mark.parametrize("kind,group", FAULTS)
+def test_rules_in_children_give_the_same_report(kind, group, forked_rules):
+    analysis = _job(kind, group, seed=len(kind))
+    here = diagnose(analysis, processes=1)
+    assert forked_rules == []
+    apart = diagnose(analysis, processes=len(COSTLY_FIRST) + 1)
+    assert forked_rules == list(COSTLY_FIRST)
+    assert render_json(analysis, apart) == render_json(analysis, here)
+    assert render_text(analysis, apart) == render_text(analysis, here)
+    assert (apart.status, apart.suspect_ranks) != ("healthy", ()) or kind == "straggler"
+
+
+def test_two_processes_fork_one_child_for_the_costliest_rule(forked_rules):
+    analysis = _job("hang", "tp", seed=1)
+    assert render_json(analysis, diagnose(analysis, processes=2)) == render_json(analysis, diagnose(analysis))
+    assert forked_rules == [COSTLY_FIRST[0]]
+
+
+def test_a_small_job_forks_nothing(monkeypatch):
+    started = []
+    monkeypatch.setattr(side_by_side.Forked, "start", lambda *a: started.append(a))
+    analysis = _job("hang", "tp", seed=1)
+    assert sum(len(d.entries) for d in analysis.device_dumps) < side_by_side.FORK_FROM_ENTRIES
+    diagnose(analysis, processes=8)
+    assert started == []
+
+
+def test_no_fork_runs_every_rule_here(monkeypatch):
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+
+    def refuse(*_):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(side_by_side.Forked, "start", refuse)
+    analysis = _job("skip_op", "tp", seed=2)
+    assert render_json(analysis, diagnose(analysis, processes=8)) == render_json(analysis, diagnose(analysis))
+
+
+def test_a_child_that_dies_or_sends_nothing_has_its_rule_run_here(monkeypatch, forked_rules):
+    real_collect = side_by_side.Forked.collect
+
+    def killed(self):  # say by the OOM killer: reaped, no result
+        real_collect(self)
+        return None, -9
+
+    monkeypatch.setattr(side_by_side.Forked, "collect", killed)
+    analysis = _job("p2p_unmatched", "pp", seed=3)
+    apart = diagnose(analysis, processes=8)
+    assert forked_rules == list(COSTLY_FIRST)
+    assert render_json(analysis, apart) == render_json(analysis, diagnose(analysis))
+    assert apart.suspect_ranks
+
+
+def test_a_result_that_does_not_read_back_has_its_rule_run_here(monkeypatch, forked_rules):
+    real_collect = side_by_side.Forked.collect
+
+    def unreadable(self):
+        real_collect(self)
+        raise pickle.UnpicklingError("unexpected posix.system in a child's result")
+
+    monkeypatch.setattr(side_by_side.Forked, "collect", unreadable)
+    analysis = _job("size_mismatch", "tp", seed=4)
+    assert render_json(analysis, diagnose(analysis, processes=3)) == render_json(analysis, diagnose(analysis))
