@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     lap("load")
     layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
     lap("build")
-    matches = match(loaded.dumps, layout, dealt)
+    matches = match(loaded.dumps, layout, dealt, processes=args.workers)
     analysis = finish_analysis(loaded, layout, matches)
     lap("match")
     diagnosis = diagnose(analysis, args.workers)

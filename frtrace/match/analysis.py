@@ -107,7 +107,9 @@ def analyze(
     finally:
         if runner is not None:
             runner.close()  # the workers' memory goes back before matching starts
-    return _analysed(loaded, dealt, inputs, world_size, ft_group_world_size)
+    # A dask client runs threads, which a fork would copy mid-step: match in one process there.
+    return _analysed(loaded, dealt, inputs, world_size, ft_group_world_size,
+                     processes=workers if runner is None else 1)
 
 
 def analyze_remote(remote: RemoteLoad, *, world_size: Optional[int] = None,
@@ -121,13 +123,13 @@ def analyze_remote(remote: RemoteLoad, *, world_size: Optional[int] = None,
 
 
 def _analysed(loaded: LoadResult, dealt: DealtDumps, inputs: Sequence[object], world_size: Optional[int],
-              ft_group_world_size: Optional[int]) -> Analysis:
+              ft_group_world_size: Optional[int], processes: int = 1) -> Analysis:
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     _check_loaded(loaded, inputs)
     settle_only_active_job(loaded.dumps)
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
-    matches = match(loaded.dumps, layout, dealt)
+    matches = match(loaded.dumps, layout, dealt, processes=processes)
     return finish_analysis(loaded, layout, matches)
 
 

@@ -21,12 +21,14 @@ building an Entry.
 from __future__ import annotations
 
 import operator
+import pickle
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
+from frtrace.load.forked import Forked
 from frtrace.load.layout import Layout, is_default_group
 from frtrace.model import (
     SHAPE_FIELDS,
@@ -606,21 +608,67 @@ def _place_partial(by_signature: dict[tuple[OpSignature, ...], list[int]],
 # --------------------------------------------------------------------------- matching
 
 
+# A collective `_unsettled` picked out, judged: (its position among the group's numbers,
+# the ranks that issued it, those that completed it, how they disagree or None).
+Judged = tuple[int, tuple[int, ...], tuple[int, ...], Optional["Disagreement"]]
+
+
+class CollectivePlan(NamedTuple):
+    """What matching a group's collectives found, before a match is built: the numbers
+    any member holds, sorted, and the collectives not settled at a glance, judged."""
+
+    seqs: list[int]
+    judged: list[Judged]
+
+
+class P2PPlan(NamedTuple):
+    """What pairing a group's P2P ops found, as rows of the recording ranks' tables: per
+    channel (src, dst, the send rows, the recv rows; None where that end never posted
+    the op), then per destination the rows of its `recv ?` that took no send."""
+
+    channels: list[tuple[int, int, list[Optional[int]], list[Optional[int]]]]
+    leftovers: list[tuple[int, list[int]]]
+
+
+class GroupPlan(NamedTuple):
+    """A group's match before its matches are built: ints and a few disagreements, which
+    a forked child sends back in a fraction of the time the matches would take."""
+
+    collectives: CollectivePlan
+    p2p: P2PPlan
+
+
 def _match_collectives(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> list[CollectiveMatch]:
+    return _built_collectives(view, _plan_collectives(view, signature_cache, op_keys))
+
+
+def _plan_collectives(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> CollectivePlan:
+    streams = view.streams
+    if not streams:
+        return CollectivePlan([], [])
+    ranks = tuple(streams)  # sorted
+    tables = [stream.collectives for stream in streams.values()]
+    seqs = sorted(set().union(*tables))  # the numbers any rank holds
+    keys = [table.keys_at(seqs, op_keys) for table in tables]
+    judged: list[Judged] = []
+    for position in sorted(_unsettled(keys)):
+        issuers, completed, disagreement = _judge(streams, ranks, seqs[position], [k[position] for k in keys],
+                                                  signature_cache)
+        judged.append((position, issuers, completed, disagreement))
+    return CollectivePlan(seqs, judged)
+
+
+def _built_collectives(view: GroupView, plan: CollectivePlan) -> list[CollectiveMatch]:
     streams = view.streams
     if not streams:
         return []
     ranks = tuple(streams)  # sorted
-    tables = [stream.collectives for stream in streams.values()]
-    seqs = sorted(set().union(*tables))  # the numbers any rank holds
     members = [r for r in view.group.ranks if r in streams]
-    keys = [table.keys_at(seqs, op_keys) for table in tables]
+    seqs = plan.seqs
     matches: list[CollectiveMatch] = []
     done = 0  # positions of seqs before it have their match
-    for position in sorted(_unsettled(keys)):
+    for position, issuers, completed, disagreement in plan.judged:
         matches += _settled_matches(view, ranks, seqs[done:position])
-        issuers, completed, disagreement = _judge(streams, ranks, seqs[position], [k[position] for k in keys],
-                                                  signature_cache)
         matches.append(_judged_match(view, ranks, members, seqs[position], issuers, completed, disagreement))
         done = position + 1
     matches += _settled_matches(view, ranks, seqs[done:])
@@ -850,9 +898,25 @@ def _p2p_table(streams: dict[int, RankStream], rank: int) -> Optional[EntryTable
 def _match_p2p(view: GroupView) -> list[P2PMatch]:
     """A P2PMatch per pair of a group's P2P ops, by channel (src, dst) and order on it,
     then one per `recv ?` that took no send."""
-    sends, recvs, any_source, pending = _deal_p2p(view)
+    return _built_p2p(view, _plan_p2p(view))
+
+
+def _built_p2p(view: GroupView, plan: P2PPlan) -> list[P2PMatch]:
     streams, group_id = view.streams, view.group.id
     matches: list[P2PMatch] = []
+    for src, dst, send_rows, recv_rows in plan.channels:
+        matches += _channel_matches(group_id, src, dst, _p2p_table(streams, src), _p2p_table(streams, dst),
+                                    send_rows, recv_rows)
+    for dst, leftovers in plan.leftovers:
+        recv_table = _p2p_table(streams, dst)
+        matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
+    return matches
+
+
+def _plan_p2p(view: GroupView) -> P2PPlan:
+    sends, recvs, any_source, pending = _deal_p2p(view)
+    streams = view.streams
+    channels: list[tuple[int, int, list[Optional[int]], list[Optional[int]]]] = []
     no_batches: frozenset[int] = frozenset()
     none_pending: set[int] = set()
     for src, dst in sorted(set(sends) | set(recvs)):
@@ -875,11 +939,8 @@ def _match_p2p(view: GroupView) -> list[P2PMatch]:
             pairs = (_pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
                      + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending))
             send_rows, recv_rows = [send for send, _ in pairs], [recv for _, recv in pairs]
-        matches += _channel_matches(group_id, src, dst, send_table, recv_table, send_rows, recv_rows)
-    for dst, leftovers in sorted(any_source.items()):
-        recv_table = _p2p_table(streams, dst)
-        matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
-    return matches
+        channels.append((src, dst, send_rows, recv_rows))
+    return P2PPlan(channels, sorted(any_source.items()))
 
 
 def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[EntryTable],
@@ -892,21 +953,88 @@ def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[Ent
             for ordinal, (send, recv) in enumerate(zip(sends, recvs))]
 
 
-def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None) -> MatchResult:
+def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None,
+          processes: int = 1) -> MatchResult:
     """Pair every rank's entries with its peers' (see module docstring). `dealt` holds
-    the dumps dealt while loading."""
-    return _match_views(layout, build_views(dumps, layout, dealt))
+    the dumps dealt while loading. With `processes` over 1, a large job's groups are
+    planned in forked children meanwhile (`_plans_apart`): the same matches."""
+    views = build_views(dumps, layout, dealt)
+    if processes > 1 and sum(len(d.entries) for d in dumps) >= PLAN_APART_FROM_ENTRIES:
+        return _match_views(layout, views, _plans_apart(views, processes))
+    return _match_views(layout, views)
 
 
-def _match_views(layout: Layout, views: tuple[GroupView, ...]) -> MatchResult:
+def _match_views(layout: Layout, views: tuple[GroupView, ...],
+                 plans: Optional[dict[int, GroupPlan]] = None) -> MatchResult:
+    """The matches of `views`, in their order, each group's built from its plan in
+    `plans` where there is one, else planned here."""
     result = MatchResult(layout, views)
     # Keyed by object ids, so they must not outlive the entries: one per call.
     signature_cache: SignatureCache = {}
     op_keys = OpKeys()
+    plans = plans or {}
     for view in views:
-        result.collectives.extend(_match_collectives(view, signature_cache, op_keys))
-        result.p2p.extend(_match_p2p(view))
+        plan = plans.get(view.group.id) or _plan_group(view, signature_cache, op_keys)
+        result.collectives.extend(_built_collectives(view, plan.collectives))
+        result.p2p.extend(_built_p2p(view, plan.p2p))
     return result
+
+
+def _plan_group(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> GroupPlan:
+    return GroupPlan(_plan_collectives(view, signature_cache, op_keys), _plan_p2p(view))
+
+
+# --------------------------------------------------------------------------- in children
+
+# Below this many entries a fork costs more than the planning it takes off this process.
+PLAN_APART_FROM_ENTRIES = 500_000
+# Building the matches from the plans (here, alone) costs about this share of planning.
+BUILD_SHARE = 0.3
+
+
+def _plans_apart(views: tuple[GroupView, ...], processes: int) -> dict[int, GroupPlan]:
+    """group id -> GroupPlan of every view, planned by up to `processes - 1` forked
+    children (which inherit the views; only the plans come back) and by this process,
+    which plans its share meanwhile: the share left once building every match, here and
+    alone, is counted as its work (BUILD_SHARE). A child that cannot fork, dies or sends
+    what does not read back has its groups planned here."""
+    shares = _shares(views, processes)
+    children: list[tuple[Forked[dict[int, GroupPlan]], list[GroupView]]] = []
+    for share in shares[1:]:
+        if not share:
+            continue
+        try:
+            children.append((Forked.start(_planned, share), share))
+        except (OSError, AttributeError):  # no fork here (AttributeError: no os.fork at all)
+            shares[0] = shares[0] + share
+    plans = _planned(shares[0])
+    for child, share in children:
+        try:
+            got, _ = child.collect()
+        except (pickle.UnpicklingError, EOFError, OSError):
+            got = None
+        plans.update(got if got is not None else _planned(share))
+    return plans
+
+
+def _planned(views: Sequence[GroupView]) -> dict[int, GroupPlan]:
+    signature_cache: SignatureCache = {}
+    op_keys = OpKeys()
+    return {view.group.id: _plan_group(view, signature_cache, op_keys) for view in views}
+
+
+def _shares(views: tuple[GroupView, ...], processes: int) -> list[list[GroupView]]:
+    """The views dealt into `processes` shares of about equal work (the entries their
+    members hold in them), the largest first to the least loaded; the first share is this
+    process's, which starts loaded with building every match (BUILD_SHARE)."""
+    work = {view.group.id: sum(len(s.collectives) + len(s.p2p) for s in view.streams.values()) for view in views}
+    loads = [BUILD_SHARE * sum(work.values())] + [0.0] * (processes - 1)
+    shares: list[list[GroupView]] = [[] for _ in range(processes)]
+    for view in sorted(views, key=lambda v: (-work[v.group.id], v.group.id)):
+        least = loads.index(min(loads))
+        shares[least].append(view)
+        loads[least] += work[view.group.id]
+    return shares
 
 
 def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> MatchResult:

@@ -1,0 +1,125 @@
+"""Groups planned in forked children (matcher._plans_apart) give the matches that
+matching every group in this process gives: collectives settled and judged, P2P pairs on
+whole and wrapped rings, batched and any-source receives; and a child that cannot run or
+answer costs only time."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from helpers import analyse_dicts
+
+import frtrace.match.matcher as matcher
+from frtrace.load.layout import build_layout
+from frtrace.match.matcher import match
+from frtrace.testing.synth import Fault, generate
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+
+JOBS = [
+    dict(fault=Fault("hang", rank=5, group="tp", step=2)),
+    dict(fault=Fault("size_mismatch", rank=6, group="tp", step=1)),
+    dict(fault=Fault("op_mismatch", rank=3, group="dp", step=2)),
+    dict(fault=Fault("p2p_unmatched", rank=9, group="pp", step=2), p2p="batched"),
+    dict(fault=Fault("p2p_unmatched", rank=9, group="pp", step=2), p2p="mixed", buffer_size=60),
+    dict(fault=Fault("skip_op", rank=2, group="tp", step=2), buffer_size=45, lookahead=2),
+    dict(fault=Fault("missing_dump_hang", rank=4, group="dp", step=2)),
+    dict(fault=Fault("hang", rank=5, group="dp", step=2), only_active=True),
+    dict(fault=None, buffer_size=30),
+]
+
+
+def _dumps(spec: dict):
+    job = generate(32, 2, 4, steps=4, timing=True, seed=7, **spec)
+    analysis, _ = analyse_dicts(dict(job.dumps), render=False)
+    return analysis.load.dumps
+
+
+def _as_values(result) -> tuple:
+    """Every field of every match, the entries each collective's calls read included."""
+    collectives = [(m.group_id, m.seq, m.not_issued, m.out_of_window, m.no_dump, m.unfinished, m.disagreement,
+                    m.completed_ranks, m.finished_unseen, tuple(m.calls), tuple(m.calls.values()))
+                   for m in result.collectives]
+    p2p = [(p.group_id, p.src, p.dst, p.ordinal, p.send, p.recv) for p in result.p2p]
+    return collectives, p2p
+
+
+@pytest.fixture
+def planned_apart(monkeypatch):
+    """Plan apart at any size, and count the children started."""
+    monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+    started = []
+    real_start = matcher.Forked.start
+
+    def start(function, views):
+        started.append(len(views))
+        return real_start(function, views)
+
+    monkeypatch.setattr(matcher.Forked, "start", start)
+    return started
+
+
+@pytest.mark.parametrize("spec", JOBS, ids=lambda s: f"{s['fault'].kind if s['fault'] else 'healthy'}-"
+                         + "-".join(f"{k}={v}" for k, v in s.items() if k != "fault"))
+@pytest.mark.parametrize("processes", [2, 5])
+def test_groups_planned_in_children_match_as_here(spec, processes, planned_apart):
+    dumps = _dumps(spec)
+    layout = build_layout(dumps, (), None)
+    here = match(dumps, layout)
+    assert planned_apart == []
+    apart = match(dumps, layout, processes=processes)
+    assert planned_apart and sum(planned_apart) <= len(apart.views)
+    assert _as_values(apart) == _as_values(here)
+    assert here.collectives and (here.p2p or spec["fault"] is None or spec["fault"].group != "pp")
+
+
+def test_every_group_is_planned_once(planned_apart):
+    dumps = _dumps(JOBS[0])
+    views = matcher.build_views(dumps, build_layout(dumps, (), None))
+    for processes in (2, 3, 8, 64):
+        shares = matcher._shares(views, processes)
+        assert len(shares) == processes
+        assert sorted(v.group.id for share in shares for v in share) == sorted(v.group.id for v in views)
+    # Sixteen processes on 25 groups: this process keeps building every match, and plans less.
+    shares = matcher._shares(views, 16)
+    assert len(shares[0]) < max(len(share) for share in shares[1:])
+
+
+def test_a_small_job_forks_nothing(monkeypatch):
+    started = []
+    monkeypatch.setattr(matcher.Forked, "start", lambda *a: started.append(a))
+    dumps = _dumps(JOBS[0])
+    assert sum(len(d.entries) for d in dumps) < matcher.PLAN_APART_FROM_ENTRIES
+    match(dumps, build_layout(dumps, (), None), processes=8)
+    assert started == []
+
+
+def test_no_fork_plans_every_group_here(monkeypatch):
+    monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+
+    def refuse(*_):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(matcher.Forked, "start", refuse)
+    dumps = _dumps(JOBS[3])
+    layout = build_layout(dumps, (), None)
+    assert _as_values(match(dumps, layout, processes=4)) == _as_values(match(dumps, layout))
+
+
+@pytest.mark.parametrize("answer", ["killed", "unreadable"])
+def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, planned_apart):
+    real_collect = matcher.Forked.collect
+
+    def failed(self):
+        real_collect(self)
+        if answer == "unreadable":
+            raise pickle.UnpicklingError("unexpected posix.system in a child's result")
+        return None, -9
+
+    monkeypatch.setattr(matcher.Forked, "collect", failed)
+    dumps = _dumps(JOBS[4])
+    layout = build_layout(dumps, (), None)
+    assert _as_values(match(dumps, layout, processes=3)) == _as_values(match(dumps, layout))
+    assert planned_apart
