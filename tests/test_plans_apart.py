@@ -11,6 +11,7 @@ import pickle
 import pytest
 from helpers import analyse_dicts
 
+import frtrace.load.forked as forked
 import frtrace.match.matcher as matcher
 from frtrace.load.layout import build_layout
 from frtrace.match.matcher import match
@@ -50,14 +51,15 @@ def _as_values(result) -> tuple:
 def planned_apart(monkeypatch):
     """Plan apart at any size, and count the children started."""
     monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+    monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
     started = []
-    real_start = matcher.Forked.start
+    real_start = forked.Forked.start
 
     def start(function, views):
         started.append(len(views))
         return real_start(function, views)
 
-    monkeypatch.setattr(matcher.Forked, "start", start)
+    monkeypatch.setattr(forked.Forked, "start", start)
     return started
 
 
@@ -89,7 +91,7 @@ def test_every_group_is_planned_once(planned_apart):
 
 def test_a_small_job_forks_nothing(monkeypatch):
     started = []
-    monkeypatch.setattr(matcher.Forked, "start", lambda *a: started.append(a))
+    monkeypatch.setattr(forked.Forked, "start", lambda *a: started.append(a))
     dumps = _dumps(JOBS[0])
     assert sum(len(d.entries) for d in dumps) < matcher.PLAN_APART_FROM_ENTRIES
     match(dumps, build_layout(dumps, (), None), processes=8)
@@ -98,11 +100,12 @@ def test_a_small_job_forks_nothing(monkeypatch):
 
 def test_no_fork_plans_every_group_here(monkeypatch):
     monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+    monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
 
     def refuse(*_):
         raise OSError("Resource temporarily unavailable")
 
-    monkeypatch.setattr(matcher.Forked, "start", refuse)
+    monkeypatch.setattr(forked.Forked, "start", refuse)
     dumps = _dumps(JOBS[3])
     layout = build_layout(dumps, (), None)
     assert _as_values(match(dumps, layout, processes=4)) == _as_values(match(dumps, layout))
@@ -110,7 +113,7 @@ def test_no_fork_plans_every_group_here(monkeypatch):
 
 @pytest.mark.parametrize("answer", ["killed", "unreadable"])
 def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, planned_apart):
-    real_collect = matcher.Forked.collect
+    real_collect = forked.Forked.collect
 
     def failed(self):
         real_collect(self)
@@ -118,7 +121,7 @@ def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, pla
             raise pickle.UnpicklingError("unexpected posix.system in a child's result")
         return None, -9
 
-    monkeypatch.setattr(matcher.Forked, "collect", failed)
+    monkeypatch.setattr(forked.Forked, "collect", failed)
     dumps = _dumps(JOBS[4])
     layout = build_layout(dumps, (), None)
     assert _as_values(match(dumps, layout, processes=3)) == _as_values(match(dumps, layout))

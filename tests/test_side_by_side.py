@@ -10,12 +10,19 @@ import pickle
 import pytest
 from helpers import analyse_dicts
 
+import frtrace.diagnosis as diagnosis_package
+import frtrace.diagnosis.linking as linking
 import frtrace.diagnosis.side_by_side as side_by_side
 from frtrace.diagnosis import COSTLY_FIRST, diagnose
+from frtrace.diagnosis.facts import Facts
 from frtrace.report.render import render_json, render_text
 from frtrace.testing.synth import Fault, generate
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+
+
+class Started(list):
+    questions: list
 
 FAULTS = [
     ("hang", "tp"), ("skip_op", "tp"), ("extra_op", "dp"), ("size_mismatch", "tp"), ("p2p_unmatched", "pp"),
@@ -31,14 +38,21 @@ def _job(kind: str, group: str, seed: int):
 
 @pytest.fixture
 def forked_rules(monkeypatch):
-    """Fork at any size, and count the rules that went to a child."""
+    """Fork at any size, share out any number of went-past questions, and count the
+    rules that went to a child (`started`) and the questions each child answered
+    (`started.questions`)."""
     monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
-    started = []
+    monkeypatch.setattr(side_by_side, "QUESTIONS_PER_RUN", 1)
+    started = Started()
+    started.questions = []
     real_start = side_by_side.Forked.start
 
-    def start(rule, facts):
-        started.append(rule)
-        return real_start(rule, facts)
+    def start(function, argument):
+        if function in COSTLY_FIRST:
+            started.append(function)
+        else:
+            started.questions.append(len(argument))
+        return real_start(function, argument)
 
     monkeypatch.setattr(side_by_side.Forked, "start", start)
     return started
@@ -107,3 +121,35 @@ def test_a_result_that_does_not_read_back_has_its_rule_run_here(monkeypatch, for
     monkeypatch.setattr(side_by_side.Forked, "collect", unreadable)
     analysis = _job("size_mismatch", "tp", seed=4)
     assert render_json(analysis, diagnose(analysis, processes=3)) == render_json(analysis, diagnose(analysis))
+
+
+@pytest.mark.parametrize("kind,group", [("hang", "tp"), ("skip_op", "tp"), ("p2p_unmatched", "pp"), ("stuck", "tp")])
+def test_went_past_questions_answered_in_children_link_as_here(kind, group, forked_rules):
+    analysis = _job(kind, group, seed=11)
+    here = diagnose(analysis)
+    apart = diagnose(analysis, processes=3)
+    assert len(forked_rules.questions) == 2  # three runs: one here, two in children
+    assert render_json(analysis, apart) == render_json(analysis, here)
+    assert [(f.rule, f.caused_by is None, f.went_past) for f in apart.findings] == \
+        [(f.rule, f.caused_by is None, f.went_past) for f in here.findings]
+
+
+@pytest.mark.parametrize("kind,group", [("skip_op", "tp"), ("skip_op", "pp"), ("p2p_unmatched", "pp")])
+def test_each_went_past_question_is_answered_alone_as_among_the_others(kind, group, forked_rules, monkeypatch):
+    analysis = _job(kind, group, seed=11)
+    asked = []
+    real = linking._ranks_gone_past
+
+    def spy(blocking, candidates, holders, went_past):
+        return real(blocking, candidates, holders, lambda questions: (asked.extend(questions), went_past(questions))[1])
+
+    monkeypatch.setattr(linking, "_ranks_gone_past", spy)
+    diagnose(analysis)
+    assert len(asked) >= 2
+    facts = Facts.of(analysis)
+    for questions in (asked, asked[::-1]):  # each answer at both ends: here, and in a child
+        here = diagnosis_package._went_past_judge(facts, 1)(questions)
+        apart = diagnosis_package._went_past_judge(facts, len(questions))(questions)
+        assert apart == here
+    assert any(here)  # the rank that skipped went past its op
+    assert len(forked_rules.questions) == 2 * (len(asked) - 1)

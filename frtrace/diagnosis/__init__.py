@@ -45,7 +45,7 @@ from frtrace.diagnosis.p2p import posted_pairs, unmatched_p2p
 from frtrace.diagnosis.peerless_p2p import blocked_in_peerless_p2p
 from frtrace.diagnosis.p2p_sizes import mismatched_pairs
 from frtrace.diagnosis.same_pair import one_finding_per_pair
-from frtrace.diagnosis.side_by_side import RuleRuns
+from frtrace.diagnosis.side_by_side import RuleRuns, shared_out
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
 from frtrace.diagnosis.stragglers import late_arrivals
@@ -89,7 +89,7 @@ def _diagnose(facts: Facts, runs: RuleRuns) -> Diagnosis:
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
-    link_consequences(findings, _went_past_judge(facts), facts.waits)
+    link_consequences(findings, _went_past_judge(facts, runs.processes), facts.waits)
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)
@@ -103,14 +103,18 @@ def _group_then_p2p(finding: Finding) -> tuple[int, bool]:
     return finding.group_id if finding.group_id is not None else -1, finding.p2p_ends is not None
 
 
-def _went_past_judge(facts: Facts) -> WentPastJudge:
-    """went_past_finding over a ProgramOrder built on first use: most jobs never ask."""
-    order: list[ProgramOrder] = []
+def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
+    """went_past_finding of each question over one ProgramOrder, built when asked (most
+    jobs never ask); a large job's many questions (a hang asks one per blocked group)
+    shared among `processes` (side_by_side.shared_out)."""
 
-    def judge(finding: Finding, ranks: tuple[int, ...]) -> dict[int, WentPast]:
-        if not order:
-            order.append(ProgramOrder(facts.seen, facts.analysis.layout, facts.device))
-        return went_past_finding(order[0], finding, ranks)
+    def judge(asked: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
+        order = ProgramOrder(facts.seen, facts.analysis.layout, facts.device)
+
+        def answers(questions: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
+            return [went_past_finding(order, finding, ranks) for finding, ranks in questions]
+
+        return shared_out(answers, asked, processes, facts)
 
     return judge
 

@@ -19,8 +19,9 @@ from frtrace.diagnosis.finding import Finding, WentPast
 from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits
 
-# (finding, absent ranks to judge) -> {rank: WentPast} for those that went past its op
-WentPastJudge = Callable[[Finding, tuple[int, ...]], dict[int, WentPast]]
+# Each (finding, absent ranks to judge) -> {rank: WentPast} for those that went past its op,
+# in order: asked all at once, so that the questions can be answered side by side.
+WentPastJudge = Callable[[list[tuple[Finding, tuple[int, ...]]]], list[dict[int, WentPast]]]
 Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
 
 
@@ -110,12 +111,13 @@ def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders
     """finding -> {rank: WentPast} for absent ranks that wait elsewhere only because
     they went past this finding's op."""
     extra_ops = {(f.group_id, f.collective_seq_id): set(f.suspect_ranks) for f in candidates if f.kind == "extra_op"}
-    gone = {}
+    asked = []
     for finding in blocking:
         held = set().union(*(ranks for _, ranks in holders[finding]))
-        if not held:
-            continue
-        found = went_past(finding, tuple(sorted(held)))
+        if held:
+            asked.append((finding, tuple(sorted(held))))
+    gone = {}
+    for (finding, _), found in zip(asked, went_past(asked) if asked else []):
         # Issuing an op where like ranks issued this one, with nothing to show it comes
         # after this one in the program, may as well be an extra op inserted before it:
         # when an extra_op finding names the rank for that op, that story is the one to

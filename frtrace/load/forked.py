@@ -2,7 +2,9 @@
 
 Takes a function and its arguments; `Forked.start` forks a child computing it and returns
 a handle, whose `collect()` returns `(result, None)`, or `(None, exit code)` when the
-child died or sent nothing. The loader decodes in one, so that a pickle which crashes the
+child died or sent nothing. `in_children` computes a function of several shares of work
+at once, one here and each other in a child (the matcher's groups, the diagnosis's
+went-past questions). The loader decodes in one, so that a pickle which crashes the
 decoder costs one file and not the process (load/loader.py).
 
 The child is this program working on data it has checked: its pickle of the result is
@@ -16,7 +18,7 @@ import faulthandler
 import io
 import os
 import pickle
-from typing import Callable, Generic, Optional, TypeVar
+from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 _Result = TypeVar("_Result")
 
@@ -81,3 +83,29 @@ class Forked(Generic[_Result]):
         if exitcode != 0 or not payload:
             return None, exitcode
         return OwnResultUnpickler(io.BytesIO(payload)).load(), None
+
+
+_Share = TypeVar("_Share")
+
+
+def in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share]) -> list[_Result]:
+    """`function(share)` of each of `shares`, in their order: the first computed here, each
+    other in a forked child meanwhile (which inherits the share: nothing is sent to it).
+    A child that cannot fork, dies, or sends what does not read back has its share
+    computed here: a failure costs time, never a different answer."""
+    children: list[Optional[Forked[_Result]]] = []
+    for share in shares[1:]:
+        try:
+            children.append(Forked.start(function, share))
+        except (OSError, AttributeError):  # no fork here (AttributeError: no os.fork at all)
+            children.append(None)
+    results = [function(shares[0])] if shares else []
+    for child, share in zip(children, shares[1:]):
+        result: Optional[_Result] = None
+        if child is not None:
+            try:
+                result, _ = child.collect()
+            except (pickle.UnpicklingError, EOFError, OSError):
+                result = None
+        results.append(result if result is not None else function(share))
+    return results

@@ -21,14 +21,13 @@ building an Entry.
 from __future__ import annotations
 
 import operator
-import pickle
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
-from frtrace.load.forked import Forked
+from frtrace.load.forked import in_children
 from frtrace.load.layout import Layout, is_default_group
 from frtrace.model import (
     SHAPE_FIELDS,
@@ -990,6 +989,9 @@ def _plan_group(view: GroupView, signature_cache: SignatureCache, op_keys: OpKey
 PLAN_APART_FROM_ENTRIES = 500_000
 # Building the matches from the plans (here, alone) costs about this share of planning.
 BUILD_SHARE = 0.3
+# The fewest entries a child plans: some 40 ms of work (planning reads about 6 million
+# entries a second), against 10 to 50 ms to fork a large job.
+PLAN_ENTRIES_PER_CHILD = 250_000
 
 
 def _plans_apart(views: tuple[GroupView, ...], processes: int) -> dict[int, GroupPlan]:
@@ -998,23 +1000,17 @@ def _plans_apart(views: tuple[GroupView, ...], processes: int) -> dict[int, Grou
     which plans its share meanwhile: the share left once building every match, here and
     alone, is counted as its work (BUILD_SHARE). A child that cannot fork, dies or sends
     what does not read back has its groups planned here."""
-    shares = _shares(views, processes)
-    children: list[tuple[Forked[dict[int, GroupPlan]], list[GroupView]]] = []
-    for share in shares[1:]:
-        if not share:
-            continue
-        try:
-            children.append((Forked.start(_planned, share), share))
-        except (OSError, AttributeError):  # no fork here (AttributeError: no os.fork at all)
-            shares[0] = shares[0] + share
-    plans = _planned(shares[0])
-    for child, share in children:
-        try:
-            got, _ = child.collect()
-        except (pickle.UnpicklingError, EOFError, OSError):
-            got = None
-        plans.update(got if got is not None else _planned(share))
+    entries = sum(_work(view) for view in views)
+    shares = _shares(views, max(1, min(processes, entries // PLAN_ENTRIES_PER_CHILD)))
+    plans: dict[int, GroupPlan] = {}
+    for planned in in_children(_planned, [shares[0]] + [share for share in shares[1:] if share]):
+        plans.update(planned)
     return plans
+
+
+def _work(view: GroupView) -> int:
+    """What planning a group reads: the entries its members hold in it."""
+    return sum(len(stream.collectives) + len(stream.p2p) for stream in view.streams.values())
 
 
 def _planned(views: Sequence[GroupView]) -> dict[int, GroupPlan]:
@@ -1027,7 +1023,7 @@ def _shares(views: tuple[GroupView, ...], processes: int) -> list[list[GroupView
     """The views dealt into `processes` shares of about equal work (the entries their
     members hold in them), the largest first to the least loaded; the first share is this
     process's, which starts loaded with building every match (BUILD_SHARE)."""
-    work = {view.group.id: sum(len(s.collectives) + len(s.p2p) for s in view.streams.values()) for view in views}
+    work = {view.group.id: _work(view) for view in views}
     loads = [BUILD_SHARE * sum(work.values())] + [0.0] * (processes - 1)
     shares: list[list[GroupView]] = [[] for _ in range(processes)]
     for view in sorted(views, key=lambda v: (-work[v.group.id], v.group.id)):
