@@ -51,6 +51,7 @@ def _as_values(result) -> tuple:
 def planned_apart(monkeypatch):
     """Plan apart at any size, and count the children started."""
     monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
     started = []
     real_start = forked.Forked.start
@@ -100,6 +101,7 @@ def test_a_small_job_forks_nothing(monkeypatch):
 
 def test_no_fork_plans_every_group_here(monkeypatch):
     monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
 
     def refuse(*_):
@@ -126,3 +128,15 @@ def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, pla
     layout = build_layout(dumps, (), None)
     assert _as_values(match(dumps, layout, processes=3)) == _as_values(match(dumps, layout))
     assert planned_apart
+
+
+def test_below_four_processes_nothing_forks(monkeypatch):
+    monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
+    monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
+    started = []
+    monkeypatch.setattr(forked.Forked, "start", lambda *a: started.append(a))
+    dumps = _dumps(JOBS[0])
+    layout = build_layout(dumps, (), None)
+    for processes in (2, 3):
+        assert _as_values(match(dumps, layout, processes=processes)) == _as_values(match(dumps, layout))
+    assert started == []

@@ -13,6 +13,7 @@ from helpers import analyse_dicts
 import frtrace.diagnosis as diagnosis_package
 import frtrace.diagnosis.linking as linking
 import frtrace.diagnosis.side_by_side as side_by_side
+import frtrace.load.forked as forked
 from frtrace.diagnosis import COSTLY_FIRST, diagnose
 from frtrace.diagnosis.facts import Facts
 from frtrace.report.render import render_json, render_text
@@ -42,6 +43,7 @@ def forked_rules(monkeypatch):
     rules that went to a child (`started`) and the questions each child answered
     (`started.questions`)."""
     monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(side_by_side, "QUESTIONS_PER_RUN", 1)
     started = Started()
     started.questions = []
@@ -87,6 +89,7 @@ def test_a_small_job_forks_nothing(monkeypatch):
 
 def test_no_fork_runs_every_rule_here(monkeypatch):
     monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
 
     def refuse(*_):
         raise OSError("Resource temporarily unavailable")
@@ -153,3 +156,16 @@ def test_each_went_past_question_is_answered_alone_as_among_the_others(kind, gro
         assert apart == here
     assert any(here)  # the rank that skipped went past its op
     assert len(forked_rules.questions) == 2 * (len(asked) - 1)
+
+
+def test_below_four_processes_nothing_forks(monkeypatch):
+    """With two or three processes a child's copied pages cost more memory than its work
+    saves time (forked.FORK_FROM_PROCESSES)."""
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(side_by_side, "QUESTIONS_PER_RUN", 1)
+    started = []
+    monkeypatch.setattr(side_by_side.Forked, "start", lambda *a: started.append(a))
+    analysis = _job("skip_op", "tp", seed=11)
+    for processes in (2, 3):
+        assert render_json(analysis, diagnose(analysis, processes=processes)) == render_json(analysis, diagnose(analysis))
+    assert started == []

@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
-from frtrace.load.forked import Forked, in_children
+from frtrace.load.forked import Forked, in_children, may_fork
 
 Rule = Callable[[Facts], list[Finding]]
 
@@ -49,7 +49,7 @@ class RuleRuns:
         """Fork a child for each of the first `processes - 1` rules of `costly_first`
         (this process is the last one), when the job is large enough to pay for it."""
         children: dict[Rule, Forked[list[Finding]]] = {}
-        if processes > 1 and _entries(facts) >= FORK_FROM_ENTRIES:
+        if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
             for rule in costly_first[:processes - 1]:
                 child = _fork(rule, facts)
                 if child is None:
@@ -90,7 +90,7 @@ def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: li
     child each other one meanwhile (`in_children`). `answer` must answer each question
     alone, as it would among the others."""
     runs = min(processes, len(questions) // max(1, QUESTIONS_PER_RUN))
-    if runs <= 1 or _entries(facts) < FORK_FROM_ENTRIES:
+    if runs <= 1 or not may_fork(processes) or _entries(facts) < FORK_FROM_ENTRIES:
         return answer(questions)
     size = -(-len(questions) // runs)
     shares = [questions[start:start + size] for start in range(0, len(questions), size)]

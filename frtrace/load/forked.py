@@ -87,6 +87,18 @@ class Forked(Generic[_Result]):
 
 _Share = TypeVar("_Share")
 
+# Work is forked off only where this many processes may run. A child copies every page
+# it or its parent writes while both live (reference counts change wherever either reads):
+# at 4,096 ranks with 2 processes the run's peak proportional memory grew from 572 MB to
+# 821 MB for 5 % of its time; with more cores the share of the work each child takes
+# grows, and the tail of the run (alone in one process before) shrinks.
+FORK_FROM_PROCESSES = 4
+
+
+def may_fork(processes: int) -> bool:
+    """Whether work may be forked off when `processes` may run (FORK_FROM_PROCESSES)."""
+    return processes >= FORK_FROM_PROCESSES
+
 
 def in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share]) -> list[_Result]:
     """`function(share)` of each of `shares`, in their order: the first computed here, each

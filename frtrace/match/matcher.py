@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
-from frtrace.load.forked import in_children
+from frtrace.load.forked import in_children, may_fork
 from frtrace.load.layout import Layout, is_default_group
 from frtrace.model import (
     SHAPE_FIELDS,
@@ -958,7 +958,7 @@ def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps]
     the dumps dealt while loading. With `processes` over 1, a large job's groups are
     planned in forked children meanwhile (`_plans_apart`): the same matches."""
     views = build_views(dumps, layout, dealt)
-    if processes > 1 and sum(len(d.entries) for d in dumps) >= PLAN_APART_FROM_ENTRIES:
+    if may_fork(processes) and sum(len(d.entries) for d in dumps) >= PLAN_APART_FROM_ENTRIES:
         return _match_views(layout, views, _plans_apart(views, processes))
     return _match_views(layout, views)
 
