@@ -298,8 +298,8 @@ class Diagnosis:
 
 def diagnose(analysis: Analysis, *, processes: int = 1) -> Diagnosis:
     """Run the diagnosis rules over an `Analysis` (see README "How it decides").
-    `processes` over 1 lets the costliest rules of a large job run in forked children
-    meanwhile (where the system forks); the diagnosis is the same."""
+    `processes` of 4 or more lets the costliest rules of a large job run in forked
+    children meanwhile (where the system forks); the diagnosis is the same."""
     if not isinstance(analysis, Analysis):
         raise TypeError(f"diagnose takes the Analysis that frtrace.analyze returned, not {type(analysis).__name__}")
     if processes < 1:

@@ -133,8 +133,8 @@ def input_options(f: F) -> F:
     f = click.option("--max-file-size", type=SizeType(), default="2G", show_default=True,
                      help="Refuse dump files larger than this (bytes, or 512M, 4G).")(f)
     f = click.option("--workers", type=click.IntRange(min=1), default=None,
-                     help="Processes that load dumps in parallel, and that run the costliest rules of a large job "
-                          "side by side (default: number of cores).")(f)
+                     help="Processes that load dumps in parallel; from 4, a large job's matching and costliest "
+                          "rules are shared with forked children too (default: number of cores).")(f)
     f = click.option("-p", "--prefix",
                      help="Dump file name prefix before the rank number (default: inferred, e.g. rank_ or "
                           "nccl_trace_rank_).")(f)

@@ -71,8 +71,10 @@ COSTLY_FIRST: tuple[Rule, ...] = (late_arrivals, exchange_mismatches, posted_pai
 
 
 def diagnose(analysis: Analysis, processes: int = 1) -> Diagnosis:
-    """The diagnosis of `analysis`; with `processes` over 1, the costliest rules run in
-    forked children meanwhile (side_by_side.py): the same findings either way."""
+    """The diagnosis of `analysis`; with `processes` of 4 or more (load/forked.py:
+    FORK_FROM_PROCESSES), a large job's costliest rules run in forked children meanwhile,
+    and its went-past questions are shared out (side_by_side.py): the same findings
+    either way."""
     facts = Facts.of(analysis)
     runs = RuleRuns.start(facts, COSTLY_FIRST, processes)
     try:

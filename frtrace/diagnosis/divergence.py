@@ -273,7 +273,8 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     went ahead. Ranks waiting in another op for something else are merely held up."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
-    have = any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq))
+    have = (any(m.calls and not m.not_issued for m in siblings.matches_at(match.seq))
+            or siblings.finished_unseen(match.seq))
     elsewhere = _BlockedElsewhere(facts.blocked_entry, (view.group.name, False))
     tie = len(issued) == len(missing)
     ahead = (tie and not have and all(rank in elsewhere for rank in missing)

@@ -39,10 +39,22 @@ class Siblings:
     def matches_at(self, seq: int) -> list[CollectiveMatch]:
         return [m for m in self.each_at(seq) if m is not None]
 
+    def finished_unseen(self, seq: int) -> bool:
+        """Whether another group of the family ran collective `seq`, as a member's
+        pg_status says it finished it, in a job whose dumps keep only active entries:
+        such a group holds no entry of the op (nor a match), yet no member finishes a
+        collective that the others did not join."""
+        return any(_finished_by_one(view, seq) for view in self.family if view.group.id != self.group_id)
+
     def each_at(self, seq: int) -> Iterator[Optional[CollectiveMatch]]:
         """Each other group's match at `seq` (None where it has none), read as asked: a
         caller that stops at the first one unlike its own reads no further."""
         return (self.index.at.get((v.group.id, seq)) for v in self.family if v.group.id != self.group_id)
+
+
+def _finished_by_one(view: GroupView, seq: int) -> bool:
+    return any(stream.only_active and stream.finished is not None and stream.finished >= seq
+               for stream in view.streams.values())
 
 
 @dataclass(slots=True)

@@ -955,8 +955,9 @@ def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[Ent
 def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None,
           processes: int = 1) -> MatchResult:
     """Pair every rank's entries with its peers' (see module docstring). `dealt` holds
-    the dumps dealt while loading. With `processes` over 1, a large job's groups are
-    planned in forked children meanwhile (`_plans_apart`): the same matches."""
+    the dumps dealt while loading. With `processes` of 4 or more (forked.FORK_FROM_PROCESSES),
+    a large job's groups are planned in forked children meanwhile (`_plans_apart`): the
+    same matches."""
     views = build_views(dumps, layout, dealt)
     if may_fork(processes) and sum(len(d.entries) for d in dumps) >= PLAN_APART_FROM_ENTRIES:
         return _match_views(layout, views, _plans_apart(views, processes))
