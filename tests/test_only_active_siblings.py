@@ -28,3 +28,23 @@ def test_a_skipped_tp_op_reads_alike_in_full_and_only_active_dumps(seed, step):
     full = _tp_group_findings(False, seed, step)
     assert full == [("not_issued", "divergence.never_issued", (0,), (0,), True)]
     assert _tp_group_findings(True, seed, step) == full
+
+
+def _verdict(only_active: bool, seed: int, step: int):
+    job = generate(16, 2, 2, steps=3, fault=Fault("skip_op", rank=0, group="tp", step=step), timing=True,
+                   p2p="plain", only_active=only_active, seed=seed, **FAITHFUL)
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    return job.truth, diagnosis
+
+
+@pytest.mark.parametrize("seed,step", [(0, 1), (1, 2), (5, 1), (7, 2)])
+def test_the_rank_that_skipped_is_blamed_in_only_active_dumps_as_in_full_ones(seed, step):
+    """The pipeline and default groups then split evenly too (their members wait in each
+    other's ops, round a circle), and the waits that run through the rank that skipped
+    no longer say that the ranks which did issue an op went ahead of the others."""
+    truth, full = _verdict(False, seed, step)
+    _, active = _verdict(True, seed, step)
+    assert (full.status, full.suspect_ranks) == ("faults", (0,)) == (truth["status"], tuple(truth["suspect_ranks"]))
+    assert (active.status, active.suspect_ranks) == ("faults", (0,))
+    root = [f for f in active.findings if f.is_root and f.suspect_ranks]
+    assert [(f.rule, f.suspect_ranks) for f in root] == [("divergence.never_issued", (0,))]
