@@ -106,6 +106,24 @@ def _group_then_p2p(finding: Finding) -> tuple[int, bool]:
     return finding.group_id if finding.group_id is not None else -1, finding.p2p_ends is not None
 
 
+def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, ...],
+                             found: dict[int, WentPast]) -> dict[int, WentPast]:
+    """`found`, plus the ranks of a job of only active entries (whose programs the dumps
+    do not hold) that a like rank shows went past the finding's collective: it ran the
+    op, then reached the op the rank is blocked in (`Facts.like_rank_went_on`)."""
+    if finding.group_id is None or finding.collective_seq_id is None or finding.p2p_ends is not None:
+        return found
+    view = facts.device.views[finding.group_id]
+    for rank in ranks:
+        stream = view.streams.get(rank)
+        if rank in found or stream is None or not stream.only_active:
+            continue
+        instead = facts.like_rank_went_on(view, finding.collective_seq_id, rank)
+        if instead is not None:
+            found[rank] = WentPast(instead, facts.analysis.layout.group_of(instead.pg_name, rank), 1, True)
+    return found
+
+
 def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
     """went_past_finding of each question over one ProgramOrder, built when asked (most
     jobs never ask); a large job's many questions (a hang asks one per blocked group)
@@ -115,7 +133,8 @@ def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
         order = ProgramOrder(facts.seen, facts.analysis.layout, facts.device)
 
         def answers(questions: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
-            return [went_past_finding(order, finding, ranks) for finding, ranks in questions]
+            return [_with_like_ranks_blocked(facts, finding, ranks, went_past_finding(order, finding, ranks))
+                    for finding, ranks in questions]
 
         return shared_out(answers, asked, processes, facts)
 

@@ -17,7 +17,7 @@ from frtrace.diagnosis.entry_checks import contradiction, trusted_size
 from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, Signature, batch_signature
-from frtrace.model import Entry, family_of
+from frtrace.model import Entry
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
 ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
@@ -26,7 +26,6 @@ ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
 def divergences(facts: Facts) -> list[Finding]:
     """The rule: each group's first divergence, as a mismatch or as ranks that never issued an op."""
     findings: list[Finding] = []
-    skippers = _skippers(facts)
     for view in facts.device.views:
         index = facts.divergence_at[view.group.id]
         if index is None:
@@ -36,71 +35,8 @@ def divergences(facts: Facts) -> list[Finding]:
         if matches[index].disagreement is not None:
             findings.extend(mismatch(view, matches, index, siblings))
         else:
-            findings.extend(gap(view, matches, index) or [absence(facts, view, matches, index, siblings, skippers)])
+            findings.extend(gap(view, matches, index) or [absence(facts, view, matches, index, siblings)])
     return findings
-
-
-def _skippers(facts: Facts) -> frozenset[int]:
-    """Ranks that skipped an op of the program: absent from an op their group's siblings
-    ran (so it belongs to the program), outnumbered or on an even split, while blocked in
-    an op that a like rank reached after the op (`_like_rank_went_on`: so they went on
-    without it, rather than wait for someone before it). A wait that runs through such a
-    rank says nothing of who went ahead: the rank that skipped caused the deadlock."""
-    found: set[int] = set()
-    for view in facts.device.views:
-        index = facts.divergence_at[view.group.id]
-        if index is None:
-            continue
-        matches = facts.collectives_of(view)
-        match = matches[index]
-        if match.disagreement is not None or gap(view, matches, index):
-            continue
-        issued, missing = match.issued, match.not_issued
-        if 2 * len(issued) < len(issued) + len(missing) or not _siblings_ran(facts.siblings_of(view), match.seq):
-            continue
-        siblings = facts.siblings_of(view)
-        found.update(rank for rank in missing if _like_rank_went_on(facts, view, siblings, match.seq, rank))
-    return frozenset(found)
-
-
-def _like_rank_went_on(facts: Facts, view: GroupView, siblings: Siblings, seq: int, rank: int) -> bool:
-    """Whether `rank`, absent from collective `seq` of `view`'s group, is blocked in an
-    op that a like rank (the one in its place in a sibling group that ran #seq) is blocked
-    in too: the collective #m of a group of the same family as the rank's. That like rank
-    ran #seq, then reached that op; `rank` reached it without #seq."""
-    blocked = facts.blocked_entry.get(rank)
-    if blocked is None or blocked.is_p2p or blocked.collective_seq_id is None:
-        return False
-    place = _group_of(facts, blocked, rank)
-    if place is None or place.group.id == view.group.id:
-        return False
-    position = view.group.ranks.index(rank)
-    family = family_of(place.group)
-    for sibling in siblings.views:
-        if position >= len(sibling.group.ranks) or not _ran(siblings, sibling, seq):
-            continue
-        like = sibling.group.ranks[position]
-        theirs = facts.blocked_entry.get(like)
-        if theirs is None or theirs.is_p2p or theirs.collective_seq_id != blocked.collective_seq_id:
-            continue
-        their_place = _group_of(facts, theirs, like)
-        if their_place is not None and family_of(their_place.group) == family:
-            return True
-    return False
-
-
-def _ran(siblings: Siblings, sibling: GroupView, seq: int) -> bool:
-    """Whether the sibling group ran collective `seq` (see _siblings_ran)."""
-    match = siblings.index.at.get((sibling.group.id, seq))
-    if match is not None:
-        return bool(match.calls) and not match.not_issued
-    return any(stream.only_active and stream.finished is not None and stream.finished >= seq
-               for stream in sibling.streams.values())
-
-
-def _group_of(facts: Facts, entry: Entry, rank: int) -> Optional[GroupView]:
-    gid = facts.analysis.layout.group_of(entry.pg_name, rank)
-    return facts.device.views[gid] if gid is not None else None
 
 
 def _siblings_ran(siblings: Siblings, seq: int) -> bool:
@@ -334,22 +270,20 @@ def gap(view: GroupView, matches: list[CollectiveMatch], index: int) -> list[Fin
     )]
 
 
-def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings,
-            skippers: frozenset[int] = frozenset()) -> Finding:
+def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings) -> Finding:
     """Some members issued op #seq and others never did: the majority waits for the rest
     (`not_issued`), or a minority went ahead (`extra_op`). On an even split, an op every
     sibling group issued belongs to the program, so whoever lacks it is behind; else
     ranks that did not arrive because they wait in another op for the ranks that did
     issue it (a deadlock the others caused by going ahead) are not behind, the others
-    went ahead; but not through a rank that skipped an op of the program (`skippers`).
-    Ranks waiting in another op for something else are merely held up."""
+    went ahead. Ranks waiting in another op for something else are merely held up."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
     have = _siblings_ran(siblings, match.seq)
     elsewhere = _BlockedElsewhere(facts.blocked_entry, (view.group.name, False))
     tie = len(issued) == len(missing)
     ahead = (tie and not have and all(rank in elsewhere for rank in missing)
-             and all(facts.waits.closure([rank], stop_at=skippers) & set(issued) for rank in missing))
+             and all(facts.waits.closure([rank]) & set(issued) for rank in missing))
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
         return went_ahead(view, match, tie)
     return never_issued(facts, view, match, tie, have)

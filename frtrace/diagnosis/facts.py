@@ -46,6 +46,14 @@ class Siblings:
         collective that the others did not join."""
         return any(_finished_by_one(view, seq) for view in self.family if view.group.id != self.group_id)
 
+    def ran(self, sibling: GroupView, seq: int) -> bool:
+        """Whether the sibling group ran collective `seq`: every member issued it, or (in
+        dumps of only active entries) a member's pg_status says it finished it."""
+        match = self.index.at.get((sibling.group.id, seq))
+        if match is not None:
+            return bool(match.calls) and not match.not_issued
+        return _finished_by_one(sibling, seq)
+
     def each_at(self, seq: int) -> Iterator[Optional[CollectiveMatch]]:
         """Each other group's match at `seq` (None where it has none), read as asked: a
         caller that stops at the first one unlike its own reads no further."""
@@ -102,6 +110,37 @@ class Facts:
 
     def p2p_of(self, view: GroupView) -> list[P2PMatch]:
         return self.index.p2p_of.get(view.group.id, [])
+
+    def like_rank_went_on(self, view: GroupView, seq: int, rank: int) -> Optional[Entry]:
+        """The op `rank` is blocked in, when it is absent from collective `seq` of `view`'s
+        group and a like rank (the one in its place in a sibling group that ran #seq) is
+        blocked in the same op: the collective of that number in a group of the same
+        family as the rank's. That like rank ran #seq, then reached that op; `rank` reached
+        it without #seq. None when nothing shows that."""
+        blocked = self.blocked_entry.get(rank)
+        if blocked is None or blocked.is_p2p or blocked.collective_seq_id is None:
+            return None
+        place = self._group_of(blocked, rank)
+        if place is None or place.group.id == view.group.id:
+            return None
+        position = view.group.ranks.index(rank)
+        family = family_of(place.group)
+        siblings = self.siblings_of(view)
+        for sibling in siblings.views:
+            if position >= len(sibling.group.ranks) or not siblings.ran(sibling, seq):
+                continue
+            like = sibling.group.ranks[position]
+            theirs = self.blocked_entry.get(like)
+            if theirs is None or theirs.is_p2p or theirs.collective_seq_id != blocked.collective_seq_id:
+                continue
+            their_place = self._group_of(theirs, like)
+            if their_place is not None and family_of(their_place.group) == family:
+                return blocked
+        return None
+
+    def _group_of(self, entry: Entry, rank: int) -> Optional[GroupView]:
+        gid = self.analysis.layout.group_of(entry.pg_name, rank)
+        return self.device.views[gid] if gid is not None else None
 
     def siblings_of(self, view: GroupView) -> Siblings:
         # The family is read only when asked (a group with something to weigh): listing

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
-from typing import Container, Iterable, Optional
+from typing import Iterable, Optional
 
 from frtrace.match.matcher import MatchResult, P2PMatch
 from frtrace.model import Entry
@@ -42,18 +42,16 @@ class Waits:
     # rank -> the posted pairs it is an end of, still unfinished
     posted: dict[int, list[PostedPair]] = field(default_factory=dict)
 
-    def closure(self, ranks: Iterable[int], stop_at: Container[int] = frozenset()) -> set[int]:
+    def closure(self, ranks: Iterable[int]) -> set[int]:
         """Every rank that `ranks` wait on, directly or through others (not `ranks`
-        themselves, unless they wait on each other); not through the ranks of `stop_at`,
-        which are reached but not followed."""
+        themselves, unless they wait on each other)."""
         seen: set[int] = set()
         todo = [r for rank in ranks for r in self.on.get(rank, ())]
         while todo:
             rank = todo.pop()
             if rank not in seen:
                 seen.add(rank)
-                if rank not in stop_at:
-                    todo.extend(self.on.get(rank, ()))
+                todo.extend(self.on.get(rank, ()))
         return seen
 
     def layers(self, rank: int) -> Iterable[list[int]]:
