@@ -2,6 +2,9 @@
 
     python benchmarks/phases.py DIR [--workers N] [--prefix P]
 
+`--workers` is the command's: the loader's processes, and from 4 the forked children that
+share a large job's matching and costliest rules (ARCHITECTURE.md, "Where the work runs").
+
 Stages, in the order `frtrace -d DIR --format json` runs them (frtrace/match/analysis.py `analyze`,
 then frtrace/cli/analyse.py): load (find + read + decode + normalise, `load_dumps`, with each dump
 dealt into its groups as it arrives, `deal`), build
