@@ -11,6 +11,9 @@ running it in a child that inherited the Facts gives what running it here gives.
 is sent to a child; each sends back its findings, read back allowing frtrace's own
 records only (`OwnResultUnpickler`). A child that fails (no fork, killed, a result that
 will not read back) costs only time: its rule then runs here.
+
+`shared_out` does the same for many like questions (linking's went-past questions): it
+answers them in runs, one here and each other in a child, in their order.
 """
 
 from __future__ import annotations
@@ -86,9 +89,10 @@ class RuleRuns:
 def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: list[_Question], processes: int,
                facts: Facts) -> list[_Answer]:
     """`answer(questions)`, the questions of a large job (FORK_FROM_ENTRIES) shared out
-    in runs of about equal length, at most `processes` and at least QUESTIONS_PER_RUN long: this process answers the first, a forked
-    child each other one meanwhile (`in_children`). `answer` must answer each question
-    alone, as it would among the others."""
+    in runs of about equal length, at most `processes` and at least QUESTIONS_PER_RUN
+    long: this process answers the first, a forked child each other one meanwhile
+    (`in_children`). `answer` must answer each question alone, as it would among the
+    others."""
     runs = min(processes, len(questions) // max(1, QUESTIONS_PER_RUN))
     if runs <= 1 or not may_fork(processes) or _entries(facts) < FORK_FROM_ENTRIES:
         return answer(questions)

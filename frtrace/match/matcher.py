@@ -16,6 +16,11 @@ and completed are settled a column at a time, comparing the values the loader sh
 across ranks (mostly an identity check); the rest are judged rank by rank from the same
 keys (op, shapes and state of each rank's entries, read off its codes), without
 building an Entry.
+
+A group is matched in two steps: planned (`GroupPlan`: the numbers, the collectives not
+settled at a glance judged, the P2P channels' pairs of rows; plain ints) and built (the
+matches, from the plan). With processes to spare, forked children plan a large job's
+groups while this process plans its share (`_plans_apart`); it builds every match.
 """
 
 from __future__ import annotations
@@ -637,10 +642,6 @@ class GroupPlan(NamedTuple):
     p2p: P2PPlan
 
 
-def _match_collectives(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> list[CollectiveMatch]:
-    return _built_collectives(view, _plan_collectives(view, signature_cache, op_keys))
-
-
 def _plan_collectives(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> CollectivePlan:
     streams = view.streams
     if not streams:
@@ -894,13 +895,9 @@ def _p2p_table(streams: dict[int, RankStream], rank: int) -> Optional[EntryTable
     return stream.p2p.table if stream is not None else None
 
 
-def _match_p2p(view: GroupView) -> list[P2PMatch]:
+def _built_p2p(view: GroupView, plan: P2PPlan) -> list[P2PMatch]:
     """A P2PMatch per pair of a group's P2P ops, by channel (src, dst) and order on it,
     then one per `recv ?` that took no send."""
-    return _built_p2p(view, _plan_p2p(view))
-
-
-def _built_p2p(view: GroupView, plan: P2PPlan) -> list[P2PMatch]:
     streams, group_id = view.streams, view.group.id
     matches: list[P2PMatch] = []
     for src, dst, send_rows, recv_rows in plan.channels:
