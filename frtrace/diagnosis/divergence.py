@@ -39,12 +39,6 @@ def divergences(facts: Facts) -> list[Finding]:
     return findings
 
 
-def _siblings_ran(siblings: Siblings, seq: int) -> bool:
-    """Whether a sibling group ran collective `seq`: every member issued it, or (in dumps
-    of only active entries) a member's pg_status says it finished it."""
-    return any(m.calls and not m.not_issued for m in siblings.matches_at(seq)) or siblings.finished_unseen(seq)
-
-
 # --------------------------------------------------------------------------- alignment
 
 
@@ -279,7 +273,7 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     went ahead. Ranks waiting in another op for something else are merely held up."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
-    have = _siblings_ran(siblings, match.seq)
+    have = siblings.any_ran(match.seq)
     elsewhere = _BlockedElsewhere(facts.blocked_entry, (view.group.name, False))
     tie = len(issued) == len(missing)
     ahead = (tie and not have and all(rank in elsewhere for rank in missing)

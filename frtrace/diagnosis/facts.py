@@ -39,19 +39,18 @@ class Siblings:
     def matches_at(self, seq: int) -> list[CollectiveMatch]:
         return [m for m in self.each_at(seq) if m is not None]
 
-    def finished_unseen(self, seq: int) -> bool:
-        """Whether another group of the family ran collective `seq`, as a member's
-        pg_status says it finished it, in a job whose dumps keep only active entries:
-        such a group holds no entry of the op (nor a match), yet no member finishes a
-        collective that the others did not join."""
-        return any(_finished_by_one(view, seq) for view in self.family if view.group.id != self.group_id)
+    def any_ran(self, seq: int) -> bool:
+        """Whether another group of the family ran collective `seq` (see `ran`)."""
+        return any(self.ran(view, seq) for view in self.views)
 
     def ran(self, sibling: GroupView, seq: int) -> bool:
-        """Whether the sibling group ran collective `seq`: every member issued it, or (in
-        dumps of only active entries) a member's pg_status says it finished it."""
+        """Whether the sibling group ran collective `seq`: every member issued it, or, in
+        a job whose dumps keep only active entries, a member's pg_status says it finished
+        it (such a group holds no entry of the op, nor a match, yet no member finishes a
+        collective that the others did not join)."""
         match = self.index.at.get((sibling.group.id, seq))
-        if match is not None:
-            return bool(match.calls) and not match.not_issued
+        if match is not None and match.calls and not match.not_issued:
+            return True
         return _finished_by_one(sibling, seq)
 
     def each_at(self, seq: int) -> Iterator[Optional[CollectiveMatch]]:
