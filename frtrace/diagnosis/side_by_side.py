@@ -18,8 +18,7 @@ answers them in runs, one here and each other in a child, in their order.
 
 from __future__ import annotations
 
-import pickle
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
@@ -54,7 +53,7 @@ class RuleRuns:
         children: dict[Rule, Forked[list[Finding]]] = {}
         if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
             for rule in costly_first[:processes - 1]:
-                child = _fork(rule, facts)
+                child = Forked.try_start(rule, facts)
                 if child is None:
                     break
                 children[rule] = child
@@ -68,22 +67,14 @@ class RuleRuns:
     def findings(self, rule: Rule) -> list[Finding]:
         """`rule(facts)`: the child's result where one ran it, else run here."""
         child = self._children.pop(rule, None)
-        if child is not None:
-            try:
-                found, _ = child.collect()
-            except (pickle.UnpicklingError, EOFError, OSError):  # a result that does not read back
-                found = None
-            if found is not None:
-                return found
-        return rule(self._facts)
+        found = child.result() if child is not None else None
+        return found if found is not None else rule(self._facts)
 
     def close(self) -> None:
         """Collect what is left (a diagnosis that stopped early): no child is left unwaited."""
-        for rule in list(self._children):
-            try:
-                self._children.pop(rule).collect()
-            except (pickle.UnpicklingError, EOFError, OSError):
-                pass  # unwanted anyway
+        for child in self._children.values():
+            child.result()  # unwanted: only reaped
+        self._children.clear()
 
 
 def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: list[_Question], processes: int,
@@ -99,13 +90,6 @@ def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: li
     size = -(-len(questions) // runs)
     shares = [questions[start:start + size] for start in range(0, len(questions), size)]
     return [found for answered in in_children(answer, shares) for found in answered]
-
-
-def _fork(rule: Rule, facts: Facts) -> Optional[Forked[list[Finding]]]:
-    try:
-        return Forked.start(rule, facts)
-    except (OSError, AttributeError):  # no fork here (AttributeError: no os.fork at all)
-        return None
 
 
 def _entries(facts: Facts) -> int:

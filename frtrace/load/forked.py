@@ -73,6 +73,14 @@ class Forked(Generic[_Result]):
         os.close(write_fd)
         return cls(pid, read_fd)
 
+    @classmethod
+    def try_start(cls, function: Callable[..., _Result], *args: object) -> Optional[Forked[_Result]]:
+        """`start`, or None where the system will not fork (or has no os.fork at all)."""
+        try:
+            return cls.start(function, *args)
+        except (OSError, AttributeError):
+            return None
+
     def collect(self) -> tuple[Optional[_Result], Optional[int]]:
         """`(result, None)` once the child is done, or `(None, its exit code)` when it
         died or sent nothing."""
@@ -83,6 +91,15 @@ class Forked(Generic[_Result]):
         if exitcode != 0 or not payload:
             return None, exitcode
         return OwnResultUnpickler(io.BytesIO(payload)).load(), None
+
+    def result(self) -> Optional[_Result]:
+        """The child's result once it is done; None when it died, sent nothing, or sent
+        what does not read back (work given to a child is then done by the caller)."""
+        try:
+            result, _ = self.collect()
+        except (pickle.UnpicklingError, EOFError, OSError):
+            return None
+        return result
 
 
 _Share = TypeVar("_Share")
@@ -105,19 +122,9 @@ def in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share])
     other in a forked child meanwhile (which inherits the share: nothing is sent to it).
     A child that cannot fork, dies, or sends what does not read back has its share
     computed here: a failure costs time, never a different answer."""
-    children: list[Optional[Forked[_Result]]] = []
-    for share in shares[1:]:
-        try:
-            children.append(Forked.start(function, share))
-        except (OSError, AttributeError):  # no fork here (AttributeError: no os.fork at all)
-            children.append(None)
+    children = [Forked.try_start(function, share) for share in shares[1:]]
     results = [function(shares[0])] if shares else []
     for child, share in zip(children, shares[1:]):
-        result: Optional[_Result] = None
-        if child is not None:
-            try:
-                result, _ = child.collect()
-            except (pickle.UnpicklingError, EOFError, OSError):
-                result = None
+        result = child.result() if child is not None else None
         results.append(result if result is not None else function(share))
     return results
