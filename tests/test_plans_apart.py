@@ -50,7 +50,6 @@ def _as_values(result) -> tuple:
 @pytest.fixture
 def planned_apart(monkeypatch):
     """Plan apart at any size, and count the children started."""
-    monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
     monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
     started = []
@@ -81,12 +80,12 @@ def test_groups_planned_in_children_match_as_here(spec, processes, planned_apart
 def test_every_group_is_planned_once(planned_apart):
     dumps = _dumps(JOBS[0])
     views = matcher.build_views(dumps, build_layout(dumps, (), None))
+    here = matcher._planned(views)
     for processes in (2, 3, 8, 64):
-        shares = matcher._shares(views, processes)
-        assert len(shares) == processes
-        assert sorted(v.group.id for share in shares for v in share) == sorted(v.group.id for v in views)
-    # Sixteen processes on 25 groups: this process keeps building every match, and plans less.
-    shares = matcher._shares(views, 16)
+        assert matcher._plans_apart(views, processes) == here
+    # Sixteen shares of 25 groups: this process keeps building every match, and plans less.
+    work = {view.group.id: matcher._work(view) for view in views}
+    shares = matcher._shares(views, work, 16)
     assert len(shares[0]) < max(len(share) for share in shares[1:])
 
 
@@ -94,13 +93,12 @@ def test_a_small_job_forks_nothing(monkeypatch):
     started = []
     monkeypatch.setattr(forked.Forked, "start", lambda *a: started.append(a))
     dumps = _dumps(JOBS[0])
-    assert sum(len(d.entries) for d in dumps) < matcher.PLAN_APART_FROM_ENTRIES
+    assert sum(len(d.entries) for d in dumps) < 2 * matcher.PLAN_ENTRIES_PER_CHILD
     match(dumps, build_layout(dumps, (), None), processes=8)
     assert started == []
 
 
 def test_no_fork_plans_every_group_here(monkeypatch):
-    monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
     monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
 
@@ -131,7 +129,6 @@ def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, pla
 
 
 def test_below_four_processes_nothing_forks(monkeypatch):
-    monkeypatch.setattr(matcher, "PLAN_APART_FROM_ENTRIES", 0)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
     started = []
     monkeypatch.setattr(forked.Forked, "start", lambda *a: started.append(a))

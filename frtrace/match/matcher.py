@@ -956,9 +956,7 @@ def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps]
     a large job's groups are planned in forked children meanwhile (`_plans_apart`): the
     same matches."""
     views = build_views(dumps, layout, dealt)
-    if may_fork(processes) and sum(len(d.entries) for d in dumps) >= PLAN_APART_FROM_ENTRIES:
-        return _match_views(layout, views, _plans_apart(views, processes))
-    return _match_views(layout, views)
+    return _match_views(layout, views, _plans_apart(views, processes) if may_fork(processes) else None)
 
 
 def _match_views(layout: Layout, views: tuple[GroupView, ...],
@@ -983,12 +981,11 @@ def _plan_group(view: GroupView, signature_cache: SignatureCache, op_keys: OpKey
 
 # --------------------------------------------------------------------------- in children
 
-# Below this many entries a fork costs more than the planning it takes off this process.
-PLAN_APART_FROM_ENTRIES = 500_000
 # Building the matches from the plans (here, alone) costs about this share of planning.
 BUILD_SHARE = 0.3
-# The fewest entries a child plans: some 40 ms of work (planning reads about 6 million
-# entries a second), against 10 to 50 ms to fork a large job.
+# The entries planned per process at least: some 40 ms of work (planning reads about 6
+# million entries a second), against 10 to 50 ms to fork a large job. A job of fewer than
+# twice this many is planned here alone.
 PLAN_ENTRIES_PER_CHILD = 250_000
 
 
@@ -997,9 +994,13 @@ def _plans_apart(views: tuple[GroupView, ...], processes: int) -> dict[int, Grou
     children (which inherit the views; only the plans come back) and by this process,
     which plans its share meanwhile: the share left once building every match, here and
     alone, is counted as its work (BUILD_SHARE). A child that cannot fork, dies or sends
-    what does not read back has its groups planned here."""
-    entries = sum(_work(view) for view in views)
-    shares = _shares(views, max(1, min(processes, entries // PLAN_ENTRIES_PER_CHILD)))
+    what does not read back has its groups planned here. Empty for a job too small to
+    share (PLAN_ENTRIES_PER_CHILD): `_match_views` then plans as it builds."""
+    work = {view.group.id: _work(view) for view in views}
+    count = min(processes, sum(work.values()) // PLAN_ENTRIES_PER_CHILD)
+    if count < 2:
+        return {}
+    shares = _shares(views, work, count)
     plans: dict[int, GroupPlan] = {}
     for planned in in_children(_planned, [shares[0]] + [share for share in shares[1:] if share]):
         plans.update(planned)
@@ -1017,13 +1018,12 @@ def _planned(views: Sequence[GroupView]) -> dict[int, GroupPlan]:
     return {view.group.id: _plan_group(view, signature_cache, op_keys) for view in views}
 
 
-def _shares(views: tuple[GroupView, ...], processes: int) -> list[list[GroupView]]:
-    """The views dealt into `processes` shares of about equal work (the entries their
-    members hold in them), the largest first to the least loaded; the first share is this
+def _shares(views: tuple[GroupView, ...], work: dict[int, int], count: int) -> list[list[GroupView]]:
+    """The views dealt into `count` shares of about equal work (group id -> the entries its
+    members hold in it), the largest first to the least loaded; the first share is this
     process's, which starts loaded with building every match (BUILD_SHARE)."""
-    work = {view.group.id: _work(view) for view in views}
-    loads = [BUILD_SHARE * sum(work.values())] + [0.0] * (processes - 1)
-    shares: list[list[GroupView]] = [[] for _ in range(processes)]
+    loads = [BUILD_SHARE * sum(work.values())] + [0.0] * (count - 1)
+    shares: list[list[GroupView]] = [[] for _ in range(count)]
     for view in sorted(views, key=lambda v: (-work[v.group.id], v.group.id)):
         least = loads.index(min(loads))
         shares[least].append(view)
