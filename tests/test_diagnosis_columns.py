@@ -52,6 +52,34 @@ def test_first_rows_reads_the_rows_value_at_reads(seqs, data):
         index.first_rows(wanted[:position] + [absent] + wanted[position:])
 
 
+# Numbers held with 1 to 3 entries each (a coalesced batch's), sometimes one skipped.
+_runs = st.lists(st.tuples(st.integers(min_value=1, max_value=3), st.booleans()), min_size=1, max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=-3, max_value=2**40), _runs, st.booleans(), st.data())
+def test_first_rows_of_a_range_are_those_read_one_by_one(first, runs, one_entry_each, data):
+    # first_rows reads a range of numbers as one slice where the map holds each of them;
+    # its plain twin reads a number at a time. Both must give the same rows, or both
+    # KeyError, for any range over or around what the map holds.
+    seqs, seq = [], first
+    for entries, skip_one in runs:
+        if one_entry_each:  # the usual map: one entry per number, none skipped
+            entries, skip_one = 1, False
+        seqs += [seq] * entries
+        seq += 2 if skip_one else 1
+    index = SeqMap(EntryTable.from_entries([_entry(i, s) for i, s in enumerate(seqs)]), range(len(seqs)))
+    low = data.draw(st.integers(min_value=first - 2, max_value=seqs[-1] + 2))
+    wanted = range(low, data.draw(st.integers(min_value=low + 1, max_value=seqs[-1] + 3)))
+    try:
+        expected = index._first_rows_one_by_one(list(wanted))
+    except KeyError:
+        with pytest.raises(KeyError):
+            index.first_rows(wanted)
+    else:
+        assert list(index.first_rows(wanted)) == expected
+
+
 def _as_read_one_by_one(matches: list, name: str) -> list:
     """What first_value_columns gives, as (ranks, values) per match: each match in one block."""
     blocks = first_value_columns(matches, name)

@@ -11,6 +11,7 @@ its rows for every sampled sequence number in one `SeqMap.field_at_first`.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from typing import NamedTuple, Sequence
 
@@ -42,8 +43,16 @@ def first_value_columns(matches: Sequence[CollectiveMatch], name: str) -> list[B
             blocks.append(Block(tuple(calls), [match], [[value] for value in calls.first_values(name)]))
     for group in by_all.values():
         streams = group[0].calls.streams
-        seqs = [match.seq for match in group]
+        seqs = _as_range([match.seq for match in group])
         # LazyCalls lists the ranks in the order of the streams.
         blocks.append(Block(tuple(streams), group, [stream.collectives.field_at_first(name, seqs)
                                                     for stream in streams.values()]))
     return blocks
+
+
+def _as_range(seqs: list[int]) -> Sequence[int]:
+    """`seqs` as a range when they are consecutive (a group's newest collectives, as a
+    rule), which a rank's SeqMap reads as one slice of its rows (SeqMap.first_rows)."""
+    if seqs and seqs[-1] - seqs[0] == len(seqs) - 1 and all(map(operator.lt, seqs, seqs[1:])):
+        return range(seqs[0], seqs[-1] + 1)
+    return seqs
