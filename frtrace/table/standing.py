@@ -43,7 +43,39 @@ def keeps_only_active(dump: RankDump) -> bool:
     if not entries or dump.unreadable_entries or dump.writer != "c10d":
         return False
     gaps = entries.value("record_id", len(entries) - 1) - entries.value("record_id", 0) + 1 > len(entries)
-    return gaps and dump.backend != "gloo"  # the backend last: it is read off every op name
+    if not gaps and not status_past_held_work(dump):
+        return False
+    return dump.backend != "gloo"  # the backend last: it is read off every op name
+
+
+def status_past_held_work(dump: RankDump) -> bool:
+    """pg_status says some group enqueued and finished work newer than every op of it the
+    dump holds, and the dump holds none of that work: its finished entries were left out,
+    though the records it kept happen to run without a gap (a few stale ops of batches,
+    which never look finished). A ring buffer keeps every record newer than one it holds,
+    so in a full dump a group's last work is among its entries: a collective number (then
+    no entry of the group is numbered past it) or a P2P one (then a P2P entry holds it).
+    Finished work, not merely enqueued work, so that work enqueued while the dump was
+    taken cannot pass for it. Only dumps holding nothing finished are read: a full dump of
+    a job that ran holds finished work."""
+    entries = dump.entries
+    if not dump.pg_status or any(static.state == "completed" for static in entries.statics_in_use()):
+        return False
+    newest_collective: dict[int, int] = {}
+    newest_p2p: dict[int, int] = {}
+    for row, (pg_id, collective, p2p) in enumerate(zip(entries.field("pg_id"), entries.field("collective_seq_id"),
+                                                       entries.field("p2p_seq_id"))):
+        if isinstance(collective, int):
+            newest_collective[pg_id] = max(collective, newest_collective.get(pg_id, collective))
+        if isinstance(p2p, int) and entries.static_row(row).name.is_p2p:
+            newest_p2p[pg_id] = max(p2p, newest_p2p.get(pg_id, p2p))
+    for pg_id, held in newest_collective.items():
+        status = dump.pg_status.get(pg_id)
+        if status is None or status.last_completed is None or status.last_completed != status.last_enqueued:
+            continue
+        if status.last_completed > held and status.last_completed != newest_p2p.get(pg_id):
+            return True
+    return False
 
 
 def only_active_job(dumps: Sequence[RankDump]) -> bool:
