@@ -53,6 +53,22 @@ def test_a_rank_that_skips_a_ring_step_is_the_one_blamed(tmp_path, cp, ring_step
     assert [(f["rule"], f["suspect_ranks"]) for f in roots] == [("p2p.skipped_ring_step", [culprit])]
 
 
+@pytest.mark.parametrize("cp, ring_step", [(4, -1), (8, 2)])
+def test_a_ring_step_skipped_in_only_active_dumps_is_blamed_on_the_rank_that_skipped_it(tmp_path, cp, ring_step):
+    # The ring's finished steps are left out, so the channel where the tensors first differ
+    # holds nothing before that pair: what the ring's other channels move there shows that
+    # the neighbour's op is a step of the program, and the rank whose ops line up with it
+    # one later skipped it. Before, both ends were named.
+    culprit = cp + 2
+    synth_job = generate(4 * cp, tp=2, pp=cp, steps=3, ring=True, p2p="plain", timing=True, lookahead=6,
+                         only_active=True, fault=Fault("skip_ring_step", rank=culprit, group="cp", step=1,
+                                                       ring_step=ring_step), **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    report = assert_truth(tmp_path, synth_job)
+    roots = [f for f in report["findings"] if f["root_cause"] and f["suspect_ranks"]]
+    assert [(f["rule"], f["suspect_ranks"]) for f in roots] == [("p2p_sizes.skipped_one", [culprit])]
+
+
 @pytest.mark.parametrize("p2p", ["plain", "batched"])
 def test_a_healthy_ring_stays_healthy(tmp_path, p2p):
     assert_truth(tmp_path, generate(32, tp=2, pp=8, steps=3, ring=True, p2p=p2p, timing=True, lookahead=6))

@@ -162,17 +162,28 @@ def _shapes_at(table: EntryTable, row: int) -> Shapes:
 def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
     """The end (src or dst) whose ops on the channel, from this pair on, line up with the
     other end's one later, and whose partner's op here is one the channel moved before
-    (so a step of the program, not an odd op the partner inserted): it skipped that op.
+    (so a step of the program, not an odd op the partner inserted; where the channel holds
+    nothing before, one the group's other channels moved): it skipped that op.
     None when neither or both fit (a period-two pattern shifts either way)."""
     sends, recvs, history = _channel_from(facts, pair)
     moved_sends = [_moved(shapes, True) for shapes in sends[:_SHIFT_WINDOW + 1]]
     moved_recvs = [_moved(shapes, False) for shapes in recvs[:_SHIFT_WINDOW + 1]]
-    seen = {_moved(shapes, True) for shapes in history[-_HISTORY:]}
+    seen = {_moved(shapes, True) for shapes in history[-_HISTORY:]} if history else _moved_elsewhere(facts, pair)
     sender_skipped = _lines_up(moved_sends, moved_recvs[1:]) and moved_recvs[0] in seen
     receiver_skipped = _lines_up(moved_recvs, moved_sends[1:]) and moved_sends[0] in seen
     if sender_skipped == receiver_skipped:
         return None
     return pair.src if sender_skipped else pair.dst
+
+
+def _moved_elsewhere(facts: Facts, pair: P2PMatch) -> set[Optional[tuple[int, frozenset[str]]]]:
+    """What the sends of the group's other channels moved: the program's steps, where the
+    channel holds nothing before the pair (dumps of only active entries leave out what
+    finished, so a ring's earlier steps are gone, while its other ranks' ops of the same
+    steps are still held)."""
+    return {_moved(_shapes_at(other.send_table, other.send_row), True)
+            for other in facts.analysis.matches.index.p2p_of.get(pair.group_id, [])
+            if other.send_table is not None and (other.src, other.dst) != (pair.src, pair.dst)}
 
 
 def _channel_from(facts: Facts, pair: P2PMatch) -> tuple[list[Shapes], list[Shapes], list[Shapes]]:
