@@ -59,7 +59,11 @@ def status_past_held_work(dump: RankDump) -> bool:
     taken cannot pass for it. Only dumps holding nothing finished are read: a full dump of
     a job that ran holds finished work."""
     entries = dump.entries
-    if not dump.pg_status or any(static.state == "completed" for static in entries.statics_in_use()):
+    # The oldest entry first: in a full dump it finished as a rule, and that settles it
+    # without reading every entry's code (this runs for every gapless dump, in the workers).
+    if not dump.pg_status or entries.static_row(0).state == "completed":
+        return False
+    if any(static.state == "completed" for static in entries.statics_in_use()):
         return False
     newest_collective: dict[int, int] = {}
     newest_p2p: dict[int, int] = {}
