@@ -452,3 +452,23 @@ def deep_tuple_key_dump(depth: int, via_memo: bool = False) -> bytes:
     else:
         levels = b")" + b"\x85" * depth
     return gzip.compress(b"\x80\x02}" + levels + pickle_text("x") + b"s.")
+
+
+def forks_recorded(monkeypatch) -> list:
+    """Forked.start records what it was asked to run instead of forking: returns the list
+    (empty where nothing would have forked)."""
+    from frtrace.load import forked
+
+    started: list = []
+    monkeypatch.setattr(forked.Forked, "start", lambda *args: started.append(args))
+    return started
+
+
+def forks_refused(monkeypatch) -> None:
+    """Forked.start fails as fork does on a system out of processes."""
+    from frtrace.load import forked
+
+    def refuse(*_):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(forked.Forked, "start", refuse)

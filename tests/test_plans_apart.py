@@ -9,7 +9,7 @@ import os
 import pickle
 
 import pytest
-from helpers import analyse_dicts
+from helpers import analyse_dicts, forks_recorded, forks_refused
 
 import frtrace.load.forked as forked
 import frtrace.match.matcher as matcher
@@ -90,8 +90,7 @@ def test_every_group_is_planned_once(planned_apart):
 
 
 def test_a_small_job_forks_nothing(monkeypatch):
-    started = []
-    monkeypatch.setattr(forked.Forked, "start", lambda *a: started.append(a))
+    started = forks_recorded(monkeypatch)
     dumps = _dumps(JOBS[0])
     assert sum(len(d.entries) for d in dumps) < 2 * matcher.PLAN_ENTRIES_PER_CHILD
     match(dumps, build_layout(dumps, (), None), processes=8)
@@ -101,11 +100,7 @@ def test_a_small_job_forks_nothing(monkeypatch):
 def test_no_fork_plans_every_group_here(monkeypatch):
     monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
-
-    def refuse(*_):
-        raise OSError("Resource temporarily unavailable")
-
-    monkeypatch.setattr(forked.Forked, "start", refuse)
+    forks_refused(monkeypatch)
     dumps = _dumps(JOBS[3])
     layout = build_layout(dumps, (), None)
     assert _as_values(match(dumps, layout, processes=4)) == _as_values(match(dumps, layout))
@@ -130,8 +125,7 @@ def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, pla
 
 def test_below_four_processes_nothing_forks(monkeypatch):
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
-    started = []
-    monkeypatch.setattr(forked.Forked, "start", lambda *a: started.append(a))
+    started = forks_recorded(monkeypatch)
     dumps = _dumps(JOBS[0])
     layout = build_layout(dumps, (), None)
     for processes in (2, 3):

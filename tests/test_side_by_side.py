@@ -8,7 +8,7 @@ import os
 import pickle
 
 import pytest
-from helpers import analyse_dicts
+from helpers import analyse_dicts, forks_recorded, forks_refused
 
 import frtrace.diagnosis as diagnosis_package
 import frtrace.diagnosis.linking as linking
@@ -79,8 +79,7 @@ def test_two_processes_fork_one_child_for_the_costliest_rule(forked_rules):
 
 
 def test_a_small_job_forks_nothing(monkeypatch):
-    started = []
-    monkeypatch.setattr(side_by_side.Forked, "start", lambda *a: started.append(a))
+    started = forks_recorded(monkeypatch)
     analysis = _job("hang", "tp", seed=1)
     assert sum(len(d.entries) for d in analysis.device_dumps) < side_by_side.FORK_FROM_ENTRIES
     diagnose(analysis, processes=8)
@@ -90,11 +89,7 @@ def test_a_small_job_forks_nothing(monkeypatch):
 def test_no_fork_runs_every_rule_here(monkeypatch):
     monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
     monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
-
-    def refuse(*_):
-        raise OSError("Resource temporarily unavailable")
-
-    monkeypatch.setattr(side_by_side.Forked, "start", refuse)
+    forks_refused(monkeypatch)
     analysis = _job("skip_op", "tp", seed=2)
     assert render_json(analysis, diagnose(analysis, processes=8)) == render_json(analysis, diagnose(analysis))
 
@@ -163,8 +158,7 @@ def test_below_four_processes_nothing_forks(monkeypatch):
     saves time (forked.FORK_FROM_PROCESSES)."""
     monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
     monkeypatch.setattr(side_by_side, "QUESTIONS_PER_RUN", 1)
-    started = []
-    monkeypatch.setattr(side_by_side.Forked, "start", lambda *a: started.append(a))
+    started = forks_recorded(monkeypatch)
     analysis = _job("skip_op", "tp", seed=11)
     for processes in (2, 3):
         assert render_json(analysis, diagnose(analysis, processes=processes)) == render_json(analysis, diagnose(analysis))

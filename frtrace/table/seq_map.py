@@ -174,7 +174,7 @@ class SeqMap(Mapping[int, tuple[Entry, ...]]):
     def first_rows(self, seqs: Sequence[int]) -> Sequence[int]:
         """The table row of the first entry under each of `seqs` (the row `value_at`
         reads); KeyError for a number it holds no entry under, as value_at. A range of
-        numbers the map holds one entry each of is one slice of its rows (a sampling rule
+        numbers a dense map holds is read off one slice of its rows, in C (a sampling rule
         asks for a million rows at 4,096 ranks); `_first_rows_one_by_one` is its plain twin."""
         if isinstance(seqs, range) and seqs.step == 1 and len(seqs) and self._seqs and self.dense:
             if self._contiguous:
