@@ -147,3 +147,15 @@ def test_next_step_points_at_the_suspect_call_site_only_where_the_report_shows_o
         assert "look at what rank(s) 2 were doing instead" in text
         assert ("suspect call site:" in text) is shown
         assert ("the suspect call site above" in text) is shown
+
+
+def test_a_suspect_never_shares_a_row_with_ranks_that_are_not():
+    # Every rank stands in the same all_reduce, rank 1 with another size: folded by where
+    # they stand alone, the view would print one row "0-3 *", four suspects to the eye.
+    odd = ("all_reduce", {"sizes": ((17,),)})
+    analysis, diagnosis = analyse_dicts(job({0: ["all_reduce"], 1: [odd], 2: ["all_reduce"], 3: ["all_reduce"]}),
+                                        render=False)
+    assert diagnosis.suspect_ranks == (1,)
+    view = rank_view(analysis, diagnosis.suspect_ranks)
+    assert [(row.ranks, row.suspect) for row in view.rows] == [((1,), True), ((0, 2, 3), False)]
+    assert view.rows[0].standing == view.rows[1].standing == BLOCKED

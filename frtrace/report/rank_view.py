@@ -238,8 +238,8 @@ def _behind(where: dict[int, tuple[int, int]], classes: dict[int, GroupClass]) -
 # --------------------------------------------------------------------------- folded
 
 # Ranks with the same key stand alike: standing, blocked op, last completed op, lag per
-# class, and the classes they are members of.
-_RowKey = tuple[str, Optional[OpKey], Optional[OpKey], tuple[tuple[ClassKey, int], ...], frozenset[ClassKey]]
+# class, the classes they are members of, and whether they are suspects.
+_RowKey = tuple[str, Optional[OpKey], Optional[OpKey], tuple[tuple[ClassKey, int], ...], frozenset[ClassKey], bool]
 
 
 def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
@@ -256,7 +256,10 @@ def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
                standing.blocked_in.fold_key if standing.blocked_in else None,
                standing.last_completed.fold_key if standing.last_completed else None,
                tuple((c.key, lag) for c, lag in standing.behind),
-               member_of)
+               member_of,
+               # A suspect never shares a row with ranks that are not: "0-3 *" would read
+               # as four suspects.
+               standing.rank in suspects)
         by_key[key].append(standing)
     rows = [_fold(members, classes, names, suspects) for members in by_key.values()]
     rows.sort(key=lambda row: (not row.suspect, row.ranks[0]))
