@@ -50,3 +50,57 @@ def test_the_rank_that_skipped_is_blamed_in_only_active_dumps_as_in_full_ones(se
     root = [f for f in active.findings if f.is_root and f.suspect_ranks]
     assert [(f.rule, f.suspect_ranks) for f in root] == [("divergence.never_issued", (0,))]
     assert list(root[0].went_past) == [0] and root[0].went_past[0].confirmed
+
+
+# --------------------------------------------------------------------------- ids by creation order
+
+
+def _deep_pipeline(pg_order: str = "same", step: int = 1, fault: bool = True, only_active: bool = True):
+    """TP 2 x PP 8 (and a one-rank DP group per rank): rank 4 skips a TP all_reduce. In
+    only-active dumps a rank past its TP ops holds none of them, and with its one-rank
+    group, two of its groups hold no entry: elimination cannot tell which pg_status row
+    is its TP group's."""
+    return generate(16, 2, 8, steps=3, fault=Fault("skip_op", rank=4, group="tp", step=step) if fault else None,
+                    seed=97, timing=True, lookahead=0, p2p="batched", only_active=only_active, pg_order=pg_order,
+                    **FAITHFUL)
+
+
+def _ids_read(analysis) -> dict[tuple[int, str], int]:
+    """(rank, group name) -> the pg_id the matcher took as the rank's own for the group."""
+    return {(rank, view.group.name): stream.pg_id for view in analysis.device.views
+            for rank, stream in view.streams.items() if stream.pg_id is not None}
+
+
+def _true_ids(pg_order: str) -> dict[tuple[int, str], int]:
+    """The same job's full dumps: every group that ran an op shows each member's own id."""
+    return {(rank, entry["process_group"][0]): entry["pg_id"]
+            for rank, dump in _deep_pipeline(pg_order, only_active=False).dumps.items() for entry in dump["entries"]}
+
+
+@pytest.mark.parametrize("step", [0, 1, 2])
+def test_groups_named_by_their_count_give_each_rank_its_ids_in_that_order(step):
+    # Torch names a group by the count of groups made before it and each rank numbers the
+    # groups it joins as it makes them: rank 6's TP group, made between the default group
+    # (id 0) and its pipeline group (whose id its entries give), holds the row between.
+    job = _deep_pipeline(step=step)
+    analysis, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == (job.truth["status"], job.truth["suspect_ranks"]) == (
+        "faults", [4])
+    ids, truth = _ids_read(analysis), _true_ids("same")
+    tp_of_6 = next(v.group.name for v in analysis.device.views if v.group.desc == "tp" and 6 in v.group.ranks)
+    assert ids[(6, tp_of_6)] == truth[(6, tp_of_6)]
+    assert {key: truth.get(key) for key in ids} == ids
+
+
+def test_no_id_is_read_from_names_when_ranks_made_their_groups_in_orders_of_their_own():
+    # Rotated orders: some rank's entries show ids that do not grow with the names, so no
+    # rank's ids are read from them (that would give a group another group's row).
+    analysis, _ = analyse_dicts(dict(_deep_pipeline(pg_order="rotated").dumps), render=False)
+    ids, truth = _ids_read(analysis), _true_ids("rotated")
+    assert {key: truth.get(key) for key in ids} == ids
+
+
+def test_a_healthy_deep_pipeline_of_only_active_dumps_stays_healthy():
+    job = _deep_pipeline(fault=False)
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert diagnosis.status == job.truth["status"] == "healthy"

@@ -366,8 +366,10 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     its pg_status keys is not the id of a group it holds entries of, and a single one of
     its groups holds none, that key is that group's. The default group is the first group
     every rank creates (init_process_group), so its id is 0 unless an entry says 0 is
-    another group's. Else the group has no id on the rank, and its pg_status row for the
-    group cannot be found (it says nothing)."""
+    another group's. Then, where the job's groups are named by torch's count of groups
+    made, by the order of making (`_created_between`, when `_named_in_creation_order`).
+    Else the group has no id on the rank, and its pg_status row for the group cannot be
+    found (it says nothing)."""
     own: dict[int, dict[int, int]] = defaultdict(dict)
     for gid, streams in streams_by_group.items():
         for rank, stream in streams.items():
@@ -379,6 +381,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         for rank in group.ranks:
             groups_of[rank].append(group.id)
     defaults = {g.id for g in layout.groups if is_default_group(g.name, g.desc)}
+    names = {g.id: g.name for g in layout.groups}
     for rank, dump in dumps.items():
         ids = own[rank]
         default = [gid for gid in groups_of.get(rank, ()) if gid in defaults and gid not in ids]
@@ -389,7 +392,67 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         unknown_groups = [gid for gid in groups_of.get(rank, ()) if gid not in ids and gid not in default]
         if len(unknown_keys) == 1 and len(unknown_groups) == 1:
             ids[unknown_groups[0]] = unknown_keys.pop()
+    # Full dumps leave no key unplaced as a rule: the order is then never looked at.
+    unplaced = {rank: sorted(set(dump.pg_status) - set(own[rank].values())) for rank, dump in dumps.items()}
+    if any(unplaced.values()) and _named_in_creation_order(own, groups_of, names):
+        for rank, keys in unplaced.items():
+            for key in keys:
+                made = _created_between(key, own[rank], groups_of.get(rank, ()), names)
+                if made is not None:
+                    own[rank][made] = key
     return own
+
+
+def _creation_numbers(group_ids: Sequence[int], names: Mapping[int, str]) -> Optional[dict[int, int]]:
+    """group id -> the number torch named it by (`str` of its count of groups made so far,
+    the same on every rank), or None when a name is not such a number (hashed names)."""
+    if not all(names[gid].isdecimal() and names[gid].isascii() for gid in group_ids):
+        return None
+    return {gid: int(names[gid]) for gid in group_ids}
+
+
+def _named_in_creation_order(own: Mapping[int, Mapping[int, int]], groups_of: Mapping[int, Sequence[int]],
+                             names: Mapping[int, str]) -> bool:
+    """Whether the job's ranks made their groups in the order their numbered names count,
+    as torch does by default (it names a group by the count of groups made before it; a
+    rank numbers the groups it joins 0, 1, 2... as it makes them, so each group it joins
+    takes an id at least its place among them). Where their entries tell them, every
+    rank's own ids must grow with its groups' names and none may come before its place;
+    and some rank must tell two ids besides the default one, or nothing shows the order.
+    A job whose ranks made their groups in orders of their own (or whose names are
+    hashed) shows it on some rank, and no id is read from the order anywhere."""
+    shown = False
+    for rank, ids in own.items():
+        numbers = _creation_numbers(groups_of.get(rank, ()), names)
+        if numbers is None or not set(ids) <= set(numbers):
+            return False
+        place = {gid: at for at, gid in enumerate(sorted(numbers, key=numbers.__getitem__))}
+        by_name = sorted(ids, key=place.__getitem__)
+        if any(ids[a] >= ids[b] for a, b in zip(by_name, by_name[1:])) or any(ids[g] < place[g] for g in ids):
+            return False
+        shown = shown or sum(pg_id != DEFAULT_PG_ID for pg_id in ids.values()) >= 2
+    return shown
+
+
+def _created_between(key: int, ids: Mapping[int, int], groups: Sequence[int], names: Mapping[int, str]) -> Optional[int]:
+    """The group of the rank without an id that pg_id `key` is the id of, by the order of
+    making: it lies after the group with the next lower id the rank tells, and before the
+    one with the next higher. One such group is it. Several are it in turn when they use
+    up every id between those two (none was made between them that the dumps do not name:
+    a group that never ran an op has no pg_status row but takes an id). Else None."""
+    numbers = _creation_numbers(groups, names)
+    if numbers is None:
+        return None
+    lower = max(((pg_id, gid) for gid, pg_id in ids.items() if pg_id < key), default=None)
+    higher = min(((pg_id, gid) for gid, pg_id in ids.items() if pg_id > key), default=None)
+    after = numbers[lower[1]] if lower is not None else -1
+    candidates = sorted((gid for gid in groups if gid not in ids and numbers[gid] > after
+                         and (higher is None or numbers[gid] < numbers[higher[1]])), key=numbers.__getitem__)
+    if len(candidates) == 1:
+        return candidates[0]
+    if lower is not None and higher is not None and higher[0] - lower[0] - 1 == len(candidates):
+        return candidates[key - lower[0] - 1]
+    return None
 
 
 def _read_pg_status(streams: dict[int, RankStream], group: Group, dumps: dict[int, RankDump],
