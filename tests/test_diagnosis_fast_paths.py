@@ -212,7 +212,7 @@ def _past_says_skipped_by_tokens(order: Programs, rank: int, channel: list, op_f
             continue
         tries += 1
         before, complete = _forms_by_tokens(order, rank, order.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN)
-        if not (whole and complete) or now[:len(before)] != before[:len(now)]:
+        if not (whole and complete) or not before or now[:len(before)] != before[:len(now)]:
             continue
         if len(now) <= len(before):
             return None

@@ -69,6 +69,30 @@ def test_a_ring_step_skipped_in_only_active_dumps_is_blamed_on_the_rank_that_ski
     assert [(f["rule"], f["suspect_ranks"]) for f in roots] == [("p2p_sizes.skipped_one", [culprit])]
 
 
+@pytest.mark.parametrize("kind, culprit, seed, lookahead", [("hang", 9, 141, 0), ("hang", 7, 794, 2),
+                                                          ("missing_dump_hang", 8, 155, 0), ("size_mismatch", 6, 587, 2)])
+def test_a_tp_fault_beside_a_ring_of_batched_steps_names_only_its_rank(tmp_path, kind, culprit, seed, lookahead):
+    # The culprit's TP partner waits in the TP op before its next ring step, so its ring
+    # neighbour waits for a send it never posted. Its ring steps came back to back, then a
+    # TP op: nothing led up to a step, so its own past cannot say it went past this one
+    # (before, it was named beside the culprit).
+    synth_job = generate(16, tp=2, pp=4 if seed == 794 else 8, steps=3, ring=True, p2p="batched", timing=True,
+                         lookahead=lookahead, seed=seed, fault=Fault(kind, rank=culprit, group="tp", step=1 + seed % 2),
+                         **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    report = assert_truth(tmp_path, synth_job)
+    assert not [f for f in report["findings"] if f["root_cause"] and culprit ^ 1 in f["suspect_ranks"]]
+
+
+def test_a_tp_device_stall_beside_a_ring_of_batched_steps_is_no_fault(tmp_path):
+    # Both TP members are in the op: nothing says who stalled it. Before, the ring neighbour
+    # of one of them was taken to have skipped a ring step (a FAULT on a tie of two ranks).
+    synth_job = generate(16, tp=2, pp=8, steps=3, ring=True, p2p="batched", timing=True, seed=946,
+                         fault=Fault("stuck", rank=11, group="tp", step=1), **FAITHFUL)
+    assert synth_job.truth["status"] == "inconclusive"
+    assert_truth(tmp_path, synth_job)
+
+
 @pytest.mark.parametrize("p2p", ["plain", "batched"])
 def test_a_healthy_ring_stays_healthy(tmp_path, p2p):
     assert_truth(tmp_path, generate(32, tp=2, pp=8, steps=3, ring=True, p2p=p2p, timing=True, lookahead=6))

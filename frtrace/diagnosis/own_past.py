@@ -45,7 +45,9 @@ def past_says_skipped(program: Programs, rank: int, channel: list[int], op_form:
             continue
         tries += 1
         before, complete = program.forms_from(rank, program.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN, now)
-        if not complete or now[:len(before)] != before[:len(now)]:
+        # Nothing led up to that op (it came right after the one before it on the
+        # channel): any stretch starts like that, and tells nothing of where the op comes.
+        if not complete or not before or now[:len(before)] != before[:len(now)]:
             continue
         if len(now) <= len(before):
             return None  # still on the stretch that leads up to the op: behind
