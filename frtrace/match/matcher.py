@@ -101,6 +101,9 @@ class RankStream:
     # The job's dumps keep only active entries: what the rank does not hold, it finished
     # or never issued.
     only_active: bool = False
+    # It holds every P2P op it posted in the group, from its first (see _holds_all_p2p):
+    # its channels pair in order, whatever its collectives lost.
+    p2p_whole: bool = False
 
     def absence(self, seq: int) -> str:
         """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
@@ -309,9 +312,27 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
             collectives = SeqMap.joined([dealt[n].by_sequence for n in names])
             p2p = RowList.joined([dealt[n].p2p for n in names])
             batched = frozenset().union(*(dealt[n].batched for n in names))
+        p2p_whole = not clipped
+        if only_active and p2p and not uncertain:
+            batched, p2p_whole = _batches_held(p2p, batched)
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
-                                    clipped, uncertain, batched, only_active=only_active)
+                                    clipped, uncertain, batched, only_active=only_active, p2p_whole=p2p_whole)
     return per_group
+
+
+def _batches_held(p2p: RowList, batched: frozenset[int]) -> tuple[frozenset[int], bool]:
+    """In a dump of only active entries: (the numbers of the rank's P2P batches in the
+    group, whether it holds every P2P op it posted there). A finished batch's marker is
+    left out, but its ops stay (torch records them without events: they never look
+    finished), so two ops or more under one number are a batch too (a plain op takes a
+    number of its own). It holds every op when each is a batch's and their numbers run
+    from the group's first (1) with none missing (no ring buffer overwrote any): its
+    channels then pair in order. A plain op that finished is left out, and its channel
+    pairs from its newest completed op back, as a wrapped buffer's does."""
+    numbers = Counter(p2p.field("p2p_seq_id"))
+    batched = batched | frozenset(number for number, times in numbers.items() if times > 1)
+    whole = batched.issuperset(numbers) and sorted(numbers) == list(range(1, len(numbers) + 1))
+    return batched, whole
 
 
 def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None,
@@ -989,7 +1010,7 @@ def _plan_p2p(view: GroupView) -> P2PPlan:
             taken = min(len(spare), len(plain_sends) - len(plain_recvs))
             plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
-        whole = not (src in streams and streams[src].clipped) and not (dst in streams and streams[dst].clipped)
+        whole = (src not in streams or streams[src].p2p_whole) and (dst not in streams or streams[dst].p2p_whole)
         if whole:  # the common case: pairs go straight to columns, not through 2-tuples
             plain, batched = _pair_in_order(plain_sends, plain_recvs), _pair_in_order(batched_sends, batched_recvs)
             send_rows, recv_rows = plain[0] + batched[0], plain[1] + batched[1]
