@@ -141,7 +141,9 @@ def _paired_by_entries(view: GroupView) -> list:
             taken = min(len(spare), len(plain_sends) - len(plain_recvs))
             plain_recvs = plain_recvs + spare[:taken]
             del spare[:taken]
-        clipped = any(rank in view.streams and view.streams[rank].clipped for rank in (src, dst))
+        # Both ends hold the channel's whole history (RankStream.p2p_whole: no buffer wrapped, or
+        # an only-active dump that keeps every batch's ops), or it pairs by completion.
+        clipped = any(rank in view.streams and not view.streams[rank].p2p_whole for rank in (src, dst))
         pair = pair_by_completion if clipped else pair_in_order
         pairs = pair(plain_sends, plain_recvs) + pair(batched_sends, batched_recvs)
         pairs_found += [(src, dst, k, at(s), at(r)) for k, (s, r) in enumerate(pairs)]

@@ -60,7 +60,7 @@ class Siblings:
 
 
 def _finished_by_one(view: GroupView, seq: int) -> bool:
-    return any(stream.only_active and stream.finished is not None and stream.finished >= seq
+    return any(stream.only_active_dump and stream.finished is not None and stream.finished >= seq
                for stream in view.streams.values())
 
 
@@ -136,6 +136,16 @@ class Facts:
             if their_place is not None and family_of(their_place.group) == family:
                 return blocked
         return None
+
+    def queued_at(self, view: GroupView, seq: int, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """Those of `ranks` that the device view shows without collective `seq` of the
+        group although their whole dumps hold an entry of that number: queued behind the
+        op they are blocked in (the device view leaves such ops out)."""
+        dumped = self.analysis.matches
+        if dumped is self.device:
+            return ()
+        match = dumped.index.at.get((view.group.id, seq))
+        return tuple(rank for rank in ranks if rank in match.calls) if match is not None else ()
 
     def _group_of(self, entry: Entry, rank: int) -> Optional[GroupView]:
         gid = self.analysis.layout.group_of(entry.pg_name, rank)

@@ -101,9 +101,18 @@ class RankStream:
     # The job's dumps keep only active entries: what the rank does not hold, it finished
     # or never issued.
     only_active: bool = False
-    # It holds every P2P op it posted in the group, from its first (see _holds_all_p2p):
+    # It holds every P2P op it posted in the group, from its first (see _batches_held):
     # its channels pair in order, whatever its collectives lost.
     p2p_whole: bool = False
+    # The device view of an only-active dump that held some of the group's collectives
+    # and left out those queued behind the op the rank is blocked in.
+    left_queued: bool = False
+
+    @property
+    def only_active_dump(self) -> bool:
+        """The rank's dump keeps only active entries (whether or not its absence from an
+        op says it never issued it: see `only_active`, `left_queued`)."""
+        return self.only_active or self.left_queued
 
     def absence(self, seq: int) -> str:
         """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
@@ -112,6 +121,10 @@ class RankStream:
             return "not_issued"
         if self.finished is not None and seq <= self.finished:
             return "finished"
+        if self.left_queued and self.finished is not None:
+            # Unfinished, so its whole dump held it had it enqueued it: queued behind the
+            # op it is blocked in, or never issued; either way its device never got it.
+            return "not_issued"
         if self.only_active and self.first_seq is None and not self.uncertain:
             # It holds no collective of the group and its pg_status does not place it: had
             # it finished the op, so would its peers, still in it; it never joined them.
@@ -356,7 +369,9 @@ def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[Dealt
         for gid, stream in _rank_streams(dump, layout, dealt.of(dump), only_active).items():
             # Holding no collective of the group in a dump of only active entries says
             # something (see RankStream.absence); having left out ops it queued does not.
-            stream.only_active = stream.only_active and not (held is not None and gid in held.get(dump.rank, ()))
+            held_it = held is not None and gid in held.get(dump.rank, ())
+            stream.left_queued = stream.only_active and held_it
+            stream.only_active = stream.only_active and not held_it
             streams_by_group[gid][dump.rank] = stream
     if own_ids is None:
         own_ids = _own_pg_ids(streams_by_group, dumps_by_rank, layout)
@@ -373,7 +388,7 @@ def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[Dealt
                 held_it = held is not None and group.id in held.get(rank, ())
                 streams[rank] = RankStream(rank, SeqMap(dump.entries, []), RowList(dump.entries, []), None, None,
                                            only_active or dump.wrapped, _gaps_are_unknown(dump),
-                                           only_active=only_active and not held_it)
+                                           only_active=only_active and not held_it, left_queued=only_active and held_it)
         no_dump = tuple(r for r in group.ranks if r not in dumped)
         _read_pg_status(streams, group, dumps_by_rank, own_ids, group.id in p2p_groups)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
@@ -1135,7 +1150,10 @@ def rematch(result: MatchResult, dumps: list[RankDump], changed: set[int]) -> Ma
                     own_ids[rank][view.group.id] = stream.pg_id
                 if stream.first_seq is not None:
                     held[rank].add(view.group.id)
-    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=only_active_job(dumps),
+    # Only-active is the job's setting, as its whole dumps showed it: trimmed dumps may no
+    # longer show it (the ops left out can be those that did).
+    only_active = any(stream.only_active for view in result.views for stream in view.streams.values())
+    fresh = build_views([d for d in dumps if d.rank in changed], result.layout, only_active=only_active,
                         own_ids=own_ids, held=held, p2p_groups=frozenset(p2p_groups))
     touched = {view.group.id for view in fresh if any(rank in changed for rank in view.streams)}
     touched |= {view.group.id for view in result.views if any(rank in changed for rank in view.streams)}
