@@ -344,7 +344,8 @@ def _batches_held(p2p: RowList, batched: frozenset[int]) -> tuple[frozenset[int]
     pairs from its newest completed op back, as a wrapped buffer's does."""
     numbers = Counter(p2p.field("p2p_seq_id"))
     batched = batched | frozenset(number for number, times in numbers.items() if times > 1)
-    whole = batched.issuperset(numbers) and sorted(numbers) == list(range(1, len(numbers) + 1))
+    whole = (batched.issuperset(numbers) and all(type(number) is int for number in numbers)
+             and sorted(numbers) == list(range(1, len(numbers) + 1)))
     return batched, whole
 
 
