@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frtrace.load.normalise import normalised_without_entries, set_entries
+from frtrace.load.normalise import normalised_without_entries, parse_profiling_name, set_entries
 from frtrace.load.safe_decode import decode_dump_bytes
 from frtrace.model import Entry, Frame, OpName, Shapes
-from frtrace.table.batches import batch_settlements
+from frtrace.table.batches import batch_settlements, settle_table_batches
 from frtrace.table.entry_columns import entry_table
 from frtrace.table.entry_table import EntryTable
 from frtrace.testing.synth import Fault, encode_dump, generate
@@ -105,3 +105,31 @@ def test_batches_settle_alike_on_the_table_and_on_entry_tuples(p2p, timing):
         changes = batch_settlements(plain)
         assert changes, "the job has batches whose ops are only scheduled"
         assert _same(tuple(loaded.entries), [changes.get(i, e) for i, e in enumerate(plain)])
+
+
+def test_a_batch_marker_whose_ops_fell_off_the_buffer_is_no_collective():
+    # A P2P batch's end marker carries the number of its group's last collective; once the
+    # ring buffer overwrote its ops, nothing shows what it ended. As its group's oldest
+    # entry it is filed as no collective; a marker of a batch whose ops are held is
+    # settled as ever, and one after other entries of its group is left as it is.
+    marker = parse_profiling_name("nccl:coalesced")
+    send = parse_profiling_name("nccl:send 0->1", True)
+    shapes = Shapes((), (), (), ())
+
+    def entry(index, name, pg, p2p_seq, state="completed"):
+        return Entry(index=index, record_id=100 + index, pg_name=pg, pg_desc="pp", pg_id=1, collective_seq_id=2,
+                     p2p_seq_id=p2p_seq, op_id=index, name=name, shapes=shapes, state=state,
+                     retired=None if state == "scheduled" else True,
+                     time_created_ns=index, time_started_ns=None, time_completed_ns=None, duration_ms=None,
+                     timeout_ms=600000, frames=())
+
+    entries = (entry(0, marker, "9", 65), entry(1, send, "9", 66, "scheduled"), entry(2, marker, "9", 66),
+               entry(3, marker, "5", 7))
+    changes = batch_settlements(entries)
+    assert changes[0].name.is_p2p and changes[2].name.is_p2p  # the orphan and the batch's own marker
+    assert changes[1].state == "completed"  # the held op takes its marker's state
+    assert changes[3].name.is_p2p  # group 5's oldest entry too
+    assert batch_settlements(entries[1:3] + (entry(3, marker, "9", 67),)).get(2) is None  # not its group's oldest
+    table = EntryTable.from_entries(list(entries))
+    settle_table_batches(table)
+    assert [e.name.is_p2p for e in table] == [changes.get(i, e).name.is_p2p for i, e in enumerate(entries)]

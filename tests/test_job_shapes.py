@@ -136,6 +136,18 @@ def test_a_healthy_interleaved_pipeline_stays_healthy(tmp_path, p2p):
     assert_truth(tmp_path, generate(32, tp=2, pp=8, steps=2, vchunks=2, p2p=p2p, timing=True, **FAITHFUL))
 
 
+@pytest.mark.parametrize("seed, lookahead", [(0, 0), (1, 2), (0, 4)])
+def test_a_healthy_pipeline_whose_buffer_kept_a_batch_marker_without_its_ops_stays_healthy(tmp_path, seed, lookahead):
+    # A small ring buffer overwrote a P2P batch's ops and kept its end marker, the oldest
+    # entry of the pipeline group: it carries the number of the group's last collective,
+    # and compared as that collective it was an op mismatch with the peers' all_reduce
+    # there (a FAULT on two ranks of a healthy job).
+    synth_job = generate(16, tp=2, pp=8, steps=3, vchunks=2, p2p="batched", timing=True, buffer_size=150, seed=seed,
+                         lookahead=lookahead, **FAITHFUL)
+    report = assert_truth(tmp_path, synth_job)
+    assert report["status"] == "healthy"
+
+
 PIPELINE = {"0": ("default_pg", tuple(range(8))), "pp": ("pp", (0, 1, 2, 3)),
             "tp0": ("tp", (0, 4)), "tp1": ("tp", (1, 5)), "tp2": ("tp", (2, 6)), "tp3": ("tp", (3, 7))}
 

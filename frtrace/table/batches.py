@@ -36,9 +36,13 @@ def batch_settlements(entries: Sequence[Entry]) -> dict[int, Entry]:
     p2p_names: dict[OpName, OpName] = {}  # one shared renamed marker name per distinct name
     for position in compress(range(len(entries)), map(_IS_MARKER, entries)):
         start = _batch_start(facts, position)
-        if start == position:
-            continue  # a marker with no ops before it (they fell off the ring buffer): leave it be
         marker = entries[position]
+        if start == position:
+            # A marker with no ops before it: they fell off the ring buffer. Where it is
+            # its group's oldest entry, it is filed as no collective (see _orphan_markers).
+            if not any(entry.pg_name == marker.pg_name for entry in entries[:position]):
+                changes[position] = marker._replace(name=p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True)))
+            continue
         if facts(start)[2][1]:  # the batch's ops are P2P
             name = p2p_names.setdefault(marker.name, marker.name._replace(is_p2p=True))
             changes[position] = marker = marker._replace(name=name)
@@ -65,7 +69,7 @@ def settle_table_batches(table: EntryTable) -> bool:
     # The markers closing a batch whose ops are P2P (its first op's flag, read off its code).
     p2p_of_code = [static.name.is_p2p for static in statics]
     closes_p2p = map(operator.and_, map(operator.ne, starts, markers), map(p2p_of_code.__getitem__, map(codes.__getitem__, starts)))
-    p2p_markers = list(compress(markers, closes_p2p))
+    p2p_markers = sorted(list(compress(markers, closes_p2p)) + _orphan_markers(table, markers, starts))
     # Only an op whose state (a static field, judged once per static row) is `scheduled`
     # can lack events of its own: the other fields are read for those alone.
     scheduled = [static.state == "scheduled" for static in statics]
@@ -78,6 +82,21 @@ def settle_table_batches(table: EntryTable) -> bool:
     names = [p2p_names.setdefault(name, name._replace(is_p2p=True)) for name in table.field_at("name", p2p_markers)]
     table.set_static(p2p_markers, "name", names)
     return bool(ops or p2p_markers)
+
+
+def _orphan_markers(table: EntryTable, markers: Sequence[int], starts: Sequence[int]) -> list[int]:
+    """The markers with no ops before them that are their group's oldest entry: the ring
+    buffer overwrote their batch's ops. Nothing shows what op they ended (a P2P batch's
+    marker carries the number of the group's last collective), so they are filed as no
+    collective: compared as one, a P2P batch's marker read as a mismatch with the
+    collective its peers issued under that number (a FAULT on a healthy job)."""
+    groups, codes = [static.pg_name for static in table.statics], table.codes
+    orphans = []
+    for position in compress(markers, map(operator.eq, markers, starts)):  # as a rule, none
+        group = groups[codes[position]]
+        if not any(groups[codes[row]] == group for row in range(position)):
+            orphans.append(position)
+    return orphans
 
 
 def _rows_holding(codes: Sequence[int], wanted: set[int]) -> list[int]:
