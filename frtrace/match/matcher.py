@@ -122,8 +122,9 @@ class RankStream:
         if self.finished is not None and seq <= self.finished:
             return "finished"
         if self.left_queued and self.finished is not None:
-            # Unfinished, so its whole dump held it had it enqueued it: queued behind the
-            # op it is blocked in, or never issued; either way its device never got it.
+            # Past what it finished: had it enqueued the op, its whole dump would hold it
+            # (it keeps unfinished ops), queued behind the op the rank is blocked in; or it
+            # never issued it. Either way its GPU never got it.
             return "not_issued"
         if self.only_active and self.first_seq is None and not self.uncertain:
             # It holds no collective of the group and its pg_status does not place it: had
