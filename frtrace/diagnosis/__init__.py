@@ -116,7 +116,7 @@ def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, .
     view = facts.device.views[finding.group_id]
     for rank in ranks:
         stream = view.streams.get(rank)
-        if rank in found or stream is None or not stream.only_active_dump:
+        if rank in found or stream is None or not stream.only_active:
             continue
         instead = facts.like_rank_went_on(view, finding.collective_seq_id, rank)
         if instead is not None:

@@ -334,20 +334,15 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
     waiting = tuple(r for r in issued if not (facts.reliable and r in match.completed_ranks)) or issued
     if siblings_have_it:
         evidence["siblings_issued_it"] = True
+    # Ranks whose whole dumps hold an op of that number, queued behind the one they are
+    # blocked in: it never reached their GPU, which is all the device view can say.
     queued = facts.queued_at(view, match.seq, missing)
     unissued = tuple(rank for rank in missing if rank not in queued)
-    head = (f"{ranks_text(unissued)} never issued {peer_entry.op} #{match.seq} in "
-            f"{group_text(view.group.name, view.group.desc)}; ") if unissued else (
-        f"{ranks_text(queued)} never started {peer_entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)}; ")
-    message = head + f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
+    message = (f"{ranks_text(unissued or queued)} never {'issued' if unissued else 'started'} {peer_entry.op} "
+               f"#{match.seq} in {group_text(view.group.name, view.group.desc)}; "
+               f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it")
     if queued:
-        # Their whole dumps hold an op of that number, queued behind the one they block in:
-        # it never reached their GPU, which is all the device view can say.
-        one = len(queued) == 1
-        message += (f"; {ranks_text(queued)} {'holds' if one else 'hold'} an op of that number only queued behind "
-                    f"the one {'it waits' if one else 'they wait'} in") if unissued else (
-            f" ({'it holds' if one else 'they hold'} an op of that number queued behind the one "
-            f"{'it waits' if one else 'they wait'} in)")
+        message += _queued_note(queued, named=not unissued)
         evidence["queued_ranks"] = list(queued)
     if tie and _idle(facts, missing):
         tie = False
@@ -362,6 +357,14 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
         evidence=evidence, waiting_ranks=waiting, age_ns=oldest_created(match), absent_ranks=missing,
         tie=tie, siblings_issued_it=siblings_have_it, call_entries=_call_entries(last_entry(view, missing[0]), peer_entry),
     )
+
+
+def _queued_note(queued: tuple[int, ...], named: bool) -> str:
+    """What the message adds of ranks holding an op of the number queued (`named`: they
+    are the ranks its head names)."""
+    one = len(queued) == 1
+    holds = f"{'holds' if one else 'hold'} an op of that number queued behind the one {'it waits' if one else 'they wait'} in"
+    return f" ({'it' if one else 'they'} {holds})" if named else f"; {ranks_text(queued)} {holds}"
 
 
 class _BlockedElsewhere(Container[int]):

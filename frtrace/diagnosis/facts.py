@@ -60,7 +60,7 @@ class Siblings:
 
 
 def _finished_by_one(view: GroupView, seq: int) -> bool:
-    return any(stream.only_active_dump and stream.finished is not None and stream.finished >= seq
+    return any(stream.only_active and stream.finished is not None and stream.finished >= seq
                for stream in view.streams.values())
 
 

@@ -99,20 +99,14 @@ class RankStream:
     # The rank's own pg_id for the group (rank-local: see _own_pg_ids), None when unknown.
     pg_id: Optional[int] = None
     # The job's dumps keep only active entries: what the rank does not hold, it finished
-    # or never issued.
+    # or never issued (pg_status may say which).
     only_active: bool = False
     # It holds every P2P op it posted in the group, from its first (see _batches_held):
     # its channels pair in order, whatever its collectives lost.
     p2p_whole: bool = False
-    # The device view of an only-active dump that held some of the group's collectives
-    # and left out those queued behind the op the rank is blocked in.
+    # The device view left out ops of the group that the rank queued behind the one it is
+    # blocked in (it held some of the group's collectives in its whole dump).
     left_queued: bool = False
-
-    @property
-    def only_active_dump(self) -> bool:
-        """The rank's dump keeps only active entries (whether or not its absence from an
-        op says it never issued it: see `only_active`, `left_queued`)."""
-        return self.only_active or self.left_queued
 
     def absence(self, seq: int) -> str:
         """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
@@ -121,12 +115,12 @@ class RankStream:
             return "not_issued"
         if self.finished is not None and seq <= self.finished:
             return "finished"
-        if self.left_queued and self.finished is not None:
+        if self.only_active and self.left_queued and self.finished is not None:
             # Past what it finished: had it enqueued the op, its whole dump would hold it
             # (it keeps unfinished ops), queued behind the op the rank is blocked in; or it
             # never issued it. Either way its GPU never got it.
             return "not_issued"
-        if self.only_active and self.first_seq is None and not self.uncertain:
+        if self.only_active and not self.left_queued and self.first_seq is None and not self.uncertain:
             # It holds no collective of the group and its pg_status does not place it: had
             # it finished the op, so would its peers, still in it; it never joined them.
             return "not_issued"
@@ -371,9 +365,7 @@ def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[Dealt
         for gid, stream in _rank_streams(dump, layout, dealt.of(dump), only_active).items():
             # Holding no collective of the group in a dump of only active entries says
             # something (see RankStream.absence); having left out ops it queued does not.
-            held_it = held is not None and gid in held.get(dump.rank, ())
-            stream.left_queued = stream.only_active and held_it
-            stream.only_active = stream.only_active and not held_it
+            stream.left_queued = held is not None and gid in held.get(dump.rank, ())
             streams_by_group[gid][dump.rank] = stream
     if own_ids is None:
         own_ids = _own_pg_ids(streams_by_group, dumps_by_rank, layout)
@@ -385,12 +377,9 @@ def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[Dealt
                 # A member with a dump but no entries of this group: nothing fell off
                 # unless its buffer wrapped.
                 dump = dumps_by_rank[rank]
-                # Holding no collective of the group in a dump of only active entries says
-                # something (see RankStream.absence); having left out ops it queued does not.
-                held_it = held is not None and group.id in held.get(rank, ())
                 streams[rank] = RankStream(rank, SeqMap(dump.entries, []), RowList(dump.entries, []), None, None,
-                                           only_active or dump.wrapped, _gaps_are_unknown(dump),
-                                           only_active=only_active and not held_it, left_queued=only_active and held_it)
+                                           only_active or dump.wrapped, _gaps_are_unknown(dump), only_active=only_active,
+                                           left_queued=held is not None and group.id in held.get(rank, ()))
         no_dump = tuple(r for r in group.ranks if r not in dumped)
         _read_pg_status(streams, group, dumps_by_rank, own_ids, group.id in p2p_groups)
         views.append(GroupView(group, dict(sorted(streams.items())), no_dump))
