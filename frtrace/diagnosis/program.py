@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 from frtrace.diagnosis.finding import WentPast
@@ -34,9 +34,19 @@ from frtrace.table.standing import keeps_only_active
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
 
+HISTORY_P2P_OPS = 256  # a rank's newest P2P ops in a group that Programs.p2p_ops reads
+
 # Groups of one family run the same program: (description, size), or ("", name, size)
 # for a group without a description.
 Channel = tuple[str, Optional[int], Optional[int]]  # a send or recv: (op, group-local src, dst)
+
+
+class P2POp(NamedTuple):
+    """One of a rank's sends or recvs in a group, as ranks that play its part compare it."""
+
+    seq: int  # its p2p_seq_id
+    channel: Channel
+    k: int  # its place among the rank's P2P ops in the group (RankStream.p2p)
 
 
 class OpForm(NamedTuple):
@@ -100,6 +110,14 @@ def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     return p2p.names_newest_first()
 
 
+def _newest_p2p_ops(p2p: RowList) -> list[P2POp]:
+    newest = list(islice(newest_p2p_names(p2p), HISTORY_P2P_OPS))
+    seqs = p2p.field("p2p_seq_id")
+    if not all(type(seqs[k]) is int for k, _ in newest):
+        return []  # numbers torch never writes: nothing to compare op by op
+    return [P2POp(seqs[k], name_channel(name), k) for k, name in reversed(newest)]
+
+
 def _entry_index(entry: Entry) -> int:
     return entry.index
 
@@ -140,6 +158,7 @@ class Programs:
         # group id -> {(rank, position of its send or recv): (table, row) of the other end}
         self._partners: dict[int, dict[tuple[int, int], tuple[EntryTable, int]]] = {}
         self._p2p_seqs: dict[tuple[int, int], list[int]] = {}  # (group id, rank) -> p2p_seq_ids
+        self._p2p_ops: dict[tuple[int, int], list[P2POp]] = {}  # (group id, rank) -> see p2p_ops
 
     # ---- positions
 
@@ -343,6 +362,18 @@ class Programs:
                 return self.position(rank, entry)
             i += 1
         return None
+
+    def p2p_ops(self, group_id: int, rank: int) -> list[P2POp]:
+        """The rank's newest P2P ops in the group (at most HISTORY_P2P_OPS), oldest first,
+        each as (p2p_seq_id, channel): read off the codes, kept (the findings of one hang
+        ask about the same ranks)."""
+        key = (group_id, rank)
+        ops = self._p2p_ops.get(key)
+        if ops is None:
+            view = self.views.get(group_id)
+            stream = view.streams.get(rank) if view is not None and rank in self.entries else None
+            ops = self._p2p_ops[key] = _newest_p2p_ops(stream.p2p) if stream is not None else []
+        return ops
 
     def went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:
         """The evidence that the rank issued its op at `position` where it should have

@@ -24,6 +24,7 @@ from frtrace.diagnosis.like_ranks import (
     Witnessed,
     Witnesses,
     collective_witnesses,
+    like_channels_say_skipped,
     like_ranks_say_skipped,
     p2p_witnesses,
     peers_in_its_op_say_skipped,
@@ -35,6 +36,7 @@ from frtrace.diagnosis.own_past import (
     finding_turns_say_skipped,
     neighbours_say_skipped,
     past_says_skipped,
+    unposted_channel,
 )
 from frtrace.diagnosis.program import OpForm, Programs, Token
 from frtrace.load.layout import Layout
@@ -68,6 +70,9 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     split = [r for r in absent if r in placed and r not in found]
     # Every op on a P2P channel is like the one never posted; collectives vary.
     op_form = None if finding.kind == "p2p_unmatched" or op_token is None else op_token.form
+    if finding.kind == "p2p_unmatched" and finding.group_id is not None:
+        for rank in _at_most_history_ranks([r for r in unplaced + split if r not in found]):
+            _add(found, rank, like_channels_say_skipped(program, finding.group_id, rank, unposted_channel(finding)))
     # Like ranks that cannot decide (none placed, or split): the members of the op the
     # rank waits in may still show where the op comes; then its own past.
     for rank in unplaced + split:
