@@ -53,6 +53,22 @@ def test_a_rank_that_skips_a_ring_step_is_the_one_blamed(tmp_path, cp, ring_step
     assert [(f["rule"], f["suspect_ranks"]) for f in roots] == [("p2p.skipped_ring_step", [culprit])]
 
 
+@pytest.mark.parametrize("world, tp, cp, culprit, p2p, seed, lookahead", [
+    (8, 1, 4, 1, "plain", 615, 0), (16, 2, 4, 0, "batched", 311, 0), (32, 2, 4, 31, "plain", 711, 0),
+    (16, 2, 8, 14, "batched", 476, 0), (32, 2, 4, 3, "batched", 599, 0)])
+def test_a_send_left_out_of_a_ring_is_blamed_on_its_sender_alone(tmp_path, world, tp, cp, culprit, p2p, seed,
+                                                                  lookahead):
+    # One send of a ring step left out, and the rank goes on: its later sends each pair one
+    # step off, until the pair where the tensors differ (the backward ring's are twice as
+    # large), where both ends wait, so no op after it lines up to say which end skipped.
+    # The ranks at its place in the other rings posted one more send on that channel: the
+    # sender was named with its neighbour.
+    synth_job = generate(world, tp=tp, pp=cp, steps=3, ring=True, p2p=p2p, timing=True, seed=seed, lookahead=lookahead,
+                         **FAITHFUL, fault=Fault("p2p_unmatched", rank=culprit, group="pp", step=1 + seed % 2))
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    assert_truth(tmp_path, synth_job)
+
+
 @pytest.mark.parametrize("cp, ring_step", [(4, -1), (8, 2)])
 def test_a_ring_step_skipped_in_only_active_dumps_is_blamed_on_the_rank_that_skipped_it(tmp_path, cp, ring_step):
     # The ring's finished steps are left out, so the channel where the tensors first differ

@@ -15,7 +15,8 @@ from itertools import islice
 from typing import Optional
 
 from frtrace.diagnosis.finding import Finding, WentPast
-from frtrace.diagnosis.program import LIKENESS_WINDOW, Channel, P2POp, Programs, Token, Window
+from frtrace.diagnosis.like_channels import left_out, like_members
+from frtrace.diagnosis.program import Channel, Programs, Token, Window
 from frtrace.match.matcher import CollectiveMatch
 from frtrace.model import Entry
 
@@ -152,71 +153,20 @@ class SiblingWitnesses:
 
 # ---- a P2P op left out, the rank's later ops like theirs
 
-LIKE_CHANNEL_RANKS = 8  # like ranks whose sends and recvs are compared with an absent rank's, at most
-MIN_OPS_IN_STEP = 2  # ops a rank must share with its like ranks before the one it left out
-
-
 def like_channels_say_skipped(program: Programs, group_id: int, rank: int, skipped: Channel) -> Optional[WentPast]:
-    """A rank whose sends and recvs in a group are, op by op, those of the ranks that play
-    its part in the sibling groups (who agree among themselves), but for one op on the
-    `skipped` channel that it left out, then going on as they did: it went past that op.
-    The test the witnesses' place cannot make here: after a send left out early, each of
-    the rank's later sends on the channel pairs one step off, so the op its partner waits
-    in has its like ranks' match on the rank too, and only counting the ops shows the skip."""
+    """A rank whose sends and recvs in a group are its like ranks' but for one op on the
+    `skipped` channel, left out before it went on as they did (like_channels.left_out),
+    went past that op."""
     view = program.views.get(group_id)
     if view is None or rank not in view.group.ranks:
         return None
-    mine = program.p2p_ops(group_id, rank)
-    likes = [ops for ops in (program.p2p_ops(g, r) for g, r in _like_members(program, group_id, rank)) if ops]
-    if not mine or not likes:
+    family = [program.views[g] for g in program.members[program.family[group_id]]]
+    likes = [program.p2p_ops(sibling.group.id, r) for sibling, r in like_members(family, view, rank)]
+    found = left_out(program.p2p_ops(group_id, rank), likes)
+    if found is None or found.channel != skipped:
         return None
-    # Start where every one of them holds whole batches: a wrapped buffer may keep only
-    # the end of its oldest batch.
-    start = max(ops[0].seq for ops in (mine, *likes)) + 1
-    mine, likes = _from_seq(mine, start), [_from_seq(ops, start) for ops in likes]
-    reference = max(likes, key=len)  # the one that got furthest
-    if not all(_channels(ops) == _channels(reference[:len(ops)]) for ops in likes):
-        return None  # the like ranks differ among themselves: no one program to compare with
-    left_out = _first_difference(mine, reference)
-    if left_out is None or left_out < MIN_OPS_IN_STEP or reference[left_out].channel != skipped:
-        return None
-    after = min(LIKENESS_WINDOW, len(mine) - left_out, len(reference) - left_out - 1)
-    went_on = _channels(mine[left_out:left_out + after]) == _channels(reference[left_out + 1:left_out + 1 + after])
-    if after < 1 or not went_on:
-        return None
-    stream = view.streams[rank]
-    position = program.p2p_position(rank, stream.p2p, mine[left_out].k)
-    return program.went_past(rank, position, len(likes), True) if position is not None else None
-
-
-def _like_members(program: Programs, group_id: int, rank: int) -> list[tuple[int, int]]:
-    """(group id, rank) of the ranks at the rank's place in the sibling groups of its group."""
-    local = program.views[group_id].group.ranks.index(rank)
-    found = []
-    for sibling in program.members[program.family[group_id]]:
-        ranks = program.views[sibling].group.ranks
-        if sibling != group_id and local < len(ranks):
-            found.append((sibling, ranks[local]))
-            if len(found) == LIKE_CHANNEL_RANKS:
-                break
-    return found
-
-
-def _from_seq(ops: list[P2POp], start: int) -> list[P2POp]:
-    return [op for op in ops if op.seq >= start]
-
-
-def _channels(ops: list[P2POp]) -> list[Channel]:
-    return [op.channel for op in ops]
-
-
-def _first_difference(mine: list[P2POp], reference: list[P2POp]) -> Optional[int]:
-    """Where the rank's ops first differ from its like ranks' (number or channel); None
-    where one list runs out first (it has not got there, or they went further)."""
-    for at, (own, theirs) in enumerate(zip(mine, reference)):
-        if (own.seq, own.channel) != (theirs.seq, theirs.channel):
-            return at
-    return None
+    position = program.p2p_position(rank, view.streams[rank].p2p, found.went_on.k)
+    return program.went_past(rank, position, found.like_ranks, True) if position is not None else None
 
 
 # ---- where the op stands in the program

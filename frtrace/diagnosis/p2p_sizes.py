@@ -24,6 +24,8 @@ from typing import Any, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
+from frtrace.diagnosis.like_channels import LeftOut, left_out, like_members
+from frtrace.diagnosis.program import newest_p2p_ops
 from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import EntryTable
@@ -74,8 +76,13 @@ def mismatched_pairs(facts: Facts) -> list[Finding]:
             if found is not None:
                 pair, kind = found
                 skipper = _skipped_one(facts, pair)
-                findings.append(_mismatch(facts, view, pair, kind) if skipper is None
-                                else _skipped(view, pair, skipper))
+                left = _left_out_by_one_end(facts, view, pair) if skipper is None else None
+                if skipper is not None:
+                    findings.append(_skipped(view, pair, skipper))
+                elif left is not None:
+                    findings.append(_skipped(view, pair, left[0], left[1]))
+                else:
+                    findings.append(_mismatch(facts, view, pair, kind))
     return findings
 
 
@@ -176,6 +183,30 @@ def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
     return pair.src if sender_skipped else pair.dst
 
 
+def _left_out_by_one_end(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[tuple[int, LeftOut]]:
+    """(the end, what it left out) where one end's sends and recvs in the group are its like
+    ranks' but for this pair's op, left out (like_channels.left_out), and the other end's
+    are not short of theirs: the pair the skip shifted may hold nothing after it to line
+    up (both ends wait in it). None in dumps of only active entries, whose finished plain
+    ops are gone."""
+    ranks = view.group.ranks
+    if pair.src not in ranks or pair.dst not in ranks:
+        return None
+    family = facts.siblings_of(view).family
+    channel = (ranks.index(pair.src), ranks.index(pair.dst))
+    found = []
+    for end, op in ((pair.src, "send"), (pair.dst, "recv")):
+        stream = view.streams.get(end)
+        if stream is None or stream.only_active:
+            return None
+        likes = [newest_p2p_ops(sibling.streams[r].p2p) for sibling, r in like_members(family, view, end)
+                 if r in sibling.streams]
+        left = left_out(newest_p2p_ops(stream.p2p), likes)
+        if left is not None and left.channel == (op, *channel):
+            found.append((end, left))
+    return found[0] if len(found) == 1 else None
+
+
 def _moved_elsewhere(facts: Facts, pair: P2PMatch) -> set[Optional[tuple[int, frozenset[str]]]]:
     """What the sends of the group's other channels moved: the program's steps, where the
     channel holds nothing before the pair (dumps of only active entries leave out what
@@ -215,8 +246,9 @@ def _lines_up(mine: list[Optional[tuple[int, frozenset[str]]]], theirs: list[Opt
     return length >= _SHIFT_EVIDENCE and None not in mine[:length] and mine[:length] == theirs[:length]
 
 
-def _skipped(view: GroupView, pair: P2PMatch, skipper: int) -> Finding:
-    """The other end's op of this pair waits for the op `skipper` skipped."""
+def _skipped(view: GroupView, pair: P2PMatch, skipper: int, left: Optional[LeftOut] = None) -> Finding:
+    """The other end's op of this pair waits for the op `skipper` skipped: shown by its
+    ops on the channel lining up one later, or (`left`) by its like ranks' ops."""
     send, recv = pair.send, pair.recv
     assert send is not None and recv is not None
     sender_skipped = skipper == pair.src
@@ -224,10 +256,14 @@ def _skipped(view: GroupView, pair: P2PMatch, skipper: int) -> Finding:
     absent_op = "send" if sender_skipped else "recv"
     message = (f"rank {posted} posted {waiting.op} {pair.src}->{pair.dst} of {_op_text(waiting, not sender_skipped)} "
                f"(p2p #{waiting.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}) but rank {skipper} "
-               f"never posted that {absent_op}: its {own.op} there moves {_op_text(own, sender_skipped)}, and its "
-               f"{own.op}s from there on line up with rank {posted}'s one later (it skipped one)")
+               f"never posted that {absent_op}: its {own.op} there moves {_op_text(own, sender_skipped)}, and "
+               + (f"its {own.op}s from there on line up with rank {posted}'s one later (it skipped one)" if left is None
+                  else f"the ranks at its place in {left.like_ranks} sibling group(s) posted one more {absent_op} "
+                       f"on that channel before its p2p #{left.went_on.seq}: it left one out"))
     evidence: dict[str, Any] = {"src": pair.src, "dst": pair.dst, "posted_by": posted, "missing_on": skipper,
                                 "state": waiting.state, "skipped_one": True}
+    if left is not None:
+        evidence["like_ranks_posted_it"] = left.like_ranks
     site = call_site(waiting)
     if site:
         evidence["peer_call_site"] = site

@@ -110,7 +110,9 @@ def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     return p2p.names_newest_first()
 
 
-def _newest_p2p_ops(p2p: RowList) -> list[P2POp]:
+def newest_p2p_ops(p2p: RowList) -> list[P2POp]:
+    """A stream's newest P2P ops (at most HISTORY_P2P_OPS), oldest first, read off the codes;
+    none where a number is not an int."""
     newest = list(islice(newest_p2p_names(p2p), HISTORY_P2P_OPS))
     seqs = p2p.field("p2p_seq_id")
     if not all(type(seqs[k]) is int for k, _ in newest):
@@ -372,7 +374,7 @@ class Programs:
         if ops is None:
             view = self.views.get(group_id)
             stream = view.streams.get(rank) if view is not None and rank in self.entries else None
-            ops = self._p2p_ops[key] = _newest_p2p_ops(stream.p2p) if stream is not None else []
+            ops = self._p2p_ops[key] = newest_p2p_ops(stream.p2p) if stream is not None else []
         return ops
 
     def went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:

@@ -1,0 +1,52 @@
+"""like_channels.left_out: the P2P op a rank left out, found by comparing its sends and recvs
+op by op with the ranks at its place in the sibling groups."""
+
+from __future__ import annotations
+
+from frtrace.diagnosis.like_channels import left_out
+from frtrace.diagnosis.program import P2POp
+
+SEND, RECV = ("send", 0, 1), ("recv", 3, 0)  # a first stage's forward send and its recv from the last
+
+
+def ops(*steps: tuple[int, tuple[str, int, int]]) -> list[P2POp]:
+    return [P2POp(seq, channel, k) for k, (seq, channel) in enumerate(steps)]
+
+
+def ring(steps: range, skip: int | None = None) -> list[P2POp]:
+    """Batched ring steps (recv, then send, one number each); `skip`: that step's send left out."""
+    return ops(*[op for n in steps for op in ((n, RECV), (n, SEND)) if not (n == skip and op[1] == SEND)])
+
+
+def test_a_send_left_out_then_the_like_ranks_steps_is_found_where_the_rank_went_on():
+    found = left_out(ring(range(1, 10), skip=5), [ring(range(1, 12)), ring(range(1, 11))])
+    assert found is not None
+    assert found.channel == SEND
+    assert (found.went_on.seq, found.went_on.channel) == (6, RECV)  # the op it issued where they sent
+    assert found.like_ranks == 2
+
+
+def test_a_rank_behind_its_like_ranks_left_nothing_out():
+    assert left_out(ring(range(1, 6)), [ring(range(1, 12))]) is None
+
+
+def test_like_ranks_that_differ_among_themselves_decide_nothing():
+    assert left_out(ring(range(1, 10), skip=5), [ring(range(1, 12)), ring(range(1, 12), skip=7)]) is None
+
+
+def test_a_rank_that_issued_something_else_rather_than_leaving_one_out_is_not_read_as_a_skip():
+    other = ring(range(1, 10))
+    other[9] = P2POp(5, ("send", 0, 2), 9)  # a send to another stage where theirs went to stage 1
+    assert left_out(other, [ring(range(1, 12))]) is None
+
+
+def test_wrapped_buffers_are_compared_from_the_first_number_every_one_holds_whole():
+    # The like rank's buffer starts in the middle of step 3: compared from step 4 on.
+    like = ring(range(1, 12))[5:]
+    found = left_out(ring(range(1, 10), skip=7), [like])
+    assert found is not None and found.went_on.seq == 8
+
+
+def test_a_skip_too_close_to_where_the_comparison_starts_says_nothing():
+    # Fewer than MIN_OPS_IN_STEP ops in common before it: no shared step shows the rank in step.
+    assert left_out(ring(range(1, 10), skip=2), [ring(range(1, 12))]) is None
