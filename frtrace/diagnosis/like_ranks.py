@@ -165,8 +165,9 @@ def like_channels_say_skipped(program: Programs, group_id: int, rank: int, skipp
     found = left_out(program.p2p_ops(group_id, rank), likes)
     if found is None or found.channel != skipped:
         return None
-    position = program.p2p_position(rank, view.streams[rank].p2p, found.went_on.k)
-    return program.went_past(rank, position, found.like_ranks, True) if position is not None else None
+    # Read off the group's stream, not the rank's program: a dump of only active entries
+    # holds the rank's P2P order, not its whole one.
+    return WentPast(view.streams[rank].p2p[found.went_on.k], group_id, found.like_ranks, True)
 
 
 # ---- where the op stands in the program

@@ -25,7 +25,7 @@ from typing import Any, Optional
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
 from frtrace.diagnosis.like_channels import LeftOut, left_out, like_members
-from frtrace.diagnosis.program import newest_p2p_ops
+from frtrace.diagnosis.program import stream_p2p_ops
 from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import EntryTable
@@ -187,8 +187,8 @@ def _left_out_by_one_end(facts: Facts, view: GroupView, pair: P2PMatch) -> Optio
     """(the end, what it left out) where one end's sends and recvs in the group are its like
     ranks' but for this pair's op, left out (like_channels.left_out), and the other end's
     are not short of theirs: the pair the skip shifted may hold nothing after it to line
-    up (both ends wait in it). None in dumps of only active entries, whose finished plain
-    ops are gone."""
+    up (both ends wait in it). None where a dump of only active entries left some of an
+    end's ops out (stream_p2p_ops)."""
     ranks = view.group.ranks
     if pair.src not in ranks or pair.dst not in ranks:
         return None
@@ -197,11 +197,11 @@ def _left_out_by_one_end(facts: Facts, view: GroupView, pair: P2PMatch) -> Optio
     found = []
     for end, op in ((pair.src, "send"), (pair.dst, "recv")):
         stream = view.streams.get(end)
-        if stream is None or stream.only_active:
+        if stream is None:
             return None
-        likes = [newest_p2p_ops(sibling.streams[r].p2p) for sibling, r in like_members(family, view, end)
+        likes = [stream_p2p_ops(sibling.streams[r]) for sibling, r in like_members(family, view, end)
                  if r in sibling.streams]
-        left = left_out(newest_p2p_ops(stream.p2p), likes)
+        left = left_out(stream_p2p_ops(stream), likes)
         if left is not None and left.channel == (op, *channel):
             found.append((end, left))
     return found[0] if len(found) == 1 else None

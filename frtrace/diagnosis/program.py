@@ -22,6 +22,7 @@ from frtrace.match.matcher import (
     GroupView,
     MatchResult,
     P2PMatch,
+    RankStream,
     Signature,
     SignatureCache,
     batch_signature,
@@ -108,6 +109,13 @@ def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     """(k, op name) of a stream's P2P ops (`RankStream.p2p`), newest first: read off the
     codes one by one (readers stop after a few), without building the entries."""
     return p2p.names_newest_first()
+
+
+def stream_p2p_ops(stream: RankStream) -> list[P2POp]:
+    """newest_p2p_ops of the rank's P2P ops in a group; none where its dump of only active
+    entries left some out (it holds its P2P order only where it holds every op it posted:
+    batches, whose ops never look finished)."""
+    return newest_p2p_ops(stream.p2p) if stream.p2p_whole or not stream.only_active else []
 
 
 def newest_p2p_ops(p2p: RowList) -> list[P2POp]:
@@ -368,13 +376,13 @@ class Programs:
     def p2p_ops(self, group_id: int, rank: int) -> list[P2POp]:
         """The rank's newest P2P ops in the group (at most HISTORY_P2P_OPS), oldest first,
         each as (p2p_seq_id, channel): read off the codes, kept (the findings of one hang
-        ask about the same ranks)."""
+        ask about the same ranks); none where they do not show its order."""
         key = (group_id, rank)
         ops = self._p2p_ops.get(key)
         if ops is None:
             view = self.views.get(group_id)
-            stream = view.streams.get(rank) if view is not None and rank in self.entries else None
-            ops = self._p2p_ops[key] = newest_p2p_ops(stream.p2p) if stream is not None else []
+            stream = view.streams.get(rank) if view is not None else None
+            ops = self._p2p_ops[key] = stream_p2p_ops(stream) if stream is not None else []
         return ops
 
     def went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:

@@ -59,20 +59,18 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     their own past: a rank no like rank plays the part of, as a whole; one whose like
     ranks split (as many chose one way as the other), only by the stricter tests (op by
     op, or turns on P2P channels)."""
+    program = order.program
     witnessed = _witnesses(order, finding)
     if witnessed is None:
-        return {}
-    program = order.program
+        return _like_channels_say(program, finding, ranks, {})
     absent = tuple(r for r in ranks if r in program.entries)
     op_token, witnesses = witnessed
     found, placed = _like_ranks_say(program, absent, op_token, witnesses)
-    unplaced = [r for r in absent if r not in placed]
+    found = _like_channels_say(program, finding, ranks, found)
+    unplaced = [r for r in absent if r not in placed and r not in found]
     split = [r for r in absent if r in placed and r not in found]
     # Every op on a P2P channel is like the one never posted; collectives vary.
     op_form = None if finding.kind == "p2p_unmatched" or op_token is None else op_token.form
-    if finding.kind == "p2p_unmatched" and finding.group_id is not None:
-        for rank in _at_most_history_ranks([r for r in unplaced + split if r not in found]):
-            _add(found, rank, like_channels_say_skipped(program, finding.group_id, rank, unposted_channel(finding)))
     # Like ranks that cannot decide (none placed, or split): the members of the op the
     # rank waits in may still show where the op comes; then its own past.
     for rank in unplaced + split:
@@ -93,6 +91,17 @@ def _like_ranks_say(program: Programs, absent: tuple[int, ...], op_token: Option
     witnesses = [(r, e) for r, e in witnesses if program.token_of(r, e) == op_token]
     at = places(program, witnesses, absent)
     return like_ranks_say_skipped(program, absent, op_token, at) if at and absent else ({}, set())
+
+
+def _like_channels_say(program: Programs, finding: Finding, ranks: tuple[int, ...],
+                       found: dict[int, WentPast]) -> dict[int, WentPast]:
+    """`found`, plus the ranks of a P2P finding that left its op out where their like ranks
+    posted it and went on (like_channels_say_skipped): ranks of dumps of only active
+    entries too, whose batches show their P2P order."""
+    if finding.kind == "p2p_unmatched" and finding.group_id is not None:
+        for rank in _at_most_history_ranks([r for r in ranks if r not in found]):
+            _add(found, rank, like_channels_say_skipped(program, finding.group_id, rank, unposted_channel(finding)))
+    return found
 
 
 def _at_most_history_ranks(ranks: list[int]) -> list[int]:
