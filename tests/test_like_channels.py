@@ -4,25 +4,28 @@ op by op with the ranks at its place in the sibling groups."""
 from __future__ import annotations
 
 from frtrace.diagnosis.like_channels import left_out
-from frtrace.diagnosis.program import P2POp
+from frtrace.diagnosis.program import P2POps
 
 SEND, RECV = ("send", 0, 1), ("recv", 3, 0)  # a first stage's forward send and its recv from the last
 
 
-def ops(*steps: tuple[int, tuple[str, int, int]]) -> list[P2POp]:
-    return [P2POp(seq, channel, k) for k, (seq, channel) in enumerate(steps)]
+def ops(*steps: tuple[int, tuple[str, int, int]], first: int = 0) -> P2POps:
+    return P2POps([seq for seq, _ in steps], [channel for _, channel in steps], first)
 
 
-def ring(steps: range, skip: int | None = None) -> list[P2POp]:
-    """Batched ring steps (recv, then send, one number each); `skip`: that step's send left out."""
-    return ops(*[op for n in steps for op in ((n, RECV), (n, SEND)) if not (n == skip and op[1] == SEND)])
+def ring(steps: range, skip: int | None = None, drop: int = 0) -> P2POps:
+    """Batched ring steps (recv, then send, one number each); `skip`: that step's send left
+    out; `drop`: ops a wrapped buffer lost from the start."""
+    held = [op for n in steps for op in ((n, RECV), (n, SEND)) if not (n == skip and op[1] == SEND)][drop:]
+    return ops(*held, first=0)
 
 
 def test_a_send_left_out_then_the_like_ranks_steps_is_found_where_the_rank_went_on():
     found = left_out(ring(range(1, 10), skip=5), [ring(range(1, 12)), ring(range(1, 11))])
     assert found is not None
     assert found.channel == SEND
-    assert (found.went_on.seq, found.went_on.channel) == (6, RECV)  # the op it issued where they sent
+    assert found.went_on_seq == 6  # its recv of step 6, issued where they sent in step 5
+    assert found.went_on == 9  # its tenth op: steps 1-4 (8 ops), step 5's recv, then that
     assert found.like_ranks == 2
 
 
@@ -36,15 +39,15 @@ def test_like_ranks_that_differ_among_themselves_decide_nothing():
 
 def test_a_rank_that_issued_something_else_rather_than_leaving_one_out_is_not_read_as_a_skip():
     other = ring(range(1, 10))
-    other[9] = P2POp(5, ("send", 0, 2), 9)  # a send to another stage where theirs went to stage 1
+    other.channels[9] = ("send", 0, 2)  # a send to another stage where theirs went to stage 1
     assert left_out(other, [ring(range(1, 12))]) is None
 
 
 def test_wrapped_buffers_are_compared_from_the_first_number_every_one_holds_whole():
     # The like rank's buffer starts in the middle of step 3: compared from step 4 on.
-    like = ring(range(1, 12))[5:]
+    like = ring(range(1, 12), drop=5)
     found = left_out(ring(range(1, 10), skip=7), [like])
-    assert found is not None and found.went_on.seq == 8
+    assert found is not None and found.went_on_seq == 8
 
 
 def test_a_skip_too_close_to_where_the_comparison_starts_says_nothing():

@@ -160,14 +160,14 @@ def like_channels_say_skipped(program: Programs, group_id: int, rank: int, skipp
     view = program.views.get(group_id)
     if view is None or rank not in view.group.ranks:
         return None
-    family = [program.views[g] for g in program.members[program.family[group_id]]]
+    family = map(program.views.__getitem__, program.members[program.family[group_id]])  # read as far as needed
     likes = [program.p2p_ops(sibling.group.id, r) for sibling, r in like_members(family, view, rank)]
     found = left_out(program.p2p_ops(group_id, rank), likes)
     if found is None or found.channel != skipped:
         return None
     # Read off the group's stream, not the rank's program: a dump of only active entries
     # holds the rank's P2P order, not its whole one.
-    return WentPast(view.streams[rank].p2p[found.went_on.k], group_id, found.like_ranks, True)
+    return WentPast(view.streams[rank].p2p[found.went_on], group_id, found.like_ranks, True)
 
 
 # ---- where the op stands in the program

@@ -259,7 +259,7 @@ def _skipped(view: GroupView, pair: P2PMatch, skipper: int, left: Optional[LeftO
                f"never posted that {absent_op}: its {own.op} there moves {_op_text(own, sender_skipped)}, and "
                + (f"its {own.op}s from there on line up with rank {posted}'s one later (it skipped one)" if left is None
                   else f"the ranks at its place in {left.like_ranks} sibling group(s) posted one more {absent_op} "
-                       f"on that channel before its p2p #{left.went_on.seq}: it left one out"))
+                       f"on that channel before its p2p #{left.went_on_seq}: it left one out"))
     evidence: dict[str, Any] = {"src": pair.src, "dst": pair.dst, "posted_by": posted, "missing_on": skipper,
                                 "state": waiting.state, "skipped_one": True}
     if left is not None:

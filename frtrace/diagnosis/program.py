@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Iterator, NamedTuple, Optional, Sequence
 
@@ -35,19 +36,33 @@ from frtrace.table.standing import keeps_only_active
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
 
-HISTORY_P2P_OPS = 256  # a rank's newest P2P ops in a group that Programs.p2p_ops reads
+HISTORY_P2P_OPS = 64  # a rank's newest P2P ops in a group that a skip is looked for in
 
 # Groups of one family run the same program: (description, size), or ("", name, size)
 # for a group without a description.
 Channel = tuple[str, Optional[int], Optional[int]]  # a send or recv: (op, group-local src, dst)
 
 
-class P2POp(NamedTuple):
-    """One of a rank's sends or recvs in a group, as ranks that play its part compare it."""
+@dataclass(frozen=True, slots=True)
+class P2POps:
+    """Some of a rank's sends and recvs in a group, oldest first, as ranks that play its
+    part compare them: each one's p2p_seq_id and channel, in two lists (compared a list
+    at a time, in C)."""
 
-    seq: int  # its p2p_seq_id
-    channel: Channel
-    k: int  # its place among the rank's P2P ops in the group (RankStream.p2p)
+    seqs: list[int]
+    channels: list[Channel]
+    first: int  # the place of the first among the rank's P2P ops in the group (RankStream.p2p)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def since(self, start: int) -> "P2POps":
+        """The ops from the first numbered `start` or later on (numbers grow along a stream)."""
+        cut = bisect_left(self.seqs, start)
+        return P2POps(self.seqs[cut:], self.channels[cut:], self.first + cut)
+
+
+NO_P2P_OPS = P2POps([], [], 0)
 
 
 class OpForm(NamedTuple):
@@ -111,21 +126,21 @@ def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     return p2p.names_newest_first()
 
 
-def stream_p2p_ops(stream: RankStream) -> list[P2POp]:
+def stream_p2p_ops(stream: RankStream) -> P2POps:
     """newest_p2p_ops of the rank's P2P ops in a group; none where its dump of only active
     entries left some out (it holds its P2P order only where it holds every op it posted:
     batches, whose ops never look finished)."""
-    return newest_p2p_ops(stream.p2p) if stream.p2p_whole or not stream.only_active else []
+    return newest_p2p_ops(stream.p2p) if stream.p2p_whole or not stream.only_active else NO_P2P_OPS
 
 
-def newest_p2p_ops(p2p: RowList) -> list[P2POp]:
-    """A stream's newest P2P ops (at most HISTORY_P2P_OPS), oldest first, read off the codes;
-    none where a number is not an int."""
-    newest = list(islice(newest_p2p_names(p2p), HISTORY_P2P_OPS))
-    seqs = p2p.field("p2p_seq_id")
-    if not all(type(seqs[k]) is int for k, _ in newest):
-        return []  # numbers torch never writes: nothing to compare op by op
-    return [P2POp(seqs[k], name_channel(name), k) for k, name in reversed(newest)]
+def newest_p2p_ops(p2p: RowList) -> P2POps:
+    """A stream's newest P2P ops (at most HISTORY_P2P_OPS), read off the codes; none where
+    a number is not an int."""
+    newest = p2p.newest(HISTORY_P2P_OPS)
+    seqs = newest.field("p2p_seq_id")
+    if not all(type(seq) is int for seq in seqs):
+        return NO_P2P_OPS  # numbers torch never writes: nothing to compare op by op
+    return P2POps(seqs, list(map(name_channel, newest.names())), len(p2p) - len(newest))
 
 
 def _entry_index(entry: Entry) -> int:
@@ -168,7 +183,7 @@ class Programs:
         # group id -> {(rank, position of its send or recv): (table, row) of the other end}
         self._partners: dict[int, dict[tuple[int, int], tuple[EntryTable, int]]] = {}
         self._p2p_seqs: dict[tuple[int, int], list[int]] = {}  # (group id, rank) -> p2p_seq_ids
-        self._p2p_ops: dict[tuple[int, int], list[P2POp]] = {}  # (group id, rank) -> see p2p_ops
+        self._p2p_ops: dict[tuple[int, int], P2POps] = {}  # (group id, rank) -> see p2p_ops
 
     # ---- positions
 
@@ -373,7 +388,7 @@ class Programs:
             i += 1
         return None
 
-    def p2p_ops(self, group_id: int, rank: int) -> list[P2POp]:
+    def p2p_ops(self, group_id: int, rank: int) -> P2POps:
         """The rank's newest P2P ops in the group (at most HISTORY_P2P_OPS), oldest first,
         each as (p2p_seq_id, channel): read off the codes, kept (the findings of one hang
         ask about the same ranks); none where they do not show its order."""
@@ -382,7 +397,7 @@ class Programs:
         if ops is None:
             view = self.views.get(group_id)
             stream = view.streams.get(rank) if view is not None else None
-            ops = self._p2p_ops[key] = stream_p2p_ops(stream) if stream is not None else []
+            ops = self._p2p_ops[key] = stream_p2p_ops(stream) if stream is not None else NO_P2P_OPS
         return ops
 
     def went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:

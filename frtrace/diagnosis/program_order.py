@@ -7,11 +7,12 @@ A rank that is absent from an op because it waits in another group's op is eithe
 victim (in its program that other op comes first) or went past the op (it skipped it,
 and blocks further on: a deadlock it caused). Sequence numbers cannot tell these apart
 across groups; the order in which ranks that play the same part issued their ops can.
-Three modules answer, one question each:
+Four modules answer, one question each:
 
-    program.py      reading one rank's program: positions, batches, the `Token` of an op
-    like_ranks.py   comparing the rank with the ranks that play the same part
-    own_past.py     with no like rank to decide, the rank's own past (its earlier steps)
+    program.py        reading one rank's program: positions, batches, the `Token` of an op
+    like_ranks.py     comparing the rank with the ranks that play the same part
+    like_channels.py  a P2P op the rank left out where those ranks posted it, op by op
+    own_past.py       with no like rank to decide, the rank's own past (its earlier steps)
 """
 
 from __future__ import annotations

@@ -341,6 +341,10 @@ class RowList(Sequence[Entry]):
         # One by one: readers of the newest ops stop after a few (program order's history).
         return map(self._table.__getitem__, reversed(self._rows))
 
+    def newest(self, count: int) -> "RowList":
+        """The newest `count` entries (all, where there are fewer)."""
+        return RowList(self._table, self._rows[max(0, len(self._rows) - count):])
+
     def row(self, position: int) -> int:
         """The table row of the entry at `position`."""
         return self._rows[position]
