@@ -184,11 +184,11 @@ def _skipped_one(facts: Facts, pair: P2PMatch) -> Optional[int]:
 
 
 def _left_out_by_one_end(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[tuple[int, LeftOut]]:
-    """(the end, what it left out) where one end's sends and recvs in the group are its like
-    ranks' but for this pair's op, left out (like_channels.left_out), and the other end's
-    are not short of theirs: the pair the skip shifted may hold nothing after it to line
-    up (both ends wait in it). None where a dump of only active entries left some of an
-    end's ops out (stream_p2p_ops)."""
+    """(the end, what it left out) where exactly one end's sends and recvs in the group are
+    its like ranks' but for an op on this pair's channel, left out (like_channels.left_out):
+    the pair the skip shifted may hold nothing after it to line up (both ends wait in it).
+    An end whose dump of only active entries left some of its ops out says nothing
+    (stream_p2p_ops)."""
     ranks = view.group.ranks
     if pair.src not in ranks or pair.dst not in ranks:
         return None

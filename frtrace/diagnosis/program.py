@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import repeat
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 from frtrace.diagnosis.finding import WentPast
@@ -389,9 +389,8 @@ class Programs:
         return None
 
     def p2p_ops(self, group_id: int, rank: int) -> P2POps:
-        """The rank's newest P2P ops in the group (at most HISTORY_P2P_OPS), oldest first,
-        each as (p2p_seq_id, channel): read off the codes, kept (the findings of one hang
-        ask about the same ranks); none where they do not show its order."""
+        """stream_p2p_ops of the rank's stream in the group, kept (the findings of one hang
+        ask about the same like ranks); none where it has no stream there."""
         key = (group_id, rank)
         ops = self._p2p_ops.get(key)
         if ops is None:

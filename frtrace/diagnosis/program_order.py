@@ -99,7 +99,7 @@ def _like_channels_say(program: Programs, finding: Finding, ranks: tuple[int, ..
     """`found`, plus the ranks of a P2P finding that left its op out where their like ranks
     posted it and went on (like_channels_say_skipped): ranks of dumps of only active
     entries too, whose batches show their P2P order."""
-    if finding.kind == "p2p_unmatched" and finding.group_id is not None:
+    if finding.kind == "p2p_unmatched" and finding.group_id is not None and finding.anchor is not None:
         for rank in _at_most_history_ranks([r for r in ranks if r not in found]):
             _add(found, rank, like_channels_say_skipped(program, finding.group_id, rank, unposted_channel(finding)))
     return found
