@@ -25,7 +25,7 @@ from typing import Any, Optional
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
 from frtrace.diagnosis.like_channels import LeftOut, left_out, like_members
-from frtrace.diagnosis.program import stream_p2p_ops
+from frtrace.diagnosis.program import LIKE_HISTORY_P2P_OPS, stream_p2p_ops
 from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import EntryTable
@@ -199,8 +199,8 @@ def _left_out_by_one_end(facts: Facts, view: GroupView, pair: P2PMatch) -> Optio
         stream = view.streams.get(end)
         if stream is None:
             return None
-        likes = [stream_p2p_ops(sibling.streams[r]) for sibling, r in like_members(family, view, end)
-                 if r in sibling.streams]
+        likes = [stream_p2p_ops(sibling.streams[r], LIKE_HISTORY_P2P_OPS)
+                 for sibling, r in like_members(family, view, end) if r in sibling.streams]
         left = left_out(stream_p2p_ops(stream), likes)
         if left is not None and left.channel == (op, *channel):
             found.append((end, left))

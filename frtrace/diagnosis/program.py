@@ -36,7 +36,10 @@ from frtrace.table.standing import keeps_only_active
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
 
-HISTORY_P2P_OPS = 64  # a rank's newest P2P ops in a group that a skip is looked for in
+# A rank's newest P2P ops in a group that a skip is looked for in, and its like ranks'
+# newest ones it is compared with: more of theirs, as they may have gone further.
+HISTORY_P2P_OPS = 64
+LIKE_HISTORY_P2P_OPS = 256
 
 # Groups of one family run the same program: (description, size), or ("", name, size)
 # for a group without a description.
@@ -126,17 +129,17 @@ def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
     return p2p.names_newest_first()
 
 
-def stream_p2p_ops(stream: RankStream) -> P2POps:
+def stream_p2p_ops(stream: RankStream, count: int = HISTORY_P2P_OPS) -> P2POps:
     """newest_p2p_ops of the rank's P2P ops in a group; none where its dump of only active
     entries left some out (it holds its P2P order only where it holds every op it posted:
     batches, whose ops never look finished)."""
-    return newest_p2p_ops(stream.p2p) if stream.p2p_whole or not stream.only_active else NO_P2P_OPS
+    return newest_p2p_ops(stream.p2p, count) if stream.p2p_whole or not stream.only_active else NO_P2P_OPS
 
 
-def newest_p2p_ops(p2p: RowList) -> P2POps:
-    """A stream's newest P2P ops (at most HISTORY_P2P_OPS), read off the codes; none where
-    a number is not an int."""
-    newest = p2p.newest(HISTORY_P2P_OPS)
+def newest_p2p_ops(p2p: RowList, count: int = HISTORY_P2P_OPS) -> P2POps:
+    """A stream's newest `count` P2P ops, read off the codes; none where a number is not
+    an int."""
+    newest = p2p.newest(count)
     seqs = newest.field("p2p_seq_id")
     if not all(type(seq) is int for seq in seqs):
         return NO_P2P_OPS  # numbers torch never writes: nothing to compare op by op
@@ -183,7 +186,7 @@ class Programs:
         # group id -> {(rank, position of its send or recv): (table, row) of the other end}
         self._partners: dict[int, dict[tuple[int, int], tuple[EntryTable, int]]] = {}
         self._p2p_seqs: dict[tuple[int, int], list[int]] = {}  # (group id, rank) -> p2p_seq_ids
-        self._p2p_ops: dict[tuple[int, int], P2POps] = {}  # (group id, rank) -> see p2p_ops
+        self._p2p_ops: dict[tuple[int, int, int], P2POps] = {}  # (group id, rank, count) -> see p2p_ops
 
     # ---- positions
 
@@ -388,15 +391,15 @@ class Programs:
             i += 1
         return None
 
-    def p2p_ops(self, group_id: int, rank: int) -> P2POps:
+    def p2p_ops(self, group_id: int, rank: int, count: int = HISTORY_P2P_OPS) -> P2POps:
         """stream_p2p_ops of the rank's stream in the group, kept (the findings of one hang
         ask about the same like ranks); none where it has no stream there."""
-        key = (group_id, rank)
+        key = (group_id, rank, count)
         ops = self._p2p_ops.get(key)
         if ops is None:
             view = self.views.get(group_id)
             stream = view.streams.get(rank) if view is not None else None
-            ops = self._p2p_ops[key] = stream_p2p_ops(stream) if stream is not None else NO_P2P_OPS
+            ops = self._p2p_ops[key] = stream_p2p_ops(stream, count) if stream is not None else NO_P2P_OPS
         return ops
 
     def went_past(self, rank: int, position: int, like_ranks: int, confirmed: bool) -> WentPast:
