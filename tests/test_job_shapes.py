@@ -147,15 +147,19 @@ def test_an_interleaved_pipeline_cascade_names_only_its_root(tmp_path, stage, ba
     assert_truth(tmp_path, synth_job)
 
 
-@pytest.mark.parametrize("world, tp, pp, culprit, seed", [(16, 2, 4, 6, 120), (32, 2, 8, 15, 139)])
+@pytest.mark.parametrize("world, tp, pp, culprit, seed, lookahead", [(16, 2, 4, 6, 120, 0), (32, 2, 8, 15, 139, 0),
+                                                                      (32, 2, 8, 18, 58, 2)])
 def test_a_send_left_out_early_in_an_interleaved_pipeline_is_blamed_on_its_sender(tmp_path, world, tp, pp, culprit,
-                                                                                   seed):
+                                                                                   seed, lookahead):
     # The last stage leaves one send to the first stage out of a batch and goes on. Each of
     # its later sends on that channel pairs one step off, so the recv its partner waits in
     # has a match on the sender's like ranks and on the sender too; only its ops, counted
     # against its like ranks' (the TP partner's pipeline and the other replica), show the
     # skip. The partner's neighbour, which waits for the stalled partner, was blamed.
-    synth_job = generate(world, tp=tp, pp=pp, steps=3, vchunks=2, p2p="batched", timing=True, seed=seed, **FAITHFUL,
+    # (Seed 58: the other replica got further, so its newest ops start past the skip; the
+    # rank's are compared with more of theirs.)
+    synth_job = generate(world, tp=tp, pp=pp, steps=3, vchunks=2, p2p="batched", timing=True, seed=seed,
+                         lookahead=lookahead, **FAITHFUL,
                          fault=Fault("p2p_unmatched", rank=culprit, group="pp", step=1 + seed % 2))
     assert synth_job.truth["suspect_ranks"] == [culprit]
     report = assert_truth(tmp_path, synth_job)
