@@ -1,8 +1,8 @@
 """A P2P op a rank left out: its sends and recvs in a group, op by op, against the ranks
 at its place in the sibling groups.
 
-Takes a rank's P2P ops in one group and its like ranks' (`P2POps`: `program.newest_p2p_ops`);
-returns `LeftOut` when the rank's ops are theirs (who agree among themselves) but for one
+Takes a rank's P2P ops in one group and its like ranks' (`P2POps`: `program.newest_p2p_ops`;
+`left_out_at` reads them, given how); returns `LeftOut` when the rank's ops are theirs (who agree among themselves) but for one
 it left out, after which it went on as they did. The tests that follow a channel alone
 cannot see such a skip: after a send left out early, each of the rank's later sends on
 the channel pairs one step off, so the op its partner waits in has a match on the rank
@@ -11,9 +11,9 @@ too, and the pair the skip shifted may hold nothing after it to line up.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
-from frtrace.diagnosis.program import LIKENESS_WINDOW, Channel, P2POps
+from frtrace.diagnosis.program import HISTORY_P2P_OPS, LIKE_HISTORY_P2P_OPS, LIKENESS_WINDOW, Channel, P2POps
 from frtrace.match.matcher import GroupView
 
 LIKE_CHANNEL_RANKS = 4  # like ranks whose sends and recvs are compared with a rank's, at most
@@ -29,7 +29,18 @@ class LeftOut(NamedTuple):
     like_ranks: int  # how many like ranks agree on it
 
 
-def like_members(family: Iterable[GroupView], group: GroupView, rank: int) -> list[tuple[GroupView, int]]:
+# Reads a rank's newest P2P ops in a group: (the group, the rank, how many) -> its ops.
+OpsOf = Callable[[GroupView, int, int], P2POps]
+
+
+def left_out_at(family: Iterable[GroupView], group: GroupView, rank: int, ops_of: OpsOf) -> Optional[LeftOut]:
+    """left_out of the rank's newest ops in `group` against those of the ranks at its
+    place in the other groups of `family` (more of theirs: they may have gone further)."""
+    likes = [ops_of(sibling, like, LIKE_HISTORY_P2P_OPS) for sibling, like in _like_members(family, group, rank)]
+    return left_out(ops_of(group, rank, HISTORY_P2P_OPS), likes)
+
+
+def _like_members(family: Iterable[GroupView], group: GroupView, rank: int) -> list[tuple[GroupView, int]]:
     """(group, rank) of the ranks at the rank's place in the other groups of `family`
     (at most LIKE_CHANNEL_RANKS)."""
     local = group.group.ranks.index(rank)

@@ -15,8 +15,8 @@ from itertools import islice
 from typing import Optional
 
 from frtrace.diagnosis.finding import Finding, WentPast
-from frtrace.diagnosis.like_channels import left_out, like_members
-from frtrace.diagnosis.program import LIKE_HISTORY_P2P_OPS, Channel, Programs, Token, Window
+from frtrace.diagnosis.like_channels import left_out_at
+from frtrace.diagnosis.program import Channel, Programs, Token, Window
 from frtrace.match.matcher import CollectiveMatch
 from frtrace.model import Entry
 
@@ -161,9 +161,7 @@ def like_channels_say_skipped(program: Programs, group_id: int, rank: int, skipp
     if view is None or rank not in view.group.ranks:
         return None
     family = map(program.views.__getitem__, program.members[program.family[group_id]])  # read as far as needed
-    likes = [program.p2p_ops(sibling.group.id, r, LIKE_HISTORY_P2P_OPS)
-             for sibling, r in like_members(family, view, rank)]
-    found = left_out(program.p2p_ops(group_id, rank), likes)
+    found = left_out_at(family, view, rank, lambda group, member, count: program.p2p_ops(group.group.id, member, count))
     if found is None or found.channel != skipped:
         return None
     # Read off the group's stream, not the rank's program: a dump of only active entries

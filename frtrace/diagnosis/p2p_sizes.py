@@ -24,8 +24,8 @@ from typing import Any, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
-from frtrace.diagnosis.like_channels import LeftOut, left_out, like_members
-from frtrace.diagnosis.program import LIKE_HISTORY_P2P_OPS, stream_p2p_ops
+from frtrace.diagnosis.like_channels import LeftOut, left_out_at
+from frtrace.diagnosis.program import NO_P2P_OPS, P2POps, stream_p2p_ops
 from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import EntryTable
@@ -196,15 +196,15 @@ def _left_out_by_one_end(facts: Facts, view: GroupView, pair: P2PMatch) -> Optio
     channel = (ranks.index(pair.src), ranks.index(pair.dst))
     found = []
     for end, op in ((pair.src, "send"), (pair.dst, "recv")):
-        stream = view.streams.get(end)
-        if stream is None:
-            return None
-        likes = [stream_p2p_ops(sibling.streams[r], LIKE_HISTORY_P2P_OPS)
-                 for sibling, r in like_members(family, view, end) if r in sibling.streams]
-        left = left_out(stream_p2p_ops(stream), likes)
+        left = left_out_at(family, view, end, _stream_ops)
         if left is not None and left.channel == (op, *channel):
             found.append((end, left))
     return found[0] if len(found) == 1 else None
+
+
+def _stream_ops(group: GroupView, rank: int, count: int) -> P2POps:
+    stream = group.streams.get(rank)
+    return stream_p2p_ops(stream, count) if stream is not None else NO_P2P_OPS
 
 
 def _moved_elsewhere(facts: Facts, pair: P2PMatch) -> set[Optional[tuple[int, frozenset[str]]]]:

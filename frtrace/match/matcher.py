@@ -340,18 +340,14 @@ def _batches_held(p2p: RowList, batched: frozenset[int]) -> tuple[frozenset[int]
     A batch of one op whose marker was left out looks like a plain op; where the numbers
     run whole and the rank posts batches, such an op that never left `scheduled` (as a
     batch's ops never do, and a plain op only while queued) is one too."""
-    numbers = Counter(p2p.field("p2p_seq_id"))
+    seqs = p2p.field("p2p_seq_id")
+    numbers = Counter(seqs)
     batched = batched | frozenset(number for number, times in numbers.items() if times > 1)
     run_whole = all(type(number) is int for number in numbers) and sorted(numbers) == list(range(1, len(numbers) + 1))
     if run_whole and batched and not batched.issuperset(numbers):
-        batched |= _lone_scheduled_ops(p2p, batched)
+        batched |= frozenset(number for number, state in zip(seqs, p2p.field("state"))
+                             if number not in batched and state == "scheduled")
     return batched, run_whole and batched.issuperset(numbers)
-
-
-def _lone_scheduled_ops(p2p: RowList, batched: frozenset[int]) -> frozenset[int]:
-    """The numbers of the rank's lone P2P ops outside `batched` that are `scheduled`."""
-    return frozenset(number for number, state in zip(p2p.field("p2p_seq_id"), p2p.field("state"))
-                     if number not in batched and state == "scheduled")
 
 
 def build_views(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps] = None,
