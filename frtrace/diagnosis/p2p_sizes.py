@@ -258,8 +258,8 @@ def _skipped(view: GroupView, pair: P2PMatch, skipper: int, left: Optional[LeftO
                f"(p2p #{waiting.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}) but rank {skipper} "
                f"never posted that {absent_op}: its {own.op} there moves {_op_text(own, sender_skipped)}, and "
                + (f"its {own.op}s from there on line up with rank {posted}'s one later (it skipped one)" if left is None
-                  else f"the ranks at its place in {left.like_ranks} sibling group(s) posted one more {absent_op} "
-                       f"on that channel before its p2p #{left.went_on_seq}: it left one out"))
+                  else f"{_like_ranks_text(left.like_ranks)} posted one more {absent_op} on that channel before its "
+                       f"p2p #{left.went_on_seq}: it left one out"))
     evidence: dict[str, Any] = {"src": pair.src, "dst": pair.dst, "posted_by": posted, "missing_on": skipper,
                                 "state": waiting.state, "skipped_one": True}
     if left is not None:
@@ -273,6 +273,11 @@ def _skipped(view: GroupView, pair: P2PMatch, skipper: int, left: Optional[LeftO
         message=message, evidence=evidence, waiting_ranks=(posted,), age_ns=waiting.time_created_ns,
         absent_ranks=(skipper,), anchor=waiting, p2p_ends=P2PEnds(pair.src, pair.dst, posted, skipper),
     )
+
+
+def _like_ranks_text(count: int) -> str:
+    return ("the rank at its place in a sibling group" if count == 1
+            else f"the ranks at its place in {count} sibling groups")
 
 
 def _op_text(entry: Any, sending: bool) -> str:
