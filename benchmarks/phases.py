@@ -1,6 +1,6 @@
 """Time each stage of the frtrace pipeline on one dump directory and print JSON on stdout.
 
-    python benchmarks/phases.py DIR [--workers N] [--prefix P]
+    python benchmarks/phases.py DIR [--workers N] [--prefix P] [--profile-tail N]
 
 `--workers` is the command's: the loader's processes, and from 4 the forked children that
 share a large job's matching and costliest rules (ARCHITECTURE.md, "Where the work runs").
@@ -61,6 +61,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="loader processes, as frtrace --workers (default: number of cores, as the CLI)")
     parser.add_argument("--prefix", default=None)
+    parser.add_argument("--profile-tail", type=int, default=0, metavar="N",
+                        help="cProfile the main process after the last file (build to render) and print "
+                             "the N costliest functions, by own and by cumulative time, on stderr")
     args = parser.parse_args(argv)
     gc.disable()  # as frtrace's command line does (see frtrace/cli/analyse.py main)
 
@@ -84,6 +87,11 @@ def main(argv=None) -> int:
     loaded = load_dumps([args.directory], args.prefix, workers=args.workers,
                         on_dump=dealt.add)
     lap("load")
+    profiler = None
+    if args.profile_tail:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     layout = build_layout(loaded.dumps, loaded.failed_ranks, None)
     lap("build")
     matches = match(loaded.dumps, layout, dealt, processes=args.workers)
@@ -93,6 +101,12 @@ def main(argv=None) -> int:
     lap("diagnose")
     report = render_json(analysis, diagnosis)
     lap("render")
+    if profiler is not None:
+        import pstats
+        profiler.disable()
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        stats.sort_stats("tottime").print_stats(args.profile_tail)
+        stats.sort_stats("cumulative").print_stats(args.profile_tail)
 
     total = sum(v for k, v in seconds.items() if k != "import")
     # What the main process does alone once the last file is decoded (issue 27's figure:
