@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Optional
 
@@ -11,6 +10,7 @@ from tabulate import tabulate
 
 from frtrace.match.analysis import LoadedJob
 from frtrace.model import Entry
+from frtrace.report.json_text import indented_json
 from frtrace.report.progress_diff import (
     IDLE,
     MOVED,
@@ -107,7 +107,7 @@ def _group_dict(group: GroupProgress) -> dict[str, object]:
 
 
 def render_diff_json(diff: ProgressDiff) -> str:
-    return json.dumps(diff_dict(diff), indent=2, sort_keys=True) + "\n"
+    return indented_json(diff_dict(diff)) + "\n"
 
 
 # --------------------------------------------------------------------------- tables

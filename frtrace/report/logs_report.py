@@ -9,7 +9,6 @@ its `host`. Pure functions; every string from a log is escaped as in the dump re
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional, Sequence
@@ -21,6 +20,7 @@ from frtrace.diagnosis.logs import OP_NAMES
 from frtrace.logs.inputs import source_of
 from frtrace.logs.model import UNNAMED_GROUP, GroupPosition, LogEvidence, RankLog
 from frtrace.match.analysis import Analysis
+from frtrace.report.json_text import indented_json
 from frtrace.report.html import render_page
 from frtrace.report.render import (
     DEFAULT_WIDTH,
@@ -229,7 +229,7 @@ def logs_report_dict(evidence: LogEvidence, diagnosis: Diagnosis) -> dict[str, o
 
 
 def render_logs_json(evidence: LogEvidence, diagnosis: Diagnosis) -> str:
-    return json.dumps(logs_report_dict(evidence, diagnosis), indent=2, sort_keys=True) + "\n"
+    return indented_json(logs_report_dict(evidence, diagnosis)) + "\n"
 
 
 def render_logs_markdown(evidence: LogEvidence, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None) -> str:
@@ -271,7 +271,7 @@ def render_logs_ranks(evidence: LogEvidence, diagnosis: Diagnosis, fmt: str, sty
     if fmt == "json":
         report = {"schema": SCHEMA, "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
                   "summary": diagnosis.verdict, "ranks": rows_json(rank_rows(evidence, diagnosis.suspect_ranks))}
-        return json.dumps(report, indent=2, sort_keys=True) + "\n"
+        return indented_json(report) + "\n"
     if fmt == "markdown":
         rows = rank_rows(evidence, diagnosis.suspect_ranks)
         return "\n".join([f"### {markdown_text(diagnosis.verdict)}", ""]
@@ -303,7 +303,7 @@ def render_with_logs(fmt: str, analysis: Analysis, diagnosis: Diagnosis, evidenc
         report = report_dict(analysis, diagnosis)
         report["inputs"]["logs"] = logs_json(evidence)
         report["suspects"] = suspects_json(diagnosis, evidence, dump_hosts(analysis))
-        return json.dumps(report, indent=2, sort_keys=True) + "\n"
+        return indented_json(report) + "\n"
     if fmt == "markdown":
         text = render_markdown(analysis, diagnosis, mismatch_cap)
         return text + "\n" + markdown_text(logs_line(evidence)) + "\n\n"

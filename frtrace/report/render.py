@@ -21,6 +21,7 @@ from frtrace.load.discovery import OTHER_GENERATION
 from frtrace.load.layout import Layout
 from frtrace.match.analysis import Analysis
 from frtrace.model import LoadIssue
+from frtrace.report.json_text import indented_json
 from frtrace.report.rank_view import (
     BLOCKED,
     IDLE,
@@ -236,7 +237,7 @@ _PAIRED = operator.attrgetter("paired")
 
 
 def render_json(analysis: Analysis, diagnosis: Diagnosis) -> str:
-    return json.dumps(report_dict(analysis, diagnosis), indent=2, sort_keys=True) + "\n"
+    return indented_json(report_dict(analysis, diagnosis)) + "\n"
 
 
 # --------------------------------------------------------------------------- where each rank is
@@ -658,7 +659,7 @@ def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style: Optio
     report = {"schema": SCHEMA, "frtrace_version": __version__, "newest_entry_utc": utc_text(view.newest_created_ns),
               "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
               "summary": diagnosis.verdict, "ranks": ranks_json(view)}
-    return json.dumps(report, indent=2, sort_keys=True) + "\n"
+    return indented_json(report) + "\n"
 
 
 def render_suspect_ranks(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
