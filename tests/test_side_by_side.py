@@ -4,6 +4,7 @@ run or answer costs only time."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 
@@ -50,8 +51,9 @@ def forked_rules(monkeypatch):
     real_start = side_by_side.Forked.start
 
     def start(function, argument):
-        if function in COSTLY_FIRST:
-            started.append(function)
+        rule = getattr(function, "func", function)  # the costliest rule is given its processes
+        if rule in COSTLY_FIRST:
+            started.append(rule)
         else:
             started.questions.append(len(argument))
         return real_start(function, argument)
@@ -163,3 +165,40 @@ def test_below_four_processes_nothing_forks(monkeypatch):
     for processes in (2, 3):
         assert render_json(analysis, diagnose(analysis, processes=processes)) == render_json(analysis, diagnose(analysis))
     assert started == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_stragglers_sampling_shared_out_finds_the_same_straggler(seed, monkeypatch):
+    """The costliest rule samples its groups in shares, each other than the first in a
+    forked child, and merges what they found: the same finding as sampling them here."""
+    from frtrace.diagnosis import stragglers
+
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    shares = []
+    real_start = side_by_side.Forked.start
+
+    def start(function, argument):
+        shares.append(argument)
+        return real_start(function, argument)
+
+    monkeypatch.setattr(side_by_side.Forked, "start", start)
+    facts = Facts.of(_job("straggler", "tp", seed=seed))
+    here = stragglers.late_arrivals(facts)
+    assert here and here[0].suspect_ranks == (5,)
+    for processes in (2, 3, 7):
+        shares.clear()
+        apart = stragglers.late_arrivals(facts, processes)
+        assert len(shares) == processes - 1  # one share here, each other in a child
+        assert [dataclasses.astuple(f) for f in apart] == [dataclasses.astuple(f) for f in here]
+    typical_here = stragglers._typical_lateness(stragglers._samples(facts, 1))
+    assert stragglers._typical_lateness(stragglers._samples(facts, 5)) == typical_here
+
+
+def test_the_stragglers_shares_hold_every_group_once_in_order():
+    from frtrace.diagnosis import stragglers
+
+    views = Facts.of(_job("hang", "tp", seed=1)).device.views
+    for parts in (1, 2, 3, 8, len(views), len(views) + 5):
+        shares = stragglers._shares(views, parts)
+        assert [view for share in shares for view in share] == list(views)
+        assert 1 <= len(shares) <= min(parts, len(views))

@@ -18,13 +18,21 @@ answers them in runs, one here and each other in a child, in their order.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from functools import partial
+from typing import Callable, Optional, Protocol, Sequence, TypeVar
 
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
 from frtrace.load.forked import Forked, in_children, may_fork
 
 Rule = Callable[[Facts], list[Finding]]
+
+
+class SpreadRule(Protocol):
+    """A rule that can use several processes itself: `processes`, how many."""
+
+    def __call__(self, facts: Facts, processes: int = 1) -> list[Finding]: ...
+
 
 # Below this many entries a fork costs more than the rules it would take off this process.
 FORK_FROM_ENTRIES = 500_000
@@ -47,13 +55,21 @@ class RuleRuns:
         self.processes = processes  # how many may run at once
 
     @classmethod
-    def start(cls, facts: Facts, costly_first: Sequence[Rule], processes: int) -> "RuleRuns":
+    def start(cls, facts: Facts, costly_first: Sequence[Rule], processes: int,
+              spread: Optional[SpreadRule] = None) -> "RuleRuns":
         """Fork a child for each of the first `processes - 1` rules of `costly_first`
-        (this process is the last one), when the job is large enough to pay for it."""
+        (this process is the last one), when the job is large enough to pay for it. The
+        rule `spread`, where it is one of them, is given the processes no other child
+        takes, and at least half of them: it is the longest by far (the stragglers'
+        sampling), and its child shares its work out again."""
         children: dict[Rule, Forked[list[Finding]]] = {}
         if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
-            for rule in costly_first[:processes - 1]:
-                child = Forked.try_start(rule, facts)
+            forked = costly_first[:processes - 1]
+            for rule in forked:
+                work: Callable[[Facts], list[Finding]] = rule
+                if spread is not None and rule is spread:
+                    work = partial(spread, processes=max(processes - len(forked), processes // 2))
+                child = Forked.try_start(work, facts)
                 if child is None:
                     break
                 children[rule] = child

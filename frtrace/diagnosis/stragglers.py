@@ -12,15 +12,18 @@ whose times are not on a wall clock (the CUPTI monitor's native clock) get no ve
 from __future__ import annotations
 
 import statistics
+from array import array
 from collections import Counter, defaultdict
+from functools import partial
 from itertools import chain, repeat
 from operator import sub, truediv
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from frtrace.diagnosis.facts import Facts, new_finding, took_part_unrecorded
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.sampling import first_value_columns
-from frtrace.match.matcher import CollectiveMatch
+from frtrace.load.forked import in_children, may_fork
+from frtrace.match.matcher import CollectiveMatch, GroupView
 from frtrace.table.rank_dump import clocks_compare
 from frtrace.wording import ranks_text
 
@@ -29,12 +32,13 @@ STRAGGLER_MIN_SAMPLES = 3
 STRAGGLER_SAMPLE_PER_GROUP = 64
 
 
-def late_arrivals(facts: Facts) -> list[Finding]:
-    """The rule: ranks late to most of the collectives they were sampled in."""
+def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
+    """The rule: ranks late to most of the collectives they were sampled in. With
+    `processes` above 1 the groups are sampled in shares at once, each other than the
+    first in a forked child (`load.forked.in_children`): the same finding, sooner."""
     if not clocks_compare(facts.seen):
         return []  # each host's CUPTI clock has its own origin: lateness would be that offset
-    clean = [m for view in facts.device.views for m in _recent_clean(facts.collectives_of(view), facts.reliable)]
-    typical, lateness = _typical_lateness(clean)
+    typical, lateness = _typical_lateness(_samples(facts, processes))
     if len(typical) < 3:
         return []
     late = _consistently_late(typical, lateness)
@@ -54,7 +58,55 @@ def late_arrivals(facts: Facts) -> list[Finding]:
     )]
 
 
-def _consistently_late(typical: dict[int, float], lateness: dict[int, list[float]]) -> list[int]:
+class Samples(NamedTuple):
+    """What some groups' sampled collectives say of each rank's lateness."""
+
+    of_rank: dict[int, array[float]]  # rank -> ms after the on-time arrival, at each collective sampled
+    groups_of: dict[int, int]  # rank -> how many groups it was sampled in
+    in_wide_group: set[int]  # ranks sampled in a group of more than two
+
+
+def _samples(facts: Facts, processes: int) -> Samples:
+    """The Samples of every group: in `processes` shares of the groups at once, where a
+    fork may pay (load.forked.may_fork), merged in the groups' order. A rank's statistics
+    below do not depend on the order of its samples."""
+    views = facts.device.views
+    shares = _shares(views, processes) if may_fork(processes) else [list(views)]
+    if len(shares) == 1:
+        return _samples_of_views(facts, views)
+    merged = Samples({}, {}, set())
+    for part in in_children(partial(_samples_of_views, facts), shares):
+        for rank, values in part.of_rank.items():
+            if rank in merged.of_rank:
+                merged.of_rank[rank] += values
+            else:
+                merged.of_rank[rank] = values
+        for rank, count in part.groups_of.items():
+            merged.groups_of[rank] = merged.groups_of.get(rank, 0) + count
+        merged.in_wide_group.update(part.in_wide_group)
+    return merged
+
+
+def _shares(views: Sequence[GroupView], parts: int) -> list[list[GroupView]]:
+    """`views` cut into at most `parts` runs of about as many members (what sampling
+    costs), in their order."""
+    total = sum(len(view.streams) for view in views)
+    shares: list[list[GroupView]] = [[]]
+    size = 0
+    for view in views:
+        if size * parts >= total * len(shares) and len(shares) < parts:
+            shares.append([])
+        shares[-1].append(view)
+        size += len(view.streams)
+    return [share for share in shares if share]
+
+
+def _samples_of_views(facts: Facts, views: Sequence[GroupView]) -> Samples:
+    clean = [m for view in views for m in _recent_clean(facts.collectives_of(view), facts.reliable)]
+    return _lateness_samples(clean)
+
+
+def _consistently_late(typical: dict[int, float], lateness: dict[int, array[float]]) -> list[int]:
     """The ranks typically late by more than STRAGGLER_MIN_MS and five times the ranks'
     median spread, and late on at least two thirds of their collectives, not on one bad step."""
     spread = statistics.median(abs(v) for v in typical.values())
@@ -113,12 +165,10 @@ def _lateness_ms(created: Sequence[int], on_time: Sequence[float]) -> list[float
     return list(map(truediv, map(sub, created, on_time), repeat(1e6)))
 
 
-def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], dict[int, list[float]]]:
-    """(rank -> typical lateness in ms, rank -> all its samples), over every group the
-    rank is in, two-member groups included. A straggler is late to every collective; a
-    rank that merely waited for it is late only where it then meets others, so the
-    median over all of a rank's collectives keeps such victims out."""
-    samples_of: dict[int, list[float]] = defaultdict(list)  # rank -> its lateness at each sample, in ms
+def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
+    """Each rank's lateness at each of `clean` it took part in (two-member groups
+    included), and where it was sampled."""
+    samples_of: dict[int, array[float]] = {}
     sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group: set[int] = set()
     sample = [match for match in clean if len(match.calls) >= 2]
@@ -127,16 +177,27 @@ def _typical_lateness(clean: list[CollectiveMatch]) -> tuple[dict[int, float], d
     for block in first_value_columns(sample, "time_created_ns"):
         on_time = _on_times(block.columns)  # per collective, from its members' times
         for rank, created in zip(block.ranks, block.columns):
-            samples_of[rank] += _lateness_ms(created, on_time)
+            late = _lateness_ms(created, on_time)
+            if rank in samples_of:
+                samples_of[rank].extend(late)
+            else:
+                samples_of[rank] = array("d", late)
         sampled_in[block.matches[0].group_id].update(block.ranks)
         if len(block.ranks) > 2:
             in_wide_group.update(block.ranks)
-    groups_of = Counter(chain.from_iterable(sampled_in.values()))  # rank -> groups it was sampled in
-    typical, samples = {}, {}
-    for rank, values in samples_of.items():
+    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group)
+
+
+def _typical_lateness(samples: Samples) -> tuple[dict[int, float], dict[int, array[float]]]:
+    """(rank -> typical lateness in ms, rank -> all its samples), over every group the
+    rank is in. A straggler is late to every collective; a rank that merely waited for it
+    is late only where it then meets others, so the median over all of a rank's
+    collectives keeps such victims out."""
+    typical, kept = {}, {}
+    for rank, values in samples.of_rank.items():
         # One two-member group alone cannot say which of its two ranks is late.
-        confirmed = groups_of[rank] >= 2 or rank in in_wide_group
+        confirmed = samples.groups_of.get(rank, 0) >= 2 or rank in samples.in_wide_group
         if len(values) >= STRAGGLER_MIN_SAMPLES and confirmed:
             typical[rank] = statistics.median(values)
-            samples[rank] = values
-    return typical, samples
+            kept[rank] = values
+    return typical, kept
