@@ -82,7 +82,9 @@ def test_every_group_is_planned_once(planned_apart):
     views = matcher.build_views(dumps, build_layout(dumps, (), None))
     here = matcher._planned(views)
     for processes in (2, 3, 8, 64):
-        assert matcher._plans_apart(views, processes) == here
+        parts = list(matcher._plans_apart(views, processes))
+        assert len(parts) >= 2 and {gid: plan for part in parts for gid, plan in part.items()} == here
+        assert sum(map(len, parts)) == len(here)
     # Sixteen shares of 25 groups: this process keeps building every match, and plans less.
     work = {view.group.id: matcher._work(view) for view in views}
     shares = matcher._shares(views, work, 16)

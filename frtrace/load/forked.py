@@ -18,7 +18,7 @@ import faulthandler
 import io
 import os
 import pickle
-from typing import Callable, Generic, Optional, Sequence, TypeVar
+from typing import Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 _Result = TypeVar("_Result")
 
@@ -122,9 +122,22 @@ def in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share])
     other in a forked child meanwhile (which inherits the share: nothing is sent to it).
     A child that cannot fork, dies, or sends what does not read back has its share
     computed here: a failure costs time, never a different answer."""
+    return list(each_in_children(function, shares))
+
+
+def each_in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share]) -> Iterator[_Result]:
+    """`in_children`, each result given as soon as it is in (the first, computed here,
+    first), so that the caller can work on it while the later children still run. Every
+    child is reaped, also when the caller stops early."""
     children = [Forked.try_start(function, share) for share in shares[1:]]
-    results = [function(shares[0])] if shares else []
-    for child, share in zip(children, shares[1:]):
-        result = child.result() if child is not None else None
-        results.append(result if result is not None else function(share))
-    return results
+    try:
+        if shares:
+            yield function(shares[0])
+        for index, share in enumerate(shares[1:]):
+            child, children[index] = children[index], None
+            result = child.result() if child is not None else None
+            yield result if result is not None else function(share)
+    finally:
+        for child in children:
+            if child is not None:
+                child.result()  # unwanted: only reaped

@@ -20,7 +20,8 @@ building an Entry.
 A group is matched in two steps: planned (`GroupPlan`: the numbers, the collectives not
 settled at a glance judged, the P2P channels' pairs of rows; plain ints) and built (the
 matches, from the plan). With processes to spare, forked children plan a large job's
-groups while this process plans its share (`_plans_apart`); it builds every match.
+groups while this process plans its share (`_plans_apart`); it builds every match,
+each share's as it comes in.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
-from frtrace.load.forked import in_children, may_fork
+from frtrace.load.forked import each_in_children, may_fork
 from frtrace.load.layout import Layout, is_default_group
 from frtrace.model import (
     SHAPE_FIELDS,
@@ -1052,23 +1053,36 @@ def match(dumps: Sequence[RankDump], layout: Layout, dealt: Optional[DealtDumps]
     a large job's groups are planned in forked children meanwhile (`_plans_apart`): the
     same matches."""
     views = build_views(dumps, layout, dealt)
-    return _match_views(layout, views, _plans_apart(views, processes) if may_fork(processes) else None)
+    return _match_views(layout, views, _plans_apart(views, processes) if may_fork(processes) else ())
 
 
-def _match_views(layout: Layout, views: tuple[GroupView, ...],
-                 plans: Optional[dict[int, GroupPlan]] = None) -> MatchResult:
+def _match_views(layout: Layout, views: tuple[GroupView, ...], planned: Iterable[dict[int, GroupPlan]] = ()) -> MatchResult:
     """The matches of `views`, in their order, each group's built from its plan in
-    `plans` where there is one, else planned here."""
+    `planned` (group id -> plan, a share of the groups at a time) where there is one, else
+    planned here. Each share's matches are built as it comes in, while later shares may
+    still be planned elsewhere."""
     result = MatchResult(layout, views)
     # Keyed by object ids, so they must not outlive the entries: one per call.
     signature_cache: SignatureCache = {}
     op_keys = OpKeys()
-    plans = plans or {}
+    by_id = {view.group.id: view for view in views}
+    built: dict[int, tuple[list[CollectiveMatch], list[P2PMatch]]] = {}
+    for plans in planned:
+        for group_id, plan in plans.items():
+            view = by_id[group_id]
+            built[group_id] = (_built_collectives(view, plan.collectives), _built_p2p(view, plan.p2p))
     for view in views:
-        plan = plans.get(view.group.id) or _plan_group(view, signature_cache, op_keys)
-        result.collectives.extend(_built_collectives(view, plan.collectives))
-        result.p2p.extend(_built_p2p(view, plan.p2p))
+        done = built.pop(view.group.id, None)
+        collectives, p2p = done if done is not None else _built_group(view, signature_cache, op_keys)
+        result.collectives.extend(collectives)
+        result.p2p.extend(p2p)
     return result
+
+
+def _built_group(view: GroupView, signature_cache: SignatureCache,
+                 op_keys: OpKeys) -> tuple[list[CollectiveMatch], list[P2PMatch]]:
+    plan = _plan_group(view, signature_cache, op_keys)
+    return _built_collectives(view, plan.collectives), _built_p2p(view, plan.p2p)
 
 
 def _plan_group(view: GroupView, signature_cache: SignatureCache, op_keys: OpKeys) -> GroupPlan:
@@ -1085,22 +1099,20 @@ BUILD_SHARE = 0.3
 PLAN_ENTRIES_PER_CHILD = 250_000
 
 
-def _plans_apart(views: tuple[GroupView, ...], processes: int) -> dict[int, GroupPlan]:
-    """group id -> GroupPlan of every view, planned by up to `processes - 1` forked
-    children (which inherit the views; only the plans come back) and by this process,
-    which plans its share meanwhile: the share left once building every match, here and
-    alone, is counted as its work (BUILD_SHARE). A child that cannot fork, dies or sends
-    what does not read back has its groups planned here. Empty for a job too small to
-    share (PLAN_ENTRIES_PER_CHILD): `_match_views` then plans as it builds."""
+def _plans_apart(views: tuple[GroupView, ...], processes: int) -> Iterator[dict[int, GroupPlan]]:
+    """group id -> GroupPlan of every view, a share of the groups at a time, planned by up
+    to `processes - 1` forked children (which inherit the views; only the plans come
+    back) and by this process, which plans the first share meanwhile and then builds the
+    matches of each share as it comes in: building every match here is counted as its
+    work (BUILD_SHARE), so its own share is the smaller. A child that cannot fork, dies
+    or sends what does not read back has its groups planned here. Nothing for a job too
+    small to share (PLAN_ENTRIES_PER_CHILD): `_match_views` then plans as it builds."""
     work = {view.group.id: _work(view) for view in views}
     count = min(processes, sum(work.values()) // PLAN_ENTRIES_PER_CHILD)
     if count < 2:
-        return {}
+        return iter(())
     shares = _shares(views, work, count)
-    plans: dict[int, GroupPlan] = {}
-    for planned in in_children(_planned, [shares[0]] + [share for share in shares[1:] if share]):
-        plans.update(planned)
-    return plans
+    return each_in_children(_planned, [shares[0]] + [share for share in shares[1:] if share])
 
 
 def _work(view: GroupView) -> int:
