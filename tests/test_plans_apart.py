@@ -74,6 +74,11 @@ def test_groups_planned_in_children_match_as_here(spec, processes, planned_apart
     apart = match(dumps, layout, processes=processes)
     assert planned_apart and sum(planned_apart) <= len(apart.views)
     assert _as_values(apart) == _as_values(here)
+    for result in (here, apart):  # the index made while building is the one made of the lists
+        fresh = matcher.MatchIndex.of(result)
+        assert result.index.collectives_of == fresh.collectives_of and result.index.p2p_of == fresh.p2p_of
+        assert list(result.index.collectives_of) == list(fresh.collectives_of)
+        assert all(result.index.at.get((m.group_id, m.seq)) is m for m in result.collectives)
     assert here.collectives and (here.p2p or spec["fault"] is None or spec["fault"].group != "pp")
 
 

@@ -1071,11 +1071,19 @@ def _match_views(layout: Layout, views: tuple[GroupView, ...], planned: Iterable
         for group_id, plan in plans.items():
             view = by_id[group_id]
             built[group_id] = (_built_collectives(view, plan.collectives), _built_p2p(view, plan.p2p))
+    # The index (MatchIndex.of) is made of the groups' lists as they are built.
+    collectives_of: dict[int, list[CollectiveMatch]] = {}
+    p2p_of: dict[int, list[P2PMatch]] = {}
     for view in views:
         done = built.pop(view.group.id, None)
         collectives, p2p = done if done is not None else _built_group(view, signature_cache, op_keys)
         result.collectives.extend(collectives)
         result.p2p.extend(p2p)
+        if collectives:
+            collectives_of[view.group.id] = collectives
+        if p2p:
+            p2p_of[view.group.id] = p2p
+    result._index = MatchIndex(CollectiveLookup(collectives_of), collectives_of, p2p_of)
     return result
 
 
