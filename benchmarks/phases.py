@@ -55,6 +55,35 @@ def _memory_mb() -> dict:
     return out
 
 
+def _record_waits() -> dict:
+    """Wrap Forked.collect so that each wait for a child's result is added up by where the
+    main process waited (the nearest two callers outside load/forked.py): returns the dict
+    it fills, site -> [waits, seconds]."""
+    import sys as _sys
+
+    from frtrace.load import forked
+
+    waits: dict = {}
+    real = forked.Forked.collect
+
+    def collect(self):
+        frame, names = _sys._getframe(1), []
+        while frame is not None and len(names) < 2:
+            if not frame.f_code.co_filename.endswith("forked.py"):
+                names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        started = time.perf_counter()
+        try:
+            return real(self)
+        finally:
+            site = waits.setdefault(" < ".join(names), [0, 0.0])
+            site[0] += 1
+            site[1] = round(site[1] + time.perf_counter() - started, 4)
+
+    forked.Forked.collect = collect
+    return waits
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python benchmarks/phases.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("directory")
@@ -64,6 +93,9 @@ def main(argv=None) -> int:
     parser.add_argument("--profile-tail", type=int, default=0, metavar="N",
                         help="cProfile the main process after the last file (build to render) and print "
                              "the N costliest functions, by own and by cumulative time, on stderr")
+    parser.add_argument("--waits", action="store_true",
+                        help="time how long the main process waits for each forked child's result after the "
+                             "last file, by where it waits (JSON key waits_after_last_file)")
     args = parser.parse_args(argv)
     gc.disable()  # as frtrace's command line does (see frtrace/cli/analyse.py main)
 
@@ -87,6 +119,7 @@ def main(argv=None) -> int:
     loaded = load_dumps([args.directory], args.prefix, workers=args.workers,
                         on_dump=dealt.add)
     lap("load")
+    waits = _record_waits() if args.waits else None
     profiler = None
     if args.profile_tail:
         import cProfile
@@ -128,6 +161,7 @@ def main(argv=None) -> int:
         "status": diagnosis.status,
         "suspect_ranks": list(diagnosis.suspect_ranks),
         "report_bytes": len(report),
+        **({"waits_after_last_file": waits} if waits is not None else {}),
     }, sort_keys=True))
     return 0
 
