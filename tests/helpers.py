@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import re
 import struct
@@ -472,3 +473,19 @@ def forks_refused(monkeypatch) -> None:
         raise OSError("Resource temporarily unavailable")
 
     monkeypatch.setattr(forked.Forked, "start", refuse)
+
+
+def unreaped_children() -> list[int]:
+    """Our children that have exited and not been waited for (zombies)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] == "Z":
+            found.append(int(name))
+    return found

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from helpers import unreaped_children
 
 import frtrace.load.forked as forked
 from frtrace.load.forked import each_in_children, in_children
@@ -16,22 +17,6 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children
 
 def _square_with_pid(share: int) -> tuple[int, int]:
     return share * share, os.getpid()
-
-
-def _unreaped_children() -> list[int]:
-    """Our children that have exited and not been waited for (zombies)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] == "Z":
-            found.append(int(name))
-    return found
 
 
 def test_each_share_in_order_the_first_here_the_others_in_children():
@@ -56,7 +41,7 @@ def test_a_caller_that_stops_early_leaves_no_child_unreaped():
     assert next(results)[0] == 0
     results.close()
     time.sleep(0.3)  # time for any child left running to finish, and be left a zombie
-    assert _unreaped_children() == []
+    assert unreaped_children() == []
 
 
 def test_a_share_whose_child_cannot_fork_is_computed_here(monkeypatch):
@@ -66,3 +51,25 @@ def test_a_share_whose_child_cannot_fork_is_computed_here(monkeypatch):
     monkeypatch.setattr(forked.Forked, "start", refuse)
     results = list(each_in_children(_square_with_pid, [1, 2, 3]))
     assert results == [(1, os.getpid()), (4, os.getpid()), (9, os.getpid())]
+
+
+def test_every_child_is_reaped_once_the_results_are_taken():
+    assert [value for value, _ in each_in_children(_square_with_pid, list(range(6)))] == [0, 1, 4, 9, 16, 25]
+    time.sleep(0.3)
+    assert unreaped_children() == []
+
+
+def test_a_result_taken_without_waiting_for_the_child_to_exit():
+    child = forked.Forked.start(_square_with_pid, 7)
+    value, pid = child.result(wait=False)
+    assert value == 49 and pid == child.pid
+    child.reap()
+    child.reap()  # once is enough: a second asks nothing of the system
+    time.sleep(0.1)
+    assert unreaped_children() == []
+
+
+def test_a_child_that_sends_nothing_is_waited_for_to_say_why():
+    child = forked.Forked.start(os._exit, 3)
+    assert child.collect(wait=False) == (None, 3)
+    assert unreaped_children() == []

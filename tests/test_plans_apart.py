@@ -117,7 +117,7 @@ def test_no_fork_plans_every_group_here(monkeypatch):
 def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, planned_apart):
     real_collect = forked.Forked.collect
 
-    def failed(self):
+    def failed(self, wait=True):
         real_collect(self)
         if answer == "unreadable":
             raise pickle.UnpicklingError("unexpected posix.system in a child's result")

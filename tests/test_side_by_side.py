@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import time
 
 import pytest
-from helpers import analyse_dicts, forks_recorded, forks_refused
+from helpers import analyse_dicts, forks_recorded, forks_refused, unreaped_children
 
 import frtrace.diagnosis as diagnosis_package
 import frtrace.diagnosis.linking as linking
@@ -69,6 +70,8 @@ def test_rules_in_children_give_the_same_report(kind, group, forked_rules):
     assert forked_rules == []
     apart = diagnose(analysis, processes=len(COSTLY_FIRST) + 1)
     assert forked_rules == list(COSTLY_FIRST)
+    time.sleep(0.1)
+    assert unreaped_children() == []  # each child reaped, also those whose results came before they exited
     assert render_json(analysis, apart) == render_json(analysis, here)
     assert render_text(analysis, apart) == render_text(analysis, here)
     assert (apart.status, apart.suspect_ranks) != ("healthy", ()) or kind == "straggler"
@@ -99,7 +102,7 @@ def test_no_fork_runs_every_rule_here(monkeypatch):
 def test_a_child_that_dies_or_sends_nothing_has_its_rule_run_here(monkeypatch, forked_rules):
     real_collect = side_by_side.Forked.collect
 
-    def killed(self):  # say by the OOM killer: reaped, no result
+    def killed(self, wait=True):  # say by the OOM killer: reaped, no result
         real_collect(self)
         return None, -9
 
@@ -114,7 +117,7 @@ def test_a_child_that_dies_or_sends_nothing_has_its_rule_run_here(monkeypatch, f
 def test_a_result_that_does_not_read_back_has_its_rule_run_here(monkeypatch, forked_rules):
     real_collect = side_by_side.Forked.collect
 
-    def unreadable(self):
+    def unreadable(self, wait=True):
         real_collect(self)
         raise pickle.UnpicklingError("unexpected posix.system in a child's result")
 

@@ -47,11 +47,12 @@ _Answer = TypeVar("_Answer")
 class RuleRuns:
     """The rules of one diagnosis, some running in forked children (`started`)."""
 
-    __slots__ = ("_facts", "_children", "processes")
+    __slots__ = ("_facts", "_children", "_collected", "processes")
 
     def __init__(self, facts: Facts, children: dict[Rule, Forked[list[Finding]]], processes: int = 1) -> None:
         self._facts = facts
         self._children = children
+        self._collected: list[Forked[list[Finding]]] = []  # to reap (see close)
         self.processes = processes  # how many may run at once
 
     @classmethod
@@ -83,14 +84,21 @@ class RuleRuns:
     def findings(self, rule: Rule) -> list[Finding]:
         """`rule(facts)`: the child's result where one ran it, else run here."""
         child = self._children.pop(rule, None)
-        found = child.result() if child is not None else None
+        found = None
+        if child is not None:
+            self._collected.append(child)
+            found = child.result(wait=False)  # reaped in close, once it has given its memory back
         return found if found is not None else rule(self._facts)
 
     def close(self) -> None:
-        """Collect what is left (a diagnosis that stopped early): no child is left unwaited."""
+        """Collect what is left (a diagnosis that stopped early) and reap every child: no
+        child is left unwaited."""
         for child in self._children.values():
             child.result()  # unwanted: only reaped
         self._children.clear()
+        for child in self._collected:
+            child.reap()
+        self._collected.clear()
 
 
 def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: list[_Question], processes: int,

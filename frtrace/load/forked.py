@@ -41,11 +41,12 @@ class OwnResultUnpickler(pickle.Unpickler):
 class Forked(Generic[_Result]):
     """A forked child computing a function; `collect()` its result."""
 
-    __slots__ = ("pid", "_read_fd")
+    __slots__ = ("pid", "_read_fd", "_waited")
 
     def __init__(self, pid: int, read_fd: int) -> None:
         self.pid = pid
         self._read_fd = read_fd
+        self._waited = False
 
     @classmethod
     def start(cls, function: Callable[..., _Result], *args: object) -> Forked[_Result]:
@@ -81,25 +82,41 @@ class Forked(Generic[_Result]):
         except (OSError, AttributeError):
             return None
 
-    def collect(self) -> tuple[Optional[_Result], Optional[int]]:
+    def collect(self, wait: bool = True) -> tuple[Optional[_Result], Optional[int]]:
         """`(result, None)` once the child is done, or `(None, its exit code)` when it
-        died or sent nothing."""
+        died or sent nothing. Without `wait`, a child that sent its result and is still
+        exiting is not waited for: a child of a large process takes milliseconds to give
+        back its copy of the parent's memory, which `reap` waits for later."""
         with open(self._read_fd, "rb", closefd=True) as pipe:
             payload = pipe.read()  # before waiting: a large result would fill the pipe
-        _, status = os.waitpid(self.pid, 0)
+        exited, status = os.waitpid(self.pid, 0 if wait or not payload else os.WNOHANG)
+        if exited == 0:  # still exiting, its whole result sent (a cut one does not read back)
+            return OwnResultUnpickler(io.BytesIO(payload)).load(), None
+        self._waited = True
         exitcode = os.waitstatus_to_exitcode(status)
         if exitcode != 0 or not payload:
             return None, exitcode
         return OwnResultUnpickler(io.BytesIO(payload)).load(), None
 
-    def result(self) -> Optional[_Result]:
+    def result(self, wait: bool = True) -> Optional[_Result]:
         """The child's result once it is done; None when it died, sent nothing, or sent
-        what does not read back (work given to a child is then done by the caller)."""
+        what does not read back (work given to a child is then done by the caller).
+        `wait` as for `collect`."""
         try:
-            result, _ = self.collect()
+            result, _ = self.collect(wait)
         except (pickle.UnpicklingError, EOFError, OSError):
+            self.reap()
             return None
         return result
+
+    def reap(self) -> None:
+        """Wait for the child to be gone, if no one has yet (after `collect(wait=False)`)."""
+        if not self._waited:
+            self._waited = True
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:  # reaped already (by a test's stand-in, say)
+                pass
 
 
 _Share = TypeVar("_Share")
@@ -128,16 +145,23 @@ def in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share])
 def each_in_children(function: Callable[[_Share], _Result], shares: Sequence[_Share]) -> Iterator[_Result]:
     """`in_children`, each result given as soon as it is in (the first, computed here,
     first), so that the caller can work on it while the later children still run. Every
-    child is reaped, also when the caller stops early."""
+    child is reaped, also when the caller stops early; a child still exiting once its
+    result is in is reaped at the end."""
     children = [Forked.try_start(function, share) for share in shares[1:]]
+    collected: list[Forked[_Result]] = []
     try:
         if shares:
             yield function(shares[0])
         for index, share in enumerate(shares[1:]):
             child, children[index] = children[index], None
-            result = child.result() if child is not None else None
+            result = None
+            if child is not None:
+                collected.append(child)
+                result = child.result(wait=False)
             yield result if result is not None else function(share)
     finally:
         for child in children:
             if child is not None:
                 child.result()  # unwanted: only reaped
+        for child in collected:
+            child.reap()
