@@ -66,21 +66,34 @@ def _record_waits() -> dict:
     waits: dict = {}
     real = forked.Forked.collect
 
-    def collect(self):
+    def collect(self, wait=True):
         frame, names = _sys._getframe(1), []
         while frame is not None and len(names) < 2:
             if not frame.f_code.co_filename.endswith("forked.py"):
-                names.append(frame.f_code.co_name)
+                rule = frame.f_locals.get("rule") if frame.f_code.co_name == "findings" else None
+                names.append(frame.f_code.co_name + (f"({rule.__name__})" if callable(rule) else ""))
             frame = frame.f_back
         started = time.perf_counter()
         try:
-            return real(self)
+            return real(self, wait)
         finally:
             site = waits.setdefault(" < ".join(names), [0, 0.0])
             site[0] += 1
             site[1] = round(site[1] + time.perf_counter() - started, 4)
 
+    real_reap = forked.Forked.reap
+
+    def reap(self):
+        started = time.perf_counter()
+        try:
+            return real_reap(self)
+        finally:
+            site = waits.setdefault("reap (a child exiting)", [0, 0.0])
+            site[0] += 1
+            site[1] = round(site[1] + time.perf_counter() - started, 4)
+
     forked.Forked.collect = collect
+    forked.Forked.reap = reap
     return waits
 
 
