@@ -456,23 +456,30 @@ def deep_tuple_key_dump(depth: int, via_memo: bool = False) -> bytes:
 
 
 def forks_recorded(monkeypatch) -> list:
-    """Forked.start records what it was asked to run instead of forking: returns the list
-    (empty where nothing would have forked)."""
+    """Forked.start and Forked.start_each record what they were asked to run (one record
+    per child) instead of forking: returns the list (empty where nothing would have forked)."""
     from frtrace.load import forked
 
     started: list = []
     monkeypatch.setattr(forked.Forked, "start", lambda *args: started.append(args))
+
+    def start_each(function, shares):
+        started.extend((function, share) for share in shares)
+        return [None] * len(shares)
+
+    monkeypatch.setattr(forked.Forked, "start_each", start_each)
     return started
 
 
 def forks_refused(monkeypatch) -> None:
-    """Forked.start fails as fork does on a system out of processes."""
+    """Forked.start and Forked.start_each fail as fork does on a system out of processes."""
     from frtrace.load import forked
 
     def refuse(*_):
         raise OSError("Resource temporarily unavailable")
 
     monkeypatch.setattr(forked.Forked, "start", refuse)
+    monkeypatch.setattr(forked.Forked, "start_each", lambda function, shares: [None] * len(shares))
 
 
 def unreaped_children() -> list[int]:

@@ -49,6 +49,7 @@ def test_a_share_whose_child_cannot_fork_is_computed_here(monkeypatch):
         raise OSError("Resource temporarily unavailable")
 
     monkeypatch.setattr(forked.Forked, "start", refuse)
+    monkeypatch.setattr(forked.Forked, "start_each", lambda function, shares: [None] * len(shares))
     results = list(each_in_children(_square_with_pid, [1, 2, 3]))
     assert results == [(1, os.getpid()), (4, os.getpid()), (9, os.getpid())]
 
@@ -73,3 +74,52 @@ def test_a_child_that_sends_nothing_is_waited_for_to_say_why():
     child = forked.Forked.start(os._exit, 3)
     assert child.collect(wait=False) == (None, 3)
     assert unreaped_children() == []
+
+
+def _share_facts(share: int) -> tuple[int, int, int]:
+    return share * 3, os.getpid(), os.getppid()
+
+
+def test_the_children_are_forked_as_a_tree_this_process_forking_one():
+    here = os.getpid()
+    results = list(each_in_children(_share_facts, list(range(13))))
+    assert [value for value, _, _ in results] == [3 * share for share in range(13)]
+    pids = [pid for _, pid, _ in results]
+    assert pids[0] == here and len(set(pids)) == 13
+    parents = [parent for _, _, parent in results[1:]]
+    assert parents.count(here) == 1  # the first child only: it and its children fork the rest
+    time.sleep(0.3)
+    assert unreaped_children() == []
+
+
+def _dies_on_three(share: int) -> tuple[int, int, int]:
+    if share == 3 and os.getpid() != MAIN_PID:
+        os._exit(7)
+    return _share_facts(share)
+
+
+MAIN_PID = os.getpid()
+
+
+def test_a_share_whose_child_dies_is_computed_here():
+    assert os.getpid() == MAIN_PID  # the test runs in the process that imported it
+    results = list(each_in_children(_dies_on_three, list(range(8))))
+    assert [value for value, _, _ in results] == [3 * share for share in range(8)]
+    assert results[3][1] == MAIN_PID and results[2][1] != MAIN_PID and results[4][1] != MAIN_PID
+    time.sleep(0.3)
+    assert unreaped_children() == []
+
+
+def test_a_child_that_cannot_fork_its_part_computes_it_itself(monkeypatch):
+    real_fork, forks = os.fork, []
+
+    def first_only():  # in this process the first fork succeeds; in the child every later one fails
+        if forks:
+            raise OSError("Resource temporarily unavailable")
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", first_only)
+    results = list(each_in_children(_share_facts, list(range(6))))
+    assert [value for value, _, _ in results] == [3 * share for share in range(6)]
+    assert len({pid for _, pid, _ in results[1:]}) == 1 and results[1][1] != os.getpid()

@@ -53,13 +53,13 @@ def planned_apart(monkeypatch):
     monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     monkeypatch.setattr(matcher, "PLAN_ENTRIES_PER_CHILD", 1)
     started = []
-    real_start = forked.Forked.start
+    real_start_each = forked.Forked.start_each
 
-    def start(function, views):
-        started.append(len(views))
-        return real_start(function, views)
+    def start_each(function, shares):
+        started.extend(len(views) for views in shares)
+        return real_start_each(function, shares)
 
-    monkeypatch.setattr(forked.Forked, "start", start)
+    monkeypatch.setattr(forked.Forked, "start_each", start_each)
     return started
 
 
@@ -118,7 +118,7 @@ def test_a_child_that_fails_has_its_groups_planned_here(answer, monkeypatch, pla
     real_collect = forked.Forked.collect
 
     def failed(self, wait=True):
-        real_collect(self)
+        real_collect(self, wait)
         if answer == "unreadable":
             raise pickle.UnpicklingError("unexpected posix.system in a child's result")
         return None, -9

@@ -51,15 +51,17 @@ def forked_rules(monkeypatch):
     started.questions = []
     real_start = side_by_side.Forked.start
 
-    def start(function, argument):
-        rule = getattr(function, "func", function)  # the costliest rule is given its processes
-        if rule in COSTLY_FIRST:
-            started.append(rule)
-        else:
-            started.questions.append(len(argument))
-        return real_start(function, argument)
+    real_start_each = side_by_side.Forked.start_each
 
-    monkeypatch.setattr(side_by_side.Forked, "start", start)
+    def start_each(function, shares):
+        if getattr(function, "func", None) is side_by_side._run_on:  # the rules
+            # the costliest rule is given its processes (a partial of the rule)
+            started.extend(getattr(work, "func", work) for work in shares)
+        else:  # the went-past questions' runs
+            started.questions.extend(len(share) for share in shares)
+        return real_start_each(function, shares)
+
+    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
     return started
 
 
@@ -103,7 +105,7 @@ def test_a_child_that_dies_or_sends_nothing_has_its_rule_run_here(monkeypatch, f
     real_collect = side_by_side.Forked.collect
 
     def killed(self, wait=True):  # say by the OOM killer: reaped, no result
-        real_collect(self)
+        real_collect(self, wait)
         return None, -9
 
     monkeypatch.setattr(side_by_side.Forked, "collect", killed)
@@ -118,7 +120,7 @@ def test_a_result_that_does_not_read_back_has_its_rule_run_here(monkeypatch, for
     real_collect = side_by_side.Forked.collect
 
     def unreadable(self, wait=True):
-        real_collect(self)
+        real_collect(self, wait)
         raise pickle.UnpicklingError("unexpected posix.system in a child's result")
 
     monkeypatch.setattr(side_by_side.Forked, "collect", unreadable)
@@ -178,13 +180,13 @@ def test_the_stragglers_sampling_shared_out_finds_the_same_straggler(seed, monke
 
     monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     shares = []
-    real_start = side_by_side.Forked.start
+    real_start_each = side_by_side.Forked.start_each
 
-    def start(function, argument):
-        shares.append(argument)
-        return real_start(function, argument)
+    def start_each(function, parts):
+        shares.extend(parts)
+        return real_start_each(function, parts)
 
-    monkeypatch.setattr(side_by_side.Forked, "start", start)
+    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
     facts = Facts.of(_job("straggler", "tp", seed=seed))
     here = stragglers.late_arrivals(facts)
     assert here and here[0].suspect_ranks == (5,)

@@ -58,7 +58,7 @@ class RuleRuns:
     @classmethod
     def start(cls, facts: Facts, costly_first: Sequence[Rule], processes: int,
               spread: Optional[SpreadRule] = None) -> "RuleRuns":
-        """Fork a child for each of the first `processes - 1` rules of `costly_first`
+        """A forked child for each of the first `processes - 1` rules of `costly_first`
         (this process is the last one), when the job is large enough to pay for it. The
         rule `spread`, where it is one of them, is given the processes no other child
         takes, and at least half of them: it is the longest by far (the stragglers'
@@ -66,14 +66,12 @@ class RuleRuns:
         children: dict[Rule, Forked[list[Finding]]] = {}
         if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
             forked = costly_first[:processes - 1]
-            for rule in forked:
-                work: Callable[[Facts], list[Finding]] = rule
-                if spread is not None and rule is spread:
-                    work = partial(spread, processes=max(processes - len(forked), processes // 2))
-                child = Forked.try_start(work, facts)
-                if child is None:
-                    break
-                children[rule] = child
+            works: list[Callable[[Facts], list[Finding]]] = [
+                partial(spread, processes=max(processes - len(forked), processes // 2))
+                if spread is not None and rule is spread else rule for rule in forked]
+            # Forked as a tree (start_each): this process forks one child, not one per rule.
+            started = Forked.start_each(partial(_run_on, facts), works)
+            children = {rule: child for rule, child in zip(forked, started) if child is not None}
         return cls(facts, children, processes)
 
     @property
@@ -99,6 +97,10 @@ class RuleRuns:
         for child in self._collected:
             child.reap()
         self._collected.clear()
+
+
+def _run_on(facts: Facts, work: Callable[[Facts], list[Finding]]) -> list[Finding]:
+    return work(facts)
 
 
 def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: list[_Question], processes: int,
