@@ -204,6 +204,41 @@ def test_the_stragglers_shares_hold_every_group_once_in_order():
 
     views = Facts.of(_job("hang", "tp", seed=1)).device.views
     for parts in (1, 2, 3, 8, len(views), len(views) + 5):
-        shares = stragglers._shares(views, parts)
+        shares = side_by_side.view_shares(views, parts)
         assert [view for share in shares for view in share] == list(views)
         assert 1 <= len(shares) <= min(parts, len(views))
+
+
+def _a2a_mismatch_job():
+    """A healthy job whose rank 5 says, in one MoE all_to_all of its DP group, that it
+    received more than its peers sent it."""
+    job = generate(32, 2, 4, steps=4, timing=True, seed=5)
+    dumps = dict(job.dumps)
+    exchanges = [e for e in dumps[5]["entries"] if e["profiling_name"].endswith("all_to_all_single")]
+    exchanges[-2]["output_sizes"][0][0] += 7
+    analysis, _ = analyse_dicts(dumps, render=False)
+    return analysis
+
+
+def test_the_all_to_all_sizes_shared_out_find_the_same_mismatch(monkeypatch):
+    """The second costliest rule judges its groups in shares too: the same findings."""
+    from frtrace.diagnosis import all_to_all
+
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    shares = []
+    real_start_each = side_by_side.Forked.start_each
+
+    def start_each(function, parts):
+        shares.extend(parts)
+        return real_start_each(function, parts)
+
+    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
+    facts = Facts.of(_a2a_mismatch_job())
+    here = all_to_all.exchange_mismatches(facts)
+    assert [f.rule for f in here] == ["all_to_all.totals"] and 5 in here[0].ranks
+    assert shares == []
+    for processes in (2, 3, 8):
+        shares.clear()
+        apart = all_to_all.exchange_mismatches(facts, processes)
+        assert len(shares) == min(processes, 8) - 1  # eight DP groups hold all_to_alls
+        assert [dataclasses.astuple(f) for f in apart] == [dataclasses.astuple(f) for f in here]

@@ -76,7 +76,7 @@ def diagnose(analysis: Analysis, processes: int = 1) -> Diagnosis:
     and its went-past questions are shared out (side_by_side.py): the same findings
     either way."""
     facts = Facts.of(analysis)
-    runs = RuleRuns.start(facts, COSTLY_FIRST, processes, spread=late_arrivals)
+    runs = RuleRuns.start(facts, COSTLY_FIRST, processes, spread=(late_arrivals, exchange_mismatches))
     try:
         return _diagnose(facts, runs)
     finally:

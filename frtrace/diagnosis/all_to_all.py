@@ -21,11 +21,13 @@ missing) are checked: a member nobody knows of would make the totals differ.
 from __future__ import annotations
 
 import operator
+from functools import partial
 from itertools import compress, count, repeat
 from typing import Any, NamedTuple, Optional, Sequence
 
 from frtrace.diagnosis.facts import Facts, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
+from frtrace.diagnosis.side_by_side import by_views
 from frtrace.match.matcher import CollectiveMatch, GroupView
 from frtrace.model import Shapes, numel
 from frtrace.table.entry_table import StaticRow
@@ -52,18 +54,24 @@ class _Sizes:
             self.from_each = tuple(numel((shape,)) for shape in shapes.output_sizes)
 
 
-def exchange_mismatches(facts: Facts) -> list[Finding]:
-    """The rule (see module docstring)."""
+def exchange_mismatches(facts: Facts, processes: int = 1) -> list[Finding]:
+    """The rule (see module docstring). With `processes` above 1 the groups are judged in
+    shares at once, each other than the first in a forked child (`side_by_side.by_views`):
+    the same findings, in the same order."""
     layout = facts.analysis.layout
     # The groups each rank's table holds an all_to_all of (a look at its few static rows
     # spares the rest of the rule most groups).
     holding = {dump.rank: {static.pg_name for static in dump.entries.statics_in_use() if static.name.op in A2A_OPS}
                for dump in facts.seen}
+    views = [view for view in facts.device.views if _may_hold_one(view, layout.ranks_missing, holding)]
+    return [finding for part in by_views(partial(_mismatches_in, facts), views, processes) for finding in part]
+
+
+def _mismatches_in(facts: Facts, views: Sequence[GroupView]) -> list[Finding]:
+    """The finding of each of `views` whose exchanges do not add up, in their order."""
     findings = []
-    for view in facts.device.views:
+    for view in views:
         group = view.group
-        if not _may_hold_one(view, layout.ranks_missing, holding):
-            continue
         seqs = _to_judge(view)
         matches = [m for m in map(facts.index.at.get, ((group.id, seq) for seq in seqs))
                    if m is not None and _whole(m, group.size)]

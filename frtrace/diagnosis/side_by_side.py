@@ -13,7 +13,8 @@ records only (`OwnResultUnpickler`). A child that fails (no fork, killed, a resu
 will not read back) costs only time: its rule then runs here.
 
 `shared_out` does the same for many like questions (linking's went-past questions): it
-answers them in runs, one here and each other in a child, in their order.
+answers them in runs, one here and each other in a child, in their order; `by_views`
+for a rule's groups (the longest rules share theirs out again in their own child).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Callable, Optional, Protocol, Sequence, TypeVar
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
 from frtrace.load.forked import Forked, in_children, may_fork
+from frtrace.match.matcher import GroupView
 
 Rule = Callable[[Facts], list[Finding]]
 
@@ -57,18 +59,20 @@ class RuleRuns:
 
     @classmethod
     def start(cls, facts: Facts, costly_first: Sequence[Rule], processes: int,
-              spread: Optional[SpreadRule] = None) -> "RuleRuns":
+              spread: Sequence[SpreadRule] = ()) -> "RuleRuns":
         """A forked child for each of the first `processes - 1` rules of `costly_first`
         (this process is the last one), when the job is large enough to pay for it. The
-        rule `spread`, where it is one of them, is given the processes no other child
-        takes, and at least half of them: it is the longest by far (the stragglers'
-        sampling), and its child shares its work out again."""
+        rules in `spread` (the longest by far: the stragglers' sampling and the
+        all_to_all sizes, a group at a time), where among them, share the processes no
+        other child takes, and at least a quarter of them between them: each child shares
+        its rule's groups out again."""
         children: dict[Rule, Forked[list[Finding]]] = {}
         if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
             forked = costly_first[:processes - 1]
+            spreading = {id(wide): wide for wide in spread if any(rule is wide for rule in forked)}
+            each = max(1 + (processes - len(forked)) // max(1, len(spreading)), processes // (4 * max(1, len(spreading))))
             works: list[Callable[[Facts], list[Finding]]] = [
-                partial(spread, processes=max(processes - len(forked), processes // 2))
-                if spread is not None and rule is spread else rule for rule in forked]
+                partial(spreading[id(rule)], processes=each) if id(rule) in spreading else rule for rule in forked]
             # Forked as a tree (start_each): this process forks one child, not one per rule.
             started = Forked.start_each(partial(_run_on, facts), works)
             children = {rule: child for rule, child in zip(forked, started) if child is not None}
@@ -116,6 +120,30 @@ def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: li
     size = -(-len(questions) // runs)
     shares = [questions[start:start + size] for start in range(0, len(questions), size)]
     return [found for answered in in_children(answer, shares) for found in answered]
+
+
+def by_views(answer: Callable[[Sequence[GroupView]], _Answer], views: Sequence[GroupView],
+             processes: int) -> list[_Answer]:
+    """`answer` of `views` cut into at most `processes` runs of about as many members (what
+    a rule that reads each member's entries of a group costs), in their order: the first
+    answered here, each other in a forked child meanwhile (`in_children`). One run, here,
+    where a fork may not pay (`may_fork`)."""
+    if not may_fork(processes) or len(views) < 2:
+        return [answer(views)]
+    return in_children(answer, view_shares(views, processes))
+
+
+def view_shares(views: Sequence[GroupView], parts: int) -> list[list[GroupView]]:
+    """`views` cut into at most `parts` runs of about as many members, in their order."""
+    total = sum(len(view.streams) for view in views)
+    shares: list[list[GroupView]] = [[]]
+    size = 0
+    for view in views:
+        if size * parts >= total * len(shares) and len(shares) < parts:
+            shares.append([])
+        shares[-1].append(view)
+        size += len(view.streams)
+    return [share for share in shares if share]
 
 
 def _entries(facts: Facts) -> int:

@@ -22,7 +22,7 @@ from typing import NamedTuple, Sequence
 from frtrace.diagnosis.facts import Facts, new_finding, took_part_unrecorded
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.sampling import first_value_columns
-from frtrace.load.forked import in_children, may_fork
+from frtrace.diagnosis.side_by_side import by_views
 from frtrace.match.matcher import CollectiveMatch, GroupView
 from frtrace.table.rank_dump import clocks_compare
 from frtrace.wording import ranks_text
@@ -35,7 +35,7 @@ STRAGGLER_SAMPLE_PER_GROUP = 64
 def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
     """The rule: ranks late to most of the collectives they were sampled in. With
     `processes` above 1 the groups are sampled in shares at once, each other than the
-    first in a forked child (`load.forked.in_children`): the same finding, sooner."""
+    first in a forked child (`side_by_side.by_views`): the same finding, sooner."""
     if not clocks_compare(facts.seen):
         return []  # each host's CUPTI clock has its own origin: lateness would be that offset
     typical, lateness = _typical_lateness(_samples(facts, processes))
@@ -68,14 +68,13 @@ class Samples(NamedTuple):
 
 def _samples(facts: Facts, processes: int) -> Samples:
     """The Samples of every group: in `processes` shares of the groups at once, where a
-    fork may pay (load.forked.may_fork), merged in the groups' order. A rank's statistics
-    below do not depend on the order of its samples."""
-    views = facts.device.views
-    shares = _shares(views, processes) if may_fork(processes) else [list(views)]
-    if len(shares) == 1:
-        return _samples_of_views(facts, views)
+    fork may pay (`side_by_side.by_views`), merged in the groups' order. A rank's
+    statistics below do not depend on the order of its samples."""
+    parts = by_views(partial(_samples_of_views, facts), facts.device.views, processes)
+    if len(parts) == 1:
+        return parts[0]
     merged = Samples({}, {}, set())
-    for part in in_children(partial(_samples_of_views, facts), shares):
+    for part in parts:
         for rank, values in part.of_rank.items():
             if rank in merged.of_rank:
                 merged.of_rank[rank] += values
@@ -85,20 +84,6 @@ def _samples(facts: Facts, processes: int) -> Samples:
             merged.groups_of[rank] = merged.groups_of.get(rank, 0) + count
         merged.in_wide_group.update(part.in_wide_group)
     return merged
-
-
-def _shares(views: Sequence[GroupView], parts: int) -> list[list[GroupView]]:
-    """`views` cut into at most `parts` runs of about as many members (what sampling
-    costs), in their order."""
-    total = sum(len(view.streams) for view in views)
-    shares: list[list[GroupView]] = [[]]
-    size = 0
-    for view in views:
-        if size * parts >= total * len(shares) and len(shares) < parts:
-            shares.append([])
-        shares[-1].append(view)
-        size += len(view.streams)
-    return [share for share in shares if share]
 
 
 def _samples_of_views(facts: Facts, views: Sequence[GroupView]) -> Samples:
