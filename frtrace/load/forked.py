@@ -2,10 +2,12 @@
 
 Takes a function and its arguments; `Forked.start` forks a child computing it and returns
 a handle, whose `collect()` returns `(result, None)`, or `(None, exit code)` when the
-child died or sent nothing. `in_children` computes a function of several shares of work
-at once, one here and each other in a child (the matcher's groups, the diagnosis's
-went-past questions). The loader decodes in one, so that a pickle which crashes the
-decoder costs one file and not the process (load/loader.py).
+child died or sent nothing. `in_children` (and `each_in_children`, which gives each result
+as it comes in) computes a function of several shares of work at once, one here and each
+other in a child (the matcher's groups, the diagnosis's went-past questions, a rule's
+groups), the children forked as a tree (`Forked.start_each`) so that this process forks
+once. The loader decodes in one, so that a pickle which crashes the decoder costs one file
+and not the process (load/loader.py).
 
 The child is this program working on data it has checked: its pickle of the result is
 read back allowing frtrace's own records only (`OwnResultUnpickler`), never another
