@@ -242,3 +242,25 @@ def test_the_all_to_all_sizes_shared_out_find_the_same_mismatch(monkeypatch):
         apart = all_to_all.exchange_mismatches(facts, processes)
         assert len(shares) == min(processes, 8) - 1  # eight DP groups hold all_to_alls
         assert [dataclasses.astuple(f) for f in apart] == [dataclasses.astuple(f) for f in here]
+
+
+@pytest.mark.parametrize("processes,each", [(16, 5), (8, 2), (4, 1)])
+def test_the_two_longest_rules_share_the_processes_left(processes, each, monkeypatch):
+    """Sixteen processes: seven rule children and this process leave eight, shared by the
+    stragglers' sampling and the all_to_all sizes (five each, their own child included)."""
+    from frtrace.diagnosis.all_to_all import exchange_mismatches
+    from frtrace.diagnosis.stragglers import late_arrivals
+
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    given = {}
+
+    def start_each(function, works):
+        given.update((getattr(work, "func", work), getattr(work, "keywords", {}).get("processes")) for work in works)
+        return [None] * len(works)  # run here
+
+    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
+    facts = Facts.of(_job("hang", "tp", seed=1))
+    side_by_side.RuleRuns.start(facts, COSTLY_FIRST, processes, spread=(late_arrivals, exchange_mismatches))
+    assert list(given) == list(COSTLY_FIRST[:processes - 1])
+    assert given[late_arrivals] == each and given[exchange_mismatches] == each
+    assert all(count is None for rule, count in given.items() if rule not in (late_arrivals, exchange_mismatches))

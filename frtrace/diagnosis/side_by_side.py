@@ -64,13 +64,14 @@ class RuleRuns:
         (this process is the last one), when the job is large enough to pay for it. The
         rules in `spread` (the longest by far: the stragglers' sampling and the
         all_to_all sizes, a group at a time), where among them, share the processes no
-        other child takes, and at least a quarter of them between them: each child shares
-        its rule's groups out again."""
+        other child takes, and at least half of them between them: each child shares its
+        rule's groups out again."""
         children: dict[Rule, Forked[list[Finding]]] = {}
         if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
             forked = costly_first[:processes - 1]
-            spreading = {id(wide): wide for wide in spread if any(rule is wide for rule in forked)}
-            each = max(1 + (processes - len(forked)) // max(1, len(spreading)), processes // (4 * max(1, len(spreading))))
+            spreading = {id(rule): rule for rule in spread if any(rule is run for run in forked)}
+            among = max(1, len(spreading))
+            each = max(1 + (processes - len(forked)) // among, processes // (2 * among))
             works: list[Callable[[Facts], list[Finding]]] = [
                 partial(spreading[id(rule)], processes=each) if id(rule) in spreading else rule for rule in forked]
             # Forked as a tree (start_each): this process forks one child, not one per rule.
