@@ -172,21 +172,27 @@ def test_below_four_processes_nothing_forks(monkeypatch):
     assert started == []
 
 
+@pytest.fixture
+def shares(monkeypatch):
+    """Fork at 2 processes and up, and list each share of work given to a child."""
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    given: list = []
+    real_start_each = side_by_side.Forked.start_each
+
+    def start_each(function, parts):
+        given.extend(parts)
+        return real_start_each(function, parts)
+
+    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
+    return given
+
+
 @pytest.mark.parametrize("seed", [1, 2])
-def test_the_stragglers_sampling_shared_out_finds_the_same_straggler(seed, monkeypatch):
+def test_the_stragglers_sampling_shared_out_finds_the_same_straggler(seed, shares):
     """The costliest rule samples its groups in shares, each other than the first in a
     forked child, and merges what they found: the same finding as sampling them here."""
     from frtrace.diagnosis import stragglers
 
-    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
-    shares = []
-    real_start_each = side_by_side.Forked.start_each
-
-    def start_each(function, parts):
-        shares.extend(parts)
-        return real_start_each(function, parts)
-
-    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
     facts = Facts.of(_job("straggler", "tp", seed=seed))
     here = stragglers.late_arrivals(facts)
     assert here and here[0].suspect_ranks == (5,)
@@ -220,19 +226,10 @@ def _a2a_mismatch_job():
     return analysis
 
 
-def test_the_all_to_all_sizes_shared_out_find_the_same_mismatch(monkeypatch):
+def test_the_all_to_all_sizes_shared_out_find_the_same_mismatch(shares):
     """The second costliest rule judges its groups in shares too: the same findings."""
     from frtrace.diagnosis import all_to_all
 
-    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
-    shares = []
-    real_start_each = side_by_side.Forked.start_each
-
-    def start_each(function, parts):
-        shares.extend(parts)
-        return real_start_each(function, parts)
-
-    monkeypatch.setattr(side_by_side.Forked, "start_each", start_each)
     facts = Facts.of(_a2a_mismatch_job())
     here = all_to_all.exchange_mismatches(facts)
     assert [f.rule for f in here] == ["all_to_all.totals"] and 5 in here[0].ranks
