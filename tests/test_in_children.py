@@ -9,7 +9,7 @@ import time
 import pytest
 from helpers import unreaped_children
 
-import frtrace.load.forked as forked
+from frtrace.load import forked
 from frtrace.load.forked import each_in_children, in_children
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")

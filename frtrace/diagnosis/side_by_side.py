@@ -20,7 +20,7 @@ for a rule's groups (the longest rules share theirs out again in their own child
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Optional, Protocol, Sequence, TypeVar
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
