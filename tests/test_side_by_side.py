@@ -49,13 +49,11 @@ def forked_rules(monkeypatch):
     monkeypatch.setattr(side_by_side, "QUESTIONS_PER_RUN", 1)
     started = Started()
     started.questions = []
-    real_start = side_by_side.Forked.start
-
     real_start_each = side_by_side.Forked.start_each
 
     def start_each(function, shares):
         if getattr(function, "func", None) is side_by_side._run_on:  # the rules
-            # the costliest rule is given its processes (a partial of the rule)
+            # the two longest rules are given their processes (a partial of the rule)
             started.extend(getattr(work, "func", work) for work in shares)
         else:  # the went-past questions' runs
             started.questions.extend(len(share) for share in shares)
@@ -205,9 +203,7 @@ def test_the_stragglers_sampling_shared_out_finds_the_same_straggler(seed, share
     assert stragglers._typical_lateness(stragglers._samples(facts, 5)) == typical_here
 
 
-def test_the_stragglers_shares_hold_every_group_once_in_order():
-    from frtrace.diagnosis import stragglers
-
+def test_view_shares_hold_every_group_once_in_order():
     views = Facts.of(_job("hang", "tp", seed=1)).device.views
     for parts in (1, 2, 3, 8, len(views), len(views) + 5):
         shares = side_by_side.view_shares(views, parts)
