@@ -295,3 +295,30 @@ def test_the_same_op_past_its_timeout_is_a_hang(tmp_path):
                          fault=Fault("in_flight", rank=0, group="tp", step=2))
     assert synth_job.truth["status"] == "faults" and synth_job.truth["fault_kind"] == "stuck"
     assert_truth(tmp_path, synth_job)
+
+
+# --------------------------------------------------------------------------- one TP pair per stage
+
+
+@pytest.mark.parametrize("world, pp, p2p, seed, culprit, step, lookahead, buffer", [
+    (8, 4, "plain", 28, 7, 1, 4, 2000), (16, 8, "batched", 53, 14, 2, 0, 2000), (16, 8, "mixed", 56, 14, 1, 0, 150)])
+def test_a_tp_skip_with_one_tp_pair_per_stage_names_the_rank_that_skipped(tmp_path, world, pp, p2p, seed, culprit,
+                                                                           step, lookahead, buffer):
+    # TP 2, one replica, timing off: the pair splits one against one, and the rank that
+    # skipped waits in the next stage op (an all_reduce of the pipeline group its peers
+    # there have not reached), which waits round a circle back to its partner: the same
+    # two splits as the partner going ahead. Its own earlier step shows the op came right
+    # after the TP op it issued last, and went on as it goes on now: it skipped it (the
+    # partner was named before).
+    synth_job = generate(world, tp=2, pp=pp, steps=3, p2p=p2p, timing=False, lookahead=lookahead, buffer_size=buffer,
+                         seed=seed, fault=Fault("skip_op", rank=culprit, group="tp", step=step), **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    report = assert_truth(tmp_path, synth_job)
+    root = next(f for f in report["findings"] if f["root_cause"] and f["suspect_ranks"])
+    assert root["rule"] == "divergence.never_issued" and str(culprit) in root["evidence"]["went_past"]
+
+
+@pytest.mark.parametrize("world, pp, p2p, seed, lookahead", [(8, 4, "plain", 28, 4), (16, 8, "batched", 53, 0)])
+def test_its_healthy_twin_stays_healthy(tmp_path, world, pp, p2p, seed, lookahead):
+    synth_job = generate(world, tp=2, pp=pp, steps=3, p2p=p2p, timing=False, lookahead=lookahead, seed=seed, **FAITHFUL)
+    assert_truth(tmp_path, synth_job)

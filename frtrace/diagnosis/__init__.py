@@ -17,6 +17,7 @@ The rules, one module per question, run in this order:
     p2p_sizes.mismatched_pairs    per P2P channel: a send and its recv that move different sizes or dtypes
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     same_pair.one_finding_per_pair  one root finding per P2P pair that two rules explain
+    divergence.skipped_not_ahead  an even split read as going ahead, whose absent ranks' own programs show they skipped the op
     linking.link_consequences     across groups: roots, and the findings that follow from them
     entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
     unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
@@ -33,7 +34,7 @@ from __future__ import annotations
 from typing import Callable
 
 from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
-from frtrace.diagnosis.divergence import divergences
+from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, P2PEnds, WentPast
@@ -87,12 +88,14 @@ def _diagnose(facts: Facts, runs: RuleRuns) -> Diagnosis:
     # The rules this process runs first, then the children's: their results come meanwhile.
     found = {rule: runs.findings(rule) for rule in sorted(FINDING_RULES, key=lambda r: r in runs.started)}
     findings = one_finding_per_pair(absorb_stuck([finding for rule in FINDING_RULES for finding in found[rule]]))
+    went_past = _went_past_judge(facts, runs.processes)
+    findings = skipped_not_ahead(facts, findings, went_past)
     if not clocks_compare(facts.seen):
         for finding in findings:
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
-    link_consequences(findings, _went_past_judge(facts, runs.processes), facts.waits)
+    link_consequences(findings, went_past, facts.waits)
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)

@@ -16,6 +16,7 @@ from typing import Any, Container, Optional
 from frtrace.diagnosis.entry_checks import contradiction, trusted_size
 from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
+from frtrace.diagnosis.linking import WentPastJudge
 from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, Signature, batch_signature
 from frtrace.model import Entry
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
@@ -323,6 +324,29 @@ def went_ahead(view: GroupView, match: CollectiveMatch, tie: bool) -> Finding:
         evidence=evidence, waiting_ranks=issued, age_ns=oldest_created(match), absent_ranks=missing,
         call_entries=_call_entries(peer_entry, last_entry(view, missing[0])),
     )
+
+
+def skipped_not_ahead(facts: Facts, findings: list[Finding], went_past: WentPastJudge) -> list[Finding]:
+    """`findings`, where an even split read as ranks going ahead (`went_ahead`: the ranks
+    that did not arrive wait in another op, for the ranks that did) has its absent ranks
+    shown by their own programs to have gone past the op: they skipped it, and the ranks
+    that issued it wait for them (`never_issued`). A rank that skipped an op and went on
+    to an op of another group that its peers there have not reached makes the same two
+    splits as a rank that went ahead would: its program tells which."""
+    ties = [f for f in findings if f.rule == "divergence.went_ahead" and "tie_broken_by" in f.facts
+            and f.group_id is not None and f.collective_seq_id is not None]
+    if not ties:
+        return findings
+    instead: dict[int, Finding] = {}
+    for finding, gone in zip(ties, went_past([(f, f.absent_ranks) for f in ties])):
+        if set(gone) != set(finding.absent_ranks) or not all(past.confirmed for past in gone.values()):
+            continue
+        assert finding.group_id is not None and finding.collective_seq_id is not None
+        view = facts.device.views[finding.group_id]
+        match = facts.index.at.get((finding.group_id, finding.collective_seq_id))
+        if match is not None:
+            instead[id(finding)] = never_issued(facts, view, match, True, facts.siblings_of(view).any_ran(match.seq))
+    return [instead.get(id(finding), finding) for finding in findings]
 
 
 def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: bool, siblings_have_it: bool) -> Finding:

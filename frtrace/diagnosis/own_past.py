@@ -38,18 +38,28 @@ def past_says_skipped(program: Programs, rank: int, channel: list[int], op_form:
     if not whole:
         return None  # no stretch of its past can be compared with an unfinished one
     tries = 0
+    last_form = program.form_at(rank, channel[-1])
     for j in range(len(channel) - 1, 0, -1):
         if tries == HISTORY_TRIES:
             break
         if op_form is not None and form_of(program.token(rank, channel[j])) != op_form:
             continue
         tries += 1
+        # The stretch that led up to that op began after an op on the channel like the
+        # rank's last one there: it is where the rank stands now in an earlier step.
+        aligned = program.form_at(rank, channel[j - 1]) == last_form
         before, complete = program.forms_from(rank, program.following(rank, channel[j - 1]), channel[j], HISTORY_SPAN, now)
+        if not complete or now[:len(before)] != before[:len(now)]:
+            continue
         # Nothing led up to that op (it came right after the one before it on the
-        # channel): any stretch starts like that, and tells nothing of where the op comes.
-        if not complete or not before or now[:len(before)] != before[:len(now)]:
+        # channel): any stretch starts like that, so it tells where the op comes only
+        # where that one was like the rank's last op on the channel and unlike the op
+        # (ops alike in a row, a ring's steps, leave the place open).
+        if not before and (not aligned or last_form == form_of(program.token(rank, channel[j]))):
             continue
         if len(now) <= len(before):
+            if not aligned:
+                continue  # a stretch after another kind of op: another place in the step
             return None  # still on the stretch that leads up to the op: behind
         after, _ = program.forms_from(rank, program.following(rank, channel[j]), end, len(now) - len(before))
         if now[len(before):] == after:

@@ -140,7 +140,8 @@ def _strict_past_says_skipped(program: Programs, finding: Finding, rank: int,
     """A rank whose like ranks split: only turns on a P2P channel, or its past op by op."""
     if finding.kind == "p2p_unmatched":
         return finding_turns_say_skipped(program, finding, rank)
-    return neighbours_say_skipped(program, rank, channel_positions(program, finding, rank), op_form)
+    channel = channel_positions(program, finding, rank)
+    return neighbours_say_skipped(program, rank, channel, op_form) or past_says_skipped(program, rank, channel, op_form)
 
 
 def _add(found: dict[int, WentPast], rank: int, past: Optional[WentPast]) -> None:
