@@ -322,3 +322,15 @@ def test_a_tp_skip_with_one_tp_pair_per_stage_names_the_rank_that_skipped(tmp_pa
 def test_its_healthy_twin_stays_healthy(tmp_path, world, pp, p2p, seed, lookahead):
     synth_job = generate(world, tp=2, pp=pp, steps=3, p2p=p2p, timing=False, lookahead=lookahead, seed=seed, **FAITHFUL)
     assert_truth(tmp_path, synth_job)
+
+
+def test_an_only_active_tp_skip_circle_names_the_rank_blamed_in_two_groups(tmp_path):
+    # Only active entries, TP 2 x PP 2 x DP 4: rank 10 skips a TP all_reduce and goes on to
+    # the pipeline group's all_reduce, ahead of its stage partner there; its TP partner 11
+    # waits for it, so 11 posts neither end of its P2P pair with rank 9, which waits round
+    # to rank 8, which waits for 10. Rank 10 is blamed in two groups (TP and PP); rank 11 in
+    # one, twice (both ends of one pair): the circle's root is rank 10's.
+    synth_job = generate(16, tp=2, pp=2, steps=3, p2p="batched", timing=True, lookahead=0, only_active=True, seed=49,
+                         fault=Fault("skip_op", rank=10, group="tp", step=1), **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == [10]
+    assert_truth(tmp_path, synth_job)

@@ -151,13 +151,22 @@ def _circle_root(circle: list[Finding]) -> Finding:
     the circle blames most often: a rank that broke the program (skipped one op, issued
     another) turns up in a finding for each. An op the sibling groups all issued is
     surely part of the program."""
-    blamed = Counter(rank for finding in circle for rank in set(finding.suspect_ranks))
+    # A pair of ranks' two channels count once: a rank stuck elsewhere leaves both its send
+    # to a peer and its recv from it unposted, one story told twice.
+    blamed = Counter(rank for rank, _ in {(rank, _told(finding)) for finding in circle for rank in finding.suspect_ranks})
 
     def support(finding: Finding) -> int:
         return max((blamed[rank] for rank in finding.suspect_ranks), default=0)
 
     return min(circle, key=lambda f: (len(f.suspect_ranks), -support(f), _circle_priority(f),
                                       not f.siblings_issued_it, f.age_ns))
+
+
+def _told(finding: Finding) -> object:
+    """What a finding tells of its suspects: itself, or for a P2P finding, its pair of ranks."""
+    if finding.p2p_ends is None:
+        return finding
+    return finding.group_id, frozenset(finding.p2p_ends[:2])
 
 
 def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held]) -> dict[Finding, tuple[Finding, str]]:
