@@ -128,12 +128,16 @@ def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, .
 
 
 def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
-    """went_past_finding of each question over one ProgramOrder, built when asked (most
-    jobs never ask); a large job's many questions (a hang asks one per blocked group)
-    shared among `processes` (side_by_side.shared_out)."""
+    """went_past_finding of each question over one ProgramOrder, built when first asked
+    (most jobs never ask) and kept for the diagnosis's later questions (skipped_not_ahead
+    asks before linking does); a large job's many questions (a hang asks one per blocked
+    group) shared among `processes` (side_by_side.shared_out)."""
+    built: list[ProgramOrder] = []
 
     def judge(asked: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
-        order = ProgramOrder(facts.seen, facts.analysis.layout, facts.device)
+        if not built:
+            built.append(ProgramOrder(facts.seen, facts.analysis.layout, facts.device))
+        order = built[0]
 
         def answers(questions: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
             return [_with_like_ranks_blocked(facts, finding, ranks, went_past_finding(order, finding, ranks))

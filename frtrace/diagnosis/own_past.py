@@ -42,7 +42,8 @@ def past_says_skipped(program: Programs, rank: int, channel: list[int], op_form:
     for j in range(len(channel) - 1, 0, -1):
         if tries == HISTORY_TRIES:
             break
-        if op_form is not None and form_of(program.token(rank, channel[j])) != op_form:
+        form_here = form_of(program.token(rank, channel[j]))
+        if op_form is not None and form_here != op_form:
             continue
         tries += 1
         # The stretch that led up to that op began after an op on the channel like the
@@ -55,7 +56,7 @@ def past_says_skipped(program: Programs, rank: int, channel: list[int], op_form:
         # channel): any stretch starts like that, so it tells where the op comes only
         # where that one was like the rank's last op on the channel and unlike the op
         # (ops alike in a row, a ring's steps, leave the place open).
-        if not before and (not aligned or last_form == form_of(program.token(rank, channel[j]))):
+        if not before and (not aligned or last_form == form_here):
             continue
         if len(now) <= len(before):
             if not aligned:

@@ -20,7 +20,7 @@ for a rule's groups (the longest rules share theirs out again in their own child
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Protocol, Sequence, TypeVar
+from typing import Callable, Optional, Protocol, Sequence, TypeVar
 
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
@@ -69,11 +69,9 @@ class RuleRuns:
         children: dict[Rule, Forked[list[Finding]]] = {}
         if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
             forked = costly_first[:processes - 1]
-            spreading = {id(rule): rule for rule in spread if any(rule is run for run in forked)}
-            among = max(1, len(spreading))
+            among = max(1, sum(1 for rule in forked if _spread_as(rule, spread) is not None))
             each = max(1 + (processes - len(forked)) // among, processes // (2 * among))
-            works: list[Callable[[Facts], list[Finding]]] = [
-                partial(spreading[id(rule)], processes=each) if id(rule) in spreading else rule for rule in forked]
+            works = [_given(rule, spread, each) for rule in forked]
             # Forked as a tree (start_each): this process forks one child, not one per rule.
             started = Forked.start_each(partial(_run_on, facts), works)
             children = {rule: child for rule, child in zip(forked, started) if child is not None}
@@ -104,7 +102,18 @@ class RuleRuns:
         self._collected.clear()
 
 
-def _run_on(facts: Facts, work: Callable[[Facts], list[Finding]]) -> list[Finding]:
+def _spread_as(rule: Rule, spread: Sequence[SpreadRule]) -> Optional[SpreadRule]:
+    """`rule` as one of `spread` (a rule that takes its processes), if it is one."""
+    return next((wide for wide in spread if wide is rule), None)
+
+
+def _given(rule: Rule, spread: Sequence[SpreadRule], processes: int) -> Rule:
+    """What a rule's child runs: the rule, given `processes` where it is one of `spread`."""
+    wide = _spread_as(rule, spread)
+    return rule if wide is None else partial(wide, processes=processes)
+
+
+def _run_on(facts: Facts, work: Rule) -> list[Finding]:
     return work(facts)
 
 
