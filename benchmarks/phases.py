@@ -36,7 +36,7 @@ from frtrace.load.layout import build_layout  # noqa: E402
 from frtrace.load.loader import load_dumps  # noqa: E402
 from frtrace.match.analysis import finish_analysis  # noqa: E402
 from frtrace.match.matcher import DealtDumps, match  # noqa: E402
-from frtrace.report.render import render_json  # noqa: E402
+from frtrace.report.render import ReportParts, render_json  # noqa: E402
 
 _imported = time.perf_counter()
 
@@ -143,9 +143,11 @@ def main(argv=None) -> int:
     matches = match(loaded.dumps, layout, dealt, processes=args.workers)
     analysis = finish_analysis(loaded, layout, matches)
     lap("match")
-    diagnosis = diagnose(analysis, args.workers)
+    # As the command does (api.diagnose): the report's parts readied while forked rules run.
+    parts = ReportParts(analysis)
+    diagnosis = diagnose(analysis, args.workers, meanwhile=parts.ready)
     lap("diagnose")
-    report = render_json(analysis, diagnosis)
+    report = render_json(analysis, diagnosis, parts)
     lap("render")
     if profiler is not None:
         import pstats

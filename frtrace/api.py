@@ -41,6 +41,7 @@ from frtrace.match.analysis import analyze_remote, load_layout
 from frtrace.report.render import (
     DEFAULT_WIDTH as TEXT_WIDTH,
     RANK_VIEW_RENDERERS,
+    ReportParts,
     render_json,
     render_markdown,
     render_text,
@@ -243,6 +244,13 @@ class Diagnosis:
 
     analysis: Analysis = field(repr=False)
     outcome: Findings = field(repr=False)
+    # What the reports read of the analysis alone (see ReportParts): readied during the
+    # diagnosis where it waits for forked rules, else worked out when first rendered.
+    parts: Optional[ReportParts] = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.parts is None or self.parts.analysis is not self.analysis:
+            object.__setattr__(self, "parts", ReportParts(self.analysis))
 
     @property
     def status(self) -> str:
@@ -271,7 +279,7 @@ class Diagnosis:
 
     def to_json(self) -> str:
         """The JSON report, as `frtrace --format json` prints it."""
-        return render_json(self.analysis, self.outcome)
+        return render_json(self.analysis, self.outcome, self.parts)
 
     def to_text(self, *, verbose: bool = False, mismatch_cap: Optional[int] = None, color: bool = False,
                 width: Optional[int] = None, show_all: bool = False) -> str:
@@ -280,11 +288,11 @@ class Diagnosis:
         colours; `width`: columns to wrap to, TEXT_WIDTH by default; `show_all`: every finding
         and row rather than one screen)."""
         return render_text(self.analysis, self.outcome, mismatch_cap, _styler(color), verbose,
-                           width or TEXT_WIDTH, show_all)
+                           width or TEXT_WIDTH, show_all, self.parts)
 
     def to_markdown(self, *, mismatch_cap: Optional[int] = None) -> str:
         """The markdown report, as `frtrace --format markdown` prints it."""
-        return render_markdown(self.analysis, self.outcome, mismatch_cap) + "\n"
+        return render_markdown(self.analysis, self.outcome, mismatch_cap, self.parts) + "\n"
 
     def ranks(self, format: str = "text", *, color: bool = False, width: Optional[int] = None) -> str:
         """Where each rank is, folded into rows of ranks that stand alike, after the
@@ -293,7 +301,8 @@ class Diagnosis:
         if format not in RANK_VIEW_RENDERERS:
             raise ValueError(f"format must be one of {', '.join(RANK_VIEW_RENDERERS)}, not {format!r}")
         render = RANK_VIEW_RENDERERS[format]
-        return str(render(self.analysis, self.outcome, style=_styler(color), width=width or TEXT_WIDTH))  # type: ignore[operator]
+        return str(render(self.analysis, self.outcome, style=_styler(color), width=width or TEXT_WIDTH,  # type: ignore[operator]
+                          parts=self.parts))
 
 
 def diagnose(analysis: Analysis, *, processes: int = 1) -> Diagnosis:
@@ -304,7 +313,8 @@ def diagnose(analysis: Analysis, *, processes: int = 1) -> Diagnosis:
         raise TypeError(f"diagnose takes the Analysis that frtrace.analyze returned, not {type(analysis).__name__}")
     if processes < 1:
         raise InputError(f"processes must be 1 or more, not {processes}")
-    return Diagnosis(analysis, run_rules(analysis, processes))
+    parts = ReportParts(analysis)
+    return Diagnosis(analysis, run_rules(analysis, processes, meanwhile=parts.ready), parts)
 
 
 def _styler(color: bool) -> Optional[Callable[..., str]]:

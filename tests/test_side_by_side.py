@@ -257,3 +257,46 @@ def test_the_two_longest_rules_share_the_processes_left(processes, each, monkeyp
     assert list(given) == list(COSTLY_FIRST[:processes - 1])
     assert given[late_arrivals] == each and given[exchange_mismatches] == each
     assert all(count is None for rule, count in given.items() if rule not in (late_arrivals, exchange_mismatches))
+
+
+def test_the_callers_work_runs_once_while_the_children_work(forked_rules):
+    """`meanwhile` runs once, after the rule children are started and before their findings
+    are read; the findings are those of a diagnosis without it."""
+    analysis = _job("hang", "tp", seed=1)
+    calls = []
+
+    def meanwhile():
+        calls.append(len(forked_rules))
+
+    apart = diagnose(analysis, processes=len(COSTLY_FIRST) + 1, meanwhile=meanwhile)
+    assert calls == [len(COSTLY_FIRST)]
+    assert render_json(analysis, apart) == render_json(analysis, diagnose(analysis))
+
+
+def test_the_callers_work_waits_for_no_child_where_none_is_started(monkeypatch):
+    """Without children there is nothing to wait for: `meanwhile` is not called (the
+    caller does its work when it needs it)."""
+    forks_refused(monkeypatch)
+    analysis = _job("skip_op", "tp", seed=2)
+    calls = []
+    diagnose(analysis, processes=1, meanwhile=lambda: calls.append(1))
+    diagnose(analysis, processes=8, meanwhile=lambda: calls.append(1))
+    assert calls == []
+
+
+def test_the_callers_work_runs_before_any_childs_findings_are_read(forked_rules, monkeypatch):
+    """The order that makes `meanwhile` free: this process's own rules, then the caller's
+    work, then the children's findings."""
+    analysis = _job("p2p_unmatched", "pp", seed=3)
+    events = []
+    real_findings = side_by_side.RuleRuns.findings
+
+    def findings(self, rule):
+        events.append(("child" if rule in self.started else "here", rule.__name__))
+        return real_findings(self, rule)
+
+    monkeypatch.setattr(side_by_side.RuleRuns, "findings", findings)
+    diagnose(analysis, processes=len(COSTLY_FIRST) + 1, meanwhile=lambda: events.append(("meanwhile", "")))
+    first_child = next(i for i, (where, _) in enumerate(events) if where == "child")
+    assert events.index(("meanwhile", "")) == first_child - 1
+    assert all(where == "here" for where, _ in events[:first_child - 1])

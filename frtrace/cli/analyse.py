@@ -258,11 +258,11 @@ def frtrace(dump_dirs: tuple[str, ...], dirs: tuple[str, ...], output: Optional[
     evidence = None
     if log_paths:  # dumps and logs: the logs stand in for missing dumps, and say where they disagree
         with_logs, evidence = add_logs(analysis, diagnosis.outcome, log_paths, world_size, _fail, _note)
-        diagnosis = Diagnosis(analysis, with_logs)
+        diagnosis = Diagnosis(analysis, with_logs, diagnosis.parts)
     failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis.outcome, ranks, filters, timeline_all, progress)]
     if evidence is not None and not ranks_only and fmt != "ranks":
         _emit(render_with_logs(fmt, analysis, diagnosis.outcome, evidence, mismatch_cap, _styler(), verbose,
-                              _text_width(), show_all))
+                              _text_width(), show_all, diagnosis.parts))
     else:
         _emit((RANK_VIEWS if ranks_only else REPORTS)[fmt](diagnosis, options))
     if failed:

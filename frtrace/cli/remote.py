@@ -101,7 +101,7 @@ def report_on_worker(request: ReportRequest, analysis: Analysis) -> RemoteReport
         except LogInputError as exc:
             return RemoteReport(tuple(notes), "", diagnosis.status, job_ranks, failure=request.logs.as_given(str(exc)))
         notes += [f"logs: {line}" for line in evidence.notes]
-        diagnosis = Diagnosis(analysis, with_dumps(analysis, diagnosis.outcome, evidence))
+        diagnosis = Diagnosis(analysis, with_dumps(analysis, diagnosis.outcome, evidence), diagnosis.parts)
     made = make_outputs(request.outputs, analysis, diagnosis, job_ranks)
     return RemoteReport(tuple(notes), _rendered(request, analysis, diagnosis, evidence), diagnosis.status, job_ranks, made)
 
@@ -121,7 +121,7 @@ def _rendered(request: ReportRequest, analysis: Analysis, diagnosis: Diagnosis, 
         options = request.options
         return render_with_logs(request.fmt, analysis, diagnosis.outcome, evidence, options.mismatch_cap,
                                 click.style if options.color else None, options.verbose,
-                                options.width, options.show_all)
+                                options.width, options.show_all, diagnosis.parts)
     return (RANK_VIEWS if request.ranks_only else REPORTS)[request.fmt](diagnosis, request.options)
 
 

@@ -31,7 +31,7 @@ the same order.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
 from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
@@ -71,22 +71,28 @@ COSTLY_FIRST: tuple[Rule, ...] = (late_arrivals, exchange_mismatches, posted_pai
                                   inconsistent_entries, stuck_on_device)
 
 
-def diagnose(analysis: Analysis, processes: int = 1) -> Diagnosis:
+def diagnose(analysis: Analysis, processes: int = 1, meanwhile: Optional[Callable[[], object]] = None) -> Diagnosis:
     """The diagnosis of `analysis`; with `processes` of 4 or more (load/forked.py:
     FORK_FROM_PROCESSES), a large job's costliest rules run in forked children meanwhile,
     and its went-past questions are shared out (side_by_side.py): the same findings
-    either way."""
+    either way. Where children were started, `meanwhile()` is called once, after this
+    process's own rules and before it first waits for a child's findings: the caller's
+    work that does not depend on the diagnosis then takes the time this process would
+    spend waiting (api.diagnose readies the report's parts there). Not called otherwise."""
     facts = Facts.of(analysis)
     runs = RuleRuns.start(facts, COSTLY_FIRST, processes, spread=(late_arrivals, exchange_mismatches))
     try:
-        return _diagnose(facts, runs)
+        return _diagnose(facts, runs, meanwhile)
     finally:
         runs.close()
 
 
-def _diagnose(facts: Facts, runs: RuleRuns) -> Diagnosis:
+def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], object]] = None) -> Diagnosis:
     # The rules this process runs first, then the children's: their results come meanwhile.
-    found = {rule: runs.findings(rule) for rule in sorted(FINDING_RULES, key=lambda r: r in runs.started)}
+    found = {rule: runs.findings(rule) for rule in FINDING_RULES if rule not in runs.started}
+    if meanwhile is not None and runs.started:
+        meanwhile()
+    found.update((rule, runs.findings(rule)) for rule in FINDING_RULES if rule in runs.started)
     findings = one_finding_per_pair(absorb_stuck([finding for rule in FINDING_RULES for finding in found[rule]]))
     went_past = _went_past_judge(facts, runs.processes)
     findings = skipped_not_ahead(facts, findings, went_past)

@@ -21,8 +21,9 @@ from markupsafe import Markup
 from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding
 from frtrace.match.analysis import Analysis
-from frtrace.report.rank_view import NO_DUMP, GroupCell, GroupClass, RankView, StandingRow, rank_view
+from frtrace.report.rank_view import NO_DUMP, GroupCell, GroupClass, RankView, StandingRow
 from frtrace.report.render import (
+    ReportParts,
     _loaded_parts,
     consequence_lines,
     finding_details,
@@ -79,12 +80,14 @@ _ENVIRONMENT = Environment(loader=PackageLoader("frtrace.report", "templates"), 
                            undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def render_html(analysis: Analysis, diagnosis: Diagnosis) -> str:
-    view = rank_view(analysis, diagnosis.suspect_ranks)
+def render_html(analysis: Analysis, diagnosis: Diagnosis, parts: Optional[ReportParts] = None) -> str:
+    parts = parts if parts is not None else ReportParts(analysis)
+    view = parts.view(diagnosis.suspect_ranks)
     roots = [f for f in diagnosis.findings if f.is_root]
     consequences = [f for f in diagnosis.findings if not f.is_root]
     folded = consequence_lines(analysis, consequences, len(roots), listed_by=None) if consequences else [""]
-    return render_page(diagnosis, folded, _grid(view, roots), _rank_table(view), list(_loaded_parts(analysis)))
+    return render_page(diagnosis, folded, _grid(view, roots), _rank_table(view),
+                       list(_loaded_parts(analysis, parts.matched)))
 
 
 def render_page(diagnosis: Diagnosis, folded: list[str], grid: Optional[dict[str, Any]], ranks: dict[str, Any],
@@ -104,9 +107,9 @@ def render_page(diagnosis: Diagnosis, folded: list[str], grid: Optional[dict[str
     )
 
 
-def write_html(path: str, analysis: Analysis, diagnosis: Diagnosis) -> None:
+def write_html(path: str, analysis: Analysis, diagnosis: Diagnosis, parts: Optional[ReportParts] = None) -> None:
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(render_html(analysis, diagnosis))
+        handle.write(render_html(analysis, diagnosis, parts))
 
 
 def _finding(finding: Finding) -> dict[str, object]:

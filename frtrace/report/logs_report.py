@@ -30,6 +30,7 @@ from frtrace.report.render import (
     _group_heading,
     finding_details,
     markdown_text,
+    ReportParts,
     render_markdown,
     render_text,
     report_dict,
@@ -296,18 +297,19 @@ def render_logs_html(evidence: LogEvidence, diagnosis: Diagnosis) -> str:
 
 def render_with_logs(fmt: str, analysis: Analysis, diagnosis: Diagnosis, evidence: LogEvidence,
                      mismatch_cap: Optional[int] = None, style: Optional[Style] = None, verbose: bool = False,
-                     width: Optional[int] = DEFAULT_WIDTH, show_all: bool = False) -> str:
-    """The dump report, with the logs' findings in it and what the logs were (`width` and
-    `show_all` as for `render_text`)."""
+                     width: Optional[int] = DEFAULT_WIDTH, show_all: bool = False,
+                     parts: Optional[ReportParts] = None) -> str:
+    """The dump report, with the logs' findings in it and what the logs were (`width`,
+    `show_all` and `parts` as for `render_text`)."""
     if fmt == "json":
-        report = report_dict(analysis, diagnosis)
+        report = report_dict(analysis, diagnosis, parts)
         report["inputs"]["logs"] = logs_json(evidence)
         report["suspects"] = suspects_json(diagnosis, evidence, dump_hosts(analysis))
         return indented_json(report) + "\n"
     if fmt == "markdown":
-        text = render_markdown(analysis, diagnosis, mismatch_cap)
+        text = render_markdown(analysis, diagnosis, mismatch_cap, parts)
         return text + "\n" + markdown_text(logs_line(evidence)) + "\n\n"
-    text = render_text(analysis, diagnosis, mismatch_cap, style, verbose, width, show_all)
+    text = render_text(analysis, diagnosis, mismatch_cap, style, verbose, width, show_all, parts)
     return text + "\n".join(wrap_line(printable(logs_line(evidence)), width)) + "\n"
 
 

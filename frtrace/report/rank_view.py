@@ -242,10 +242,13 @@ def _behind(where: dict[int, tuple[int, int]], classes: dict[int, GroupClass]) -
 _RowKey = tuple[str, Optional[OpKey], Optional[OpKey], tuple[tuple[ClassKey, int], ...], frozenset[ClassKey], bool]
 
 
-def rank_view(analysis: Analysis, suspects: Iterable[int] = ()) -> RankView:
+def rank_view(analysis: Analysis, suspects: Iterable[int] = (),
+              standings: Optional[list[RankStanding]] = None) -> RankView:
     """The per-rank view, folded: rows of ranks that stand alike, rows holding a suspect
-    first, then by their first rank. Deterministic for the same dumps."""
-    standings = rank_standings(analysis)
+    first, then by their first rank. Deterministic for the same dumps. `standings`:
+    `rank_standings(analysis)` when worked out already."""
+    if standings is None:
+        standings = rank_standings(analysis)
     classes = group_classes(analysis)
     names = {g.id: g.name for g in analysis.layout.groups}
     suspects = set(suspects)

@@ -10,6 +10,7 @@ import json
 import operator
 from collections import Counter, defaultdict
 from datetime import datetime, timezone
+from functools import cached_property
 from importlib import resources
 from itertools import compress
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
@@ -29,9 +30,11 @@ from frtrace.report.rank_view import (
     NO_ENTRIES,
     ClassKey,
     OpAt,
+    RankStanding,
     RankView,
     StandingRow,
     group_classes,
+    rank_standings,
     rank_view,
     sorted_names,
 )
@@ -51,6 +54,42 @@ from frtrace.wording import (
 
 SCHEMA = "frtrace.report/1"
 STATUS_WORD = {"healthy": "HEALTHY", "faults": "FAULT", "inconclusive": "INCONCLUSIVE"}
+
+
+class ReportParts:
+    """What every report reads of the analysis alone, whatever the diagnosis: the inputs,
+    the match counts and where each rank stands. Each is worked out when first read and
+    kept, so that the outputs of one run (the report, `--ranks`, `--html`) work it out
+    once; `ready()` works them all out, which api.diagnose has done while forked rules
+    run. Read, never changed: a report copies what it adds to."""
+
+    def __init__(self, analysis: Analysis):
+        self.analysis = analysis
+
+    @cached_property
+    def inputs(self) -> dict[str, object]:
+        return _inputs(self.analysis)
+
+    @cached_property
+    def matched(self) -> dict[str, int]:
+        return _match_counts(self.analysis)
+
+    @cached_property
+    def standings(self) -> list[RankStanding]:
+        return rank_standings(self.analysis)
+
+    def ready(self) -> ReportParts:
+        """These parts, each worked out."""
+        _ = self.inputs, self.matched, self.standings
+        return self
+
+    def view(self, suspects: Iterable[int]) -> RankView:
+        """The per-rank view with these `suspects` (rank_view)."""
+        return rank_view(self.analysis, suspects, self.standings)
+
+
+def _parts(analysis: Analysis, parts: Optional[ReportParts]) -> ReportParts:
+    return parts if parts is not None and parts.analysis is analysis else ReportParts(analysis)
 
 
 def _inputs(analysis: Analysis) -> dict[str, object]:
@@ -177,9 +216,11 @@ def _confidence_text(analysis: Analysis, diagnosis: Diagnosis) -> str:
     return f" (confidence {low:.2f}: {scores[0].evidence[0].replace('_', ' ')})"
 
 
-def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict[str, Any]:
-    """The JSON report as Python data: JSON values of every kind, read by key (render_with_logs adds to it)."""
-    view = rank_view(analysis, diagnosis.suspect_ranks)
+def report_dict(analysis: Analysis, diagnosis: Diagnosis, parts: Optional[ReportParts] = None) -> dict[str, Any]:
+    """The JSON report as Python data: JSON values of every kind, read by key (render_with_logs adds to it;
+    `parts`: see ReportParts)."""
+    parts = _parts(analysis, parts)
+    view = parts.view(diagnosis.suspect_ranks)
     return {
         "schema": SCHEMA,
         "frtrace_version": __version__,
@@ -188,8 +229,8 @@ def report_dict(analysis: Analysis, diagnosis: Diagnosis) -> dict[str, Any]:
         "suspect_ranks": list(diagnosis.suspect_ranks),
         "suspect_confidence": _confidence_json(analysis, diagnosis),
         "summary": diagnosis.verdict,
-        "inputs": _inputs(analysis),
-        "matched": _match_counts(analysis),
+        "inputs": dict(parts.inputs),
+        "matched": dict(parts.matched),
         "findings": [_finding_dict(f) for f in diagnosis.findings],
         "ranks": ranks_json(view),
     }
@@ -236,8 +277,8 @@ _NOT_AGREED = operator.attrgetter("disagreement", "not_issued", "no_dump")
 _PAIRED = operator.attrgetter("paired")
 
 
-def render_json(analysis: Analysis, diagnosis: Diagnosis) -> str:
-    return indented_json(report_dict(analysis, diagnosis)) + "\n"
+def render_json(analysis: Analysis, diagnosis: Diagnosis, parts: Optional[ReportParts] = None) -> str:
+    return indented_json(report_dict(analysis, diagnosis, parts)) + "\n"
 
 
 # --------------------------------------------------------------------------- where each rank is
@@ -310,11 +351,12 @@ def rank_view_notes(view: RankView) -> list[str]:
 
 
 def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[int] = None,
-                     style: Optional[Style] = None, width: Optional[int] = None) -> str:
+                     style: Optional[Style] = None, width: Optional[int] = None,
+                     parts: Optional[ReportParts] = None) -> str:
     """The per-rank view as text: the verdict, then one row per class of ranks (at most
     `limit`, with a note of how many more), in lines of at most `width` columns."""
     style = style or (lambda text, **_: text)
-    view = rank_view(analysis, diagnosis.suspect_ranks)
+    view = _parts(analysis, parts).view(diagnosis.suspect_ranks)
     lines = [style(line, bold=True) for line in wrap_line(printable(diagnosis.verdict), width)] + [""]
     lines += _rank_view_lines(view, limit, width)
     return "\n".join(lines).rstrip() + "\n"
@@ -408,12 +450,13 @@ def _group_heading(finding: Finding) -> str:
 
 def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None,
                 style: Optional[Style] = None, verbose: bool = False, width: Optional[int] = DEFAULT_WIDTH,
-                show_all: bool = False) -> str:
+                show_all: bool = False, parts: Optional[ReportParts] = None) -> str:
     """One screen at any job size: the verdict, every root finding (grouped by group), the
     consequences folded into one line per class of groups, where each rank is (at most
     RANK_ROWS_IN_REPORT rows, fewer while the report is longer than SCREEN_LINES), what was read; every line at most `width` columns (None:
     unlimited), wrapped. `show_all` (or `verbose`, which also names each finding's rule
-    and the frames skipped to reach its call sites) lists every finding and row instead."""
+    and the frames skipped to reach its call sites) lists every finding and row instead.
+    `parts`: see ReportParts."""
     style = style or (lambda text, **_: text)
     everything = verbose or show_all
     colour = {"healthy": "green", "faults": "red", "inconclusive": "yellow"}[diagnosis.status]
@@ -448,8 +491,9 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
         for line in classes:
             add(line)
         lines.append("")
-    loaded = wrap_lines([printable(part) for part in _loaded_parts(analysis)], width)
-    view = rank_view(analysis, diagnosis.suspect_ranks)
+    parts = _parts(analysis, parts)
+    loaded = wrap_lines([printable(part) for part in _loaded_parts(analysis, parts.matched)], width)
+    view = parts.view(diagnosis.suspect_ranks)
     if everything:
         lines += _rank_view_lines(view, None, width)
     else:
@@ -515,13 +559,13 @@ def consequence_lines(analysis: Analysis, consequences: list[Finding], roots: in
     return lines
 
 
-def _loaded_line(analysis: Analysis) -> str:
-    return "\n".join(_loaded_parts(analysis))
+def _loaded_line(analysis: Analysis, counts: dict[str, int]) -> str:
+    return "\n".join(_loaded_parts(analysis, counts))
 
 
-def _loaded_parts(analysis: Analysis) -> list[str]:
+def _loaded_parts(analysis: Analysis, counts: dict[str, int]) -> list[str]:
     """What was read, a sentence per line (unescaped: dump versions and file names)."""
-    load, layout, counts = analysis.load, analysis.layout, _match_counts(analysis)
+    load, layout = analysis.load, analysis.layout
     dumps = layout.usable(load.dumps)
     backends = sorted({d.backend for d in dumps if d.backend}) or ["unknown backend"]
     versions = sorted({d.version for d in dumps})
@@ -602,7 +646,8 @@ def finding_details(finding: Finding) -> list[tuple[str, str]]:
     return details
 
 
-def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None) -> str:
+def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional[int] = None,
+                    parts: Optional[ReportParts] = None) -> str:
     """For an incident ticket: the verdict on the first line, then the suspects, the
     findings, each root finding's call sites and next step, and where each rank is.
     Every dump-derived string is escaped (see markdown_text)."""
@@ -630,8 +675,10 @@ def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Opti
             lines += [f"  - {label}: {markdown_text(text)}" for label, text in finding_details(finding)]
         if roots:
             lines.append("")
-    lines += _rank_view_markdown(rank_view(analysis, diagnosis.suspect_ranks), RANK_ROWS_IN_REPORT)
-    lines += ["<details><summary>Inputs</summary>", "", markdown_text(_loaded_line(analysis)), "", "</details>", ""]
+    parts = _parts(analysis, parts)
+    lines += _rank_view_markdown(parts.view(diagnosis.suspect_ranks), RANK_ROWS_IN_REPORT)
+    lines += ["<details><summary>Inputs</summary>", "", markdown_text(_loaded_line(analysis, parts.matched)), "",
+              "</details>", ""]
     return "\n".join(lines)
 
 
@@ -646,16 +693,16 @@ def _rank_view_markdown(view: RankView, limit: Optional[int]) -> list[str]:
 
 
 def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
-                              width: Optional[int] = None) -> str:
+                              width: Optional[int] = None, parts: Optional[ReportParts] = None) -> str:
     """`--ranks --format markdown`: the verdict, then every row of the per-rank view."""
-    view = rank_view(analysis, diagnosis.suspect_ranks)
+    view = _parts(analysis, parts).view(diagnosis.suspect_ranks)
     return "\n".join([f"### {markdown_text(diagnosis.verdict)}", ""] + _rank_view_markdown(view, None)).rstrip() + "\n"
 
 
 def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
-                          width: Optional[int] = None) -> str:
+                          width: Optional[int] = None, parts: Optional[ReportParts] = None) -> str:
     """`--ranks --format json`: the report's status, suspects, summary and `ranks` only."""
-    view = rank_view(analysis, diagnosis.suspect_ranks)
+    view = _parts(analysis, parts).view(diagnosis.suspect_ranks)
     report = {"schema": SCHEMA, "frtrace_version": __version__, "newest_entry_utc": utc_text(view.newest_created_ns),
               "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
               "summary": diagnosis.verdict, "ranks": ranks_json(view)}
@@ -663,7 +710,7 @@ def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style: Optio
 
 
 def render_suspect_ranks(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
-                         width: Optional[int] = None) -> str:
+                         width: Optional[int] = None, parts: Optional[ReportParts] = None) -> str:
     """`--format ranks`, for alert scripts: the primary suspects' ranks on one line, separated
     by spaces (an empty line when there is none); the exit code says the status."""
     return " ".join(map(str, diagnosis.suspect_ranks)) + "\n"

@@ -1,0 +1,80 @@
+"""The report's parts that depend on the analysis alone (report/render.py: ReportParts):
+readied while the diagnosis waits for its forked rules, read by every output of one run,
+and never changed by one of them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers import analyse_dicts, dump, entry, write_job
+
+import frtrace.diagnosis.side_by_side as side_by_side
+import frtrace.load.forked as forked
+import frtrace.report.rank_view as rank_view_module
+import frtrace.report.render as render
+from frtrace import api
+from frtrace.logs.collect import read_logs
+from frtrace.report.logs_report import render_with_logs
+from frtrace.testing.joblogs import job_logs, write_job_logs
+from frtrace.testing.synth import Fault, generate
+
+
+def _analysis(kind: str = "hang", group: str = "tp"):
+    job = generate(32, 2, 4, steps=4, fault=Fault(kind, rank=5, group=group, step=2), timing=True, seed=1)
+    analysis, _ = analyse_dicts(dict(job.dumps), render=False)
+    return analysis
+
+
+def _every_output(diagnosis: api.Diagnosis) -> list[str]:
+    return [diagnosis.to_json(), diagnosis.to_text(), diagnosis.to_text(verbose=True), diagnosis.to_markdown(),
+            diagnosis.ranks("text"), diagnosis.ranks("json"), diagnosis.ranks("markdown")]
+
+
+def _refuse(*_args, **_kwargs):
+    raise AssertionError("worked out again after the diagnosis readied it")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+@pytest.mark.parametrize("kind,group", [("hang", "tp"), ("p2p_unmatched", "pp"), ("size_mismatch", "tp")])
+def test_parts_readied_while_the_rules_ran_in_children_give_the_same_reports(kind, group, monkeypatch):
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    analysis = _analysis(kind, group)
+    here = _every_output(api.diagnose(analysis, processes=1))
+    apart = api.diagnose(analysis, processes=8)
+    # Every part was worked out during the diagnosis: rendering works none out again.
+    for module, name in ((render, "_inputs"), (render, "_match_counts"), (render, "rank_standings"),
+                         (rank_view_module, "rank_standings")):
+        monkeypatch.setattr(module, name, _refuse)
+    assert _every_output(apart) == here
+    assert apart.suspect_ranks == (5,) or kind == "p2p_unmatched"
+
+
+def test_one_diagnosis_rendered_twice_and_with_logs_says_the_same_each_time(tmp_path):
+    """The JSON report with logs adds the logs to its `inputs`: a copy, not the parts
+    every later output reads."""
+    dumps = {rank: dump([entry(s) for s in (1, 2, 3)] + [entry(4, state="started")], ranks=range(4))
+             for rank in range(3)}
+    analysis = api.analyze(write_job(tmp_path / "dumps", dumps), workers=1)
+    diagnosis = api.diagnose(analysis)
+    first = _every_output(diagnosis)
+    evidence = read_logs([write_job_logs(job_logs(world=4, era="2.6", fault="crash", culprits=(3,), seq=4),
+                                         tmp_path / "logs")], world_size=4)
+    with_logs = json.loads(render_with_logs("json", analysis, diagnosis.outcome, evidence, parts=diagnosis.parts))
+    assert "logs" in with_logs["inputs"]
+    assert _every_output(diagnosis) == first
+    assert "logs" not in json.loads(diagnosis.to_json())["inputs"]
+    assert json.loads(first[0])["inputs"] == {key: value for key, value in with_logs["inputs"].items() if key != "logs"}
+
+
+def test_the_dict_a_caller_is_given_is_its_own(tmp_path):
+    """`Diagnosis.to_dict()` is the caller's to change: the reports after it stay the same."""
+    analysis = _analysis()
+    diagnosis = api.diagnose(analysis)
+    before = diagnosis.to_json()
+    report = diagnosis.to_dict()
+    report["inputs"]["ranks_found"].clear()
+    report["matched"]["collectives"] = -1
+    assert diagnosis.to_json() == before
