@@ -334,3 +334,52 @@ def test_an_only_active_tp_skip_circle_names_the_rank_blamed_in_two_groups(tmp_p
                          fault=Fault("skip_op", rank=10, group="tp", step=1), **FAITHFUL)
     assert synth_job.truth["suspect_ranks"] == [10]
     assert_truth(tmp_path, synth_job)
+
+
+# --------------------------------------------------------------------------- two-member mismatches, no sibling there
+
+@pytest.mark.parametrize("pp,kind,culprit,step,seed,timing,lookahead,p2p,buffer_size", [
+    (4, "op_mismatch", 1, 1, 25, True, 4, "plain", 2000),
+    (2, "size_mismatch", 0, 2, 345, True, 0, "plain", 80),
+    (4, "dtype_mismatch", 1, 1, 400, True, 2, "mixed", 60),
+    (4, "op_mismatch", 0, 2, 593, False, 0, "batched", 60),
+    (4, "size_mismatch", 1, 2, 361, True, 0, "batched", 2000),
+])
+def test_a_tp_pair_mismatch_no_sibling_reached_is_decided_by_the_groups_own_past(
+        tmp_path, pp, kind, culprit, step, seed, timing, lookahead, p2p, buffer_size):
+    """TP 2 x PP x DP 1: one TP pair per pipeline stage, so when a pair splits one against one
+    the other pairs, stalled behind it, never reached the op to vote. The pair's own earlier
+    steps issued the right op and never the wrong one: the rank that issued what the group
+    never ran is named, with that said in the message."""
+    synth_job = generate(2 * pp, 2, pp, steps=3, fault=Fault(kind, rank=culprit, group="tp", step=step), seed=seed,
+                         timing=timing, lookahead=lookahead, p2p=p2p, buffer_size=buffer_size, **FAITHFUL)
+    report = assert_truth(tmp_path, synth_job)
+    root = next(f for f in report["findings"] if f["root_cause"])
+    assert root["rule"] == "divergence.mismatch" and root["evidence"]["tie_broken_by_own_past"] >= 2
+    assert "the group issued" in root["message"] and "never" in root["message"]
+    assert [c["rank"] for c in report["suspect_confidence"]] == [culprit]
+
+
+def _pair_with_past(history: list, last: dict) -> dict:
+    """Ranks 0 and 1, alone in their group: `history` issued alike, then each its own op in `last`."""
+    return job({rank: history + [last[rank]] for rank in (0, 1)})
+
+
+SMALL, LARGE = ("all_reduce", {"sizes": ((16,),)}), ("all_reduce", {"sizes": ((32,),)})
+
+
+def test_a_pair_whose_past_ran_only_one_camps_op_twice_names_the_other():
+    _, diagnosis = analyse_dicts(_pair_with_past([SMALL, SMALL], {0: LARGE, 1: SMALL}))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (0,))
+
+
+@pytest.mark.parametrize("history", [
+    [SMALL],  # once: a one-off op as well as a program's
+    [SMALL, LARGE, SMALL, LARGE],  # both camps' ops ran before: the program uses both
+    [],  # nothing before
+])
+def test_a_pair_whose_past_cannot_tell_stays_a_tie(history):
+    _, diagnosis = analyse_dicts(_pair_with_past(history, {0: LARGE, 1: SMALL}))
+    tie = next(f for f in diagnosis.findings if f.is_root)
+    assert (tie.rule, diagnosis.suspect_ranks) == ("divergence.mismatch_tie", (0, 1))
+    assert "tie_broken_by_own_past" not in tie.evidence

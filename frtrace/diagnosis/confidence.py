@@ -36,6 +36,7 @@ BASIS = {
     "tie_broken_by_siblings": 0.7,  # an even split, decided by sibling groups running the same program
     "p2p_partner_never_posted": 0.7,  # a send (or recv) waits for a partner this rank never posted
     "tie_broken_by_blocked_elsewhere": 0.65,  # an even split, decided by the other camp waiting in another op
+    "tie_broken_by_own_past": 0.65,  # an even split, decided by the group's earlier steps issuing only one camp's op
     "went_past_unconfirmed": 0.65,  # ranks like it issued the op where it issued another; nothing shows it skipped
     "missing_dump": 0.6,  # no dump: peers wait for it, nothing shows what it was doing
     "pg_status_only": 0.55,  # no entries to compare: only its pg_status counter places it
@@ -164,6 +165,8 @@ def _divergence_basis(finding: Finding) -> Optional[str]:
     if rule == "divergence.mismatch":
         if facts.get("tie_broken_by_sibling_groups"):
             return "tie_broken_by_siblings"
+        if facts.get("tie_broken_by_own_past"):
+            return "tie_broken_by_own_past"
         return _agreement(finding, len(facts.get("classes", ())) == 2)
     if rule == "divergence.never_issued":
         return _never_issued_basis(finding)

@@ -129,6 +129,7 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
     assert dis is not None
     tie_broken_by = 0
     contradicted = None
+    own_past = None
     shown = _Shown(match, dis)
     if dis.tie:
         sibling_matches = siblings.matches_at(match.seq)
@@ -139,6 +140,10 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
             contradicted = _break_tie_by_contradiction(view, dis, shown)
             if contradicted is not None:
                 dis = contradicted[0]
+            else:
+                own_past = _break_tie_by_own_past(matches, index, dis)
+                if own_past is not None:
+                    dis = own_past[0]
     odd_by_kind: dict[str, list[int]] = defaultdict(list)
     for rank in dis.odd_ranks:
         aligned = None if dis.tie else _alignment(view, matches, index, rank)
@@ -161,11 +166,13 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
             evidence["tie_broken_by_sibling_groups"] = tie_broken_by
         if contradicted is not None:
             evidence["tie_broken_by_contradiction"] = contradicted[1]
+        if own_past is not None:
+            evidence["tie_broken_by_own_past"] = own_past[1]
         evidence.update(_call_sites(odd_entry, majority_entry))
         findings.append(new_finding(
             kind, _mismatch_rule(dis.tie, kind), view, op=(majority_entry or odd_entry).op,
             collective_seq_id=match.seq, p2p_seq_id=None, ranks=tuple(sorted(match.calls)), suspect_ranks=ranks,
-            message=_mismatch_message(view, match, dis, kind, ranks, shown), evidence=evidence,
+            message=_mismatch_message(view, match, dis, kind, ranks, shown) + _own_past_note(own_past), evidence=evidence,
             waiting_ranks=dis.majority_ranks, age_ns=oldest_created(match),
             call_entries=_call_entries(odd_entry, majority_entry),
         ))
@@ -218,6 +225,50 @@ def _break_tie_by_contradiction(view: GroupView, dis: Disagreement, shown: _Show
     odd = tuple(sorted(r for ranks, _ in dis.classes if ranks != majority for r in ranks))
     why = next(f"{ranks_text(ranks)}: {reason}" for (ranks, _), reason in zip(dis.classes, reasons) if reason)
     return Disagreement(dis.kind, majority, odd, dis.classes, False), why
+
+
+# The group's own matches a tie is weighed against, at most (the newest first): a
+# training step repeats its ops, and a few steps of a ring buffer hold all there is.
+OWN_PAST_MATCHES = 4096
+# How often the group must have issued a camp's op before for its past to speak: once
+# may be a one-off (a first bucket, a warm-up op); twice is a program repeating it.
+OWN_PAST_TIMES = 2
+
+
+def _break_tie_by_own_past(matches: list[CollectiveMatch], index: int,
+                           dis: Disagreement) -> Optional[tuple[Disagreement, int]]:
+    """(the disagreement with a majority, how often the group issued that camp's op before)
+    when, among the ops the group's members issued alike before this one, exactly one
+    camp's op (its name, sizes and dtypes) appears, at least OWN_PAST_TIMES, and no other
+    camp's ever does: a training program repeats its steps, so a camp issuing what the
+    group never ran is the odd one. None when more than one camp's op, or none, ran
+    before (a program that uses both may be at either), or one ran only once."""
+    wanted: dict[Signature, tuple[int, ...]] = {sig: ranks for ranks, sig in dis.classes}
+    seen: dict[Signature, int] = defaultdict(int)
+    for earlier in reversed(matches[max(0, index - OWN_PAST_MATCHES):index]):
+        if earlier.disagreement is not None or not earlier.calls:
+            continue
+        signature = batch_signature(next(iter(earlier.calls.values())))
+        if signature in wanted:
+            seen[signature] += 1
+            if len(seen) > 1:
+                return None
+    if len(seen) != 1:
+        return None
+    (signature, times), = seen.items()
+    if times < OWN_PAST_TIMES:
+        return None
+    majority = wanted[signature]
+    odd = tuple(sorted(r for ranks, _ in dis.classes if ranks != majority for r in ranks))
+    return Disagreement(dis.kind, majority, odd, dis.classes, False), times
+
+
+def _own_past_note(own_past: Optional[tuple[Disagreement, int]]) -> str:
+    if own_past is None:
+        return ""
+    dis, times = own_past
+    return (f" (an even split: the group issued {ranks_text(dis.majority_ranks)}'s op {times} "
+            f"time{'s' if times != 1 else ''} before and {ranks_text(dis.odd_ranks)}'s never)")
 
 
 def _mismatch_rule(tie: bool, kind: str) -> str:
