@@ -333,7 +333,33 @@ def test_an_only_active_tp_skip_circle_names_the_rank_blamed_in_two_groups(tmp_p
     synth_job = generate(16, tp=2, pp=2, steps=3, p2p="batched", timing=True, lookahead=0, only_active=True, seed=49,
                          fault=Fault("skip_op", rank=10, group="tp", step=1), **FAITHFUL)
     assert synth_job.truth["suspect_ranks"] == [10]
-    assert_truth(tmp_path, synth_job)
+    report = assert_truth(tmp_path, synth_job)
+    # Decided by what the findings blame, not by age: no circle to own up to.
+    assert not any("deadlock_circle_ranks" in f["evidence"] for f in report["findings"])
+    assert "deadlock_circle_by_age" not in report["suspect_confidence"][0]["evidence"]
+
+
+@pytest.mark.parametrize("world,tp,pp,culprit,seed,lookahead,named", [
+    (16, 2, 4, 11, 349, 2, 13),  # the oldest op is the next stage's: another rank of the circle is named
+    (32, 2, 4, 10, 285, 0, 10),  # the oldest op is the culprit's
+])
+def test_a_deadlock_circle_told_apart_only_by_age_says_so(tmp_path, world, tp, pp, culprit, seed, lookahead, named):
+    """Only-active dumps of an interleaved pipeline with plain sends and recvs: the finished
+    P2P ops are left out, so a send never posted leaves the stages waiting on each other in
+    a circle whose findings blame one rank each, alike. The oldest op names the root, and the
+    report says that any rank of the circle may have started it, at a lower confidence."""
+    synth_job = generate(world, tp=tp, pp=pp, steps=3, p2p="plain", timing=True, lookahead=lookahead, only_active=True,
+                         seed=seed, vchunks=2, fault=Fault("p2p_unmatched", rank=culprit, group="pp", step=1 + seed % 2),
+                         **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    status, suspects, code, report = verdict(tmp_path, synth_job)
+    assert (status, suspects, code) == ("faults", [named], 1)
+    root = next(f for f in report["findings"] if f["root_cause"])
+    circle = root["evidence"]["deadlock_circle_ranks"]
+    assert culprit in circle and named in circle and len(circle) == pp
+    assert "deadlock circle" in report["summary"] and "any of them may have started it" in report["summary"]
+    confidence = report["suspect_confidence"][0]
+    assert "deadlock_circle_by_age" in confidence["evidence"] and confidence["confidence"] < 0.5
 
 
 # --------------------------------------------------------------------------- two-member mismatches, no sibling there

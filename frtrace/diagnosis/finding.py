@@ -72,6 +72,10 @@ class Finding:
     siblings_issued_it: bool = False  # every sibling group issued the op
     # Set by linking:
     went_past: dict[int, WentPast] = field(default_factory=dict)  # absent ranks that skipped the op
+    # The ranks of a deadlock circle whose findings nothing but their age told apart, when
+    # this one was made its root as the oldest (linking._circle_root): any of them may have
+    # started it.
+    circle: tuple[int, ...] = ()
     caused_by: Optional["Finding"] = None  # the root cause this finding follows from
     link: Optional[str] = None  # "blocked" (its ranks wait in the root) | "same_suspects"
 
@@ -97,6 +101,9 @@ class Finding:
             text += TIE_NOTE
         if self.went_past:
             text += "; " + "; ".join(_went_past_texts(self.went_past))
+        if self.circle and self.caused_by is None:
+            text += (f" (one of a deadlock circle: {ranks_text(self.circle)} each wait on another of them, alike but"
+                     f" for when; this op is the oldest, and any of them may have started it)")
         if self.caused_by is not None:
             where = _root_place(self.caused_by)
             text += (f" — a consequence: they are stuck in {where}" if self.link == "blocked"
@@ -109,6 +116,8 @@ class Finding:
         if self.went_past:
             evidence.pop("tie_broken_by", None)
             evidence["went_past"] = {str(rank): _went_past_evidence(past) for rank, past in sorted(self.went_past.items())}
+        if self.circle and self.caused_by is None:
+            evidence["deadlock_circle_ranks"] = list(self.circle)
         root = self.caused_by
         if root is not None:
             evidence["link"] = self.link

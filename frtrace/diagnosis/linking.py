@@ -158,8 +158,17 @@ def _circle_root(circle: list[Finding]) -> Finding:
     def support(finding: Finding) -> int:
         return max((blamed[rank] for rank in finding.suspect_ranks), default=0)
 
-    return min(circle, key=lambda f: (len(f.suspect_ranks), -support(f), _circle_priority(f),
-                                      not f.siblings_issued_it, f.age_ns))
+    def weight(finding: Finding) -> tuple[int, int, int, bool]:
+        return len(finding.suspect_ranks), -support(finding), _circle_priority(finding), not finding.siblings_issued_it
+
+    root = min(circle, key=lambda f: (weight(f), f.age_ns))
+    # Only the age told the root from findings that blame other ranks: say so (the report
+    # names the circle, the confidence drops). The oldest op is where a circle most often
+    # starts, not always.
+    alike = {rank for f in circle if weight(f) == weight(root) for rank in f.suspect_ranks}
+    if alike - set(root.suspect_ranks):
+        root.circle = tuple(sorted(alike))
+    return root
 
 
 def _told(finding: Finding) -> object:
