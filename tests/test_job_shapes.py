@@ -347,7 +347,7 @@ def test_a_deadlock_circle_told_apart_only_by_age_says_so(tmp_path, world, tp, p
     """Only-active dumps of an interleaved pipeline with plain sends and recvs: the finished
     P2P ops are left out, so a send never posted leaves the stages waiting on each other in
     a circle whose findings blame one rank each, alike. The oldest op names the root, and the
-    report says that any rank of the circle may have started it, at a lower confidence."""
+    report says that any rank of the circle may have started it, below the 0.70 of an unmatched P2P op."""
     synth_job = generate(world, tp=tp, pp=pp, steps=3, p2p="plain", timing=True, lookahead=lookahead, only_active=True,
                          seed=seed, vchunks=2, fault=Fault("p2p_unmatched", rank=culprit, group="pp", step=1 + seed % 2),
                          **FAITHFUL)
@@ -359,7 +359,7 @@ def test_a_deadlock_circle_told_apart_only_by_age_says_so(tmp_path, world, tp, p
     assert culprit in circle and named in circle and len(circle) == pp
     assert "deadlock circle" in report["summary"] and "any of them may have started it" in report["summary"]
     confidence = report["suspect_confidence"][0]
-    assert "deadlock_circle_by_age" in confidence["evidence"] and confidence["confidence"] < 0.5
+    assert "deadlock_circle_by_age" in confidence["evidence"] and confidence["confidence"] < 0.7
 
 
 # --------------------------------------------------------------------------- two-member mismatches, no sibling there

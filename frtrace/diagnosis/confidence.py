@@ -53,8 +53,8 @@ MAX_CORROBORATION = 0.05
 SEVERAL_ROOT_CAUSES = 0.85  # root findings blaming different ranks: each story is less likely the whole truth
 RANKS_WITHOUT_DUMP = 0.9  # ranks the dumps cannot speak for, other than the suspect, could hold the real cause
 # A deadlock circle's root told from the rest only by being the oldest op (Finding.circle):
-# in the project's sweeps of such circles the oldest was the start in about two of three.
-CIRCLE_BY_AGE = 0.7
+# in the project's sweeps of such circles the oldest was the start in 38 of 46.
+CIRCLE_BY_AGE = 0.85
 
 
 class SuspectConfidence(NamedTuple):
