@@ -409,3 +409,15 @@ def test_a_pair_whose_past_cannot_tell_stays_a_tie(history):
     tie = next(f for f in diagnosis.findings if f.is_root)
     assert (tie.rule, diagnosis.suspect_ranks) == ("divergence.mismatch_tie", (0, 1))
     assert "tie_broken_by_own_past" not in tie.evidence
+
+
+def test_a_pair_whose_past_is_past_the_diagnosis_budget_stays_a_tie(monkeypatch):
+    """The earlier ops one diagnosis reads for this are bounded (thousands of pairs may split
+    at once); a group whose whole window no longer fits is not judged on a part of it."""
+    import frtrace.diagnosis.divergence as divergence
+
+    dumps = _pair_with_past([SMALL, SMALL, SMALL], {0: LARGE, 1: SMALL})
+    monkeypatch.setattr(divergence, "OWN_PAST_BUDGET", 3)
+    assert analyse_dicts(dumps)[1].suspect_ranks == (0,)
+    monkeypatch.setattr(divergence, "OWN_PAST_BUDGET", 2)
+    assert analyse_dicts(dumps)[1].suspect_ranks == (0, 1)

@@ -11,6 +11,7 @@ majority's, the way `diff` aligns lines.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Container, Optional
 
 from frtrace.diagnosis.entry_checks import contradiction, trusted_size
@@ -27,6 +28,7 @@ ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
 def divergences(facts: Facts) -> list[Finding]:
     """The rule: each group's first divergence, as a mismatch or as ranks that never issued an op."""
     findings: list[Finding] = []
+    past = PastBudget(OWN_PAST_BUDGET)
     for view in facts.device.views:
         index = facts.divergence_at[view.group.id]
         if index is None:
@@ -34,7 +36,7 @@ def divergences(facts: Facts) -> list[Finding]:
         matches = facts.collectives_of(view)
         siblings = facts.siblings_of(view)
         if matches[index].disagreement is not None:
-            findings.extend(mismatch(view, matches, index, siblings))
+            findings.extend(mismatch(view, matches, index, siblings, past))
         else:
             findings.extend(gap(view, matches, index) or [absence(facts, view, matches, index, siblings)])
     return findings
@@ -120,7 +122,8 @@ def _call_entries(suspect_entry: Any, peer_entry: Any) -> dict[str, Entry]:
 # --------------------------------------------------------------------------- mismatches
 
 
-def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings) -> list[Finding]:
+def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings,
+             past: Optional[PastBudget] = None) -> list[Finding]:
     """Members issued different ops, sizes or dtypes at one sequence number. A minority
     whose later ops line up with the majority's after one op more or less skipped or
     added that op: it is told so, not called a mismatch."""
@@ -141,7 +144,7 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
             if contradicted is not None:
                 dis = contradicted[0]
             else:
-                own_past = _break_tie_by_own_past(matches, index, dis)
+                own_past = _break_tie_by_own_past(matches, index, dis, past or PastBudget(OWN_PAST_BUDGET))
                 if own_past is not None:
                     dis = own_past[0]
     odd_by_kind: dict[str, list[int]] = defaultdict(list)
@@ -233,19 +236,35 @@ OWN_PAST_MATCHES = 4096
 # How often the group must have issued a camp's op before for its past to speak: once
 # may be a one-off (a first bucket, a warm-up op); twice is a program repeating it.
 OWN_PAST_TIMES = 2
+# The earlier ops one diagnosis reads for this, across its groups (about 3 us each): a job
+# whose thousands of pairs all split at once (two halves launched with different dtypes)
+# must not read thousands of ops for each. Ties past it stay ties.
+OWN_PAST_BUDGET = 200_000
 
 
-def _break_tie_by_own_past(matches: list[CollectiveMatch], index: int,
-                           dis: Disagreement) -> Optional[tuple[Disagreement, int]]:
+@dataclass(slots=True)
+class PastBudget:
+    """What is left of OWN_PAST_BUDGET in one diagnosis (`divergences` makes one)."""
+
+    left: int
+
+
+def _break_tie_by_own_past(matches: list[CollectiveMatch], index: int, dis: Disagreement,
+                           past: PastBudget) -> Optional[tuple[Disagreement, int]]:
     """(the disagreement with a majority, how often the group issued that camp's op before)
     when, among the ops the group's members issued alike before this one, exactly one
     camp's op (its name, sizes and dtypes) appears, at least OWN_PAST_TIMES, and no other
     camp's ever does: a training program repeats its steps, so a camp issuing what the
     group never ran is the odd one. None when more than one camp's op, or none, ran
-    before (a program that uses both may be at either), or one ran only once."""
+    before (a program that uses both may be at either), or one ran only once, or `past`
+    has too little left to read the group's (a part of it might decide otherwise)."""
+    window = matches[max(0, index - OWN_PAST_MATCHES):index]
+    if len(window) > past.left:
+        return None
+    past.left -= len(window)
     wanted: dict[Signature, tuple[int, ...]] = {sig: ranks for ranks, sig in dis.classes}
     seen: dict[Signature, int] = defaultdict(int)
-    for earlier in reversed(matches[max(0, index - OWN_PAST_MATCHES):index]):
+    for earlier in reversed(window):
         if earlier.disagreement is not None or not earlier.calls:
             continue
         signature = batch_signature(next(iter(earlier.calls.values())))
