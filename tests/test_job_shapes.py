@@ -357,7 +357,7 @@ def test_a_deadlock_circle_told_apart_only_by_age_says_so(tmp_path, world, tp, p
     root = next(f for f in report["findings"] if f["root_cause"])
     circle = root["evidence"]["deadlock_circle_ranks"]
     assert culprit in circle and named in circle and len(circle) == pp
-    assert "deadlock circle" in report["summary"] and "any of them may have started it" in report["summary"]
+    assert "wait on each other in a circle" in report["summary"] and "any of those ranks may have started it" in report["summary"]
     confidence = report["suspect_confidence"][0]
     assert "deadlock_circle_by_age" in confidence["evidence"] and confidence["confidence"] < 0.7
 

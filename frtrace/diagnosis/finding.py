@@ -102,8 +102,8 @@ class Finding:
         if self.went_past:
             text += "; " + "; ".join(_went_past_texts(self.went_past))
         if self.circle and self.caused_by is None:
-            text += (f" (one of a deadlock circle: {ranks_text(self.circle)} each wait on another of them, alike but"
-                     f" for when; this op is the oldest, and any of them may have started it)")
+            text += (f" (findings that wait on each other in a circle blame {ranks_text(self.circle)} alike; this op"
+                     f" is the oldest of theirs, and any of those ranks may have started it)")
         if self.caused_by is not None:
             where = _root_place(self.caused_by)
             text += (f" — a consequence: they are stuck in {where}" if self.link == "blocked"
