@@ -123,10 +123,12 @@ def _call_entries(suspect_entry: Any, peer_entry: Any) -> dict[str, Entry]:
 
 
 def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings,
-             past: Optional[PastBudget] = None) -> list[Finding]:
+             past: PastBudget) -> list[Finding]:
     """Members issued different ops, sizes or dtypes at one sequence number. A minority
     whose later ops line up with the majority's after one op more or less skipped or
-    added that op: it is told so, not called a mismatch."""
+    added that op: it is told so, not called a mismatch. An even split is broken by the
+    sibling groups, then by an entry that contradicts itself, then by the group's own
+    past (`past`: what this diagnosis may still read of it)."""
     match = matches[index]
     dis = match.disagreement
     assert dis is not None
@@ -144,7 +146,7 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
             if contradicted is not None:
                 dis = contradicted[0]
             else:
-                own_past = _break_tie_by_own_past(matches, index, dis, past or PastBudget(OWN_PAST_BUDGET))
+                own_past = _break_tie_by_own_past(matches, index, dis, past)
                 if own_past is not None:
                     dis = own_past[0]
     odd_by_kind: dict[str, list[int]] = defaultdict(list)
