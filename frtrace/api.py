@@ -249,8 +249,7 @@ class Diagnosis:
     parts: Optional[ReportParts] = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.parts is None or self.parts.analysis is not self.analysis:
-            object.__setattr__(self, "parts", ReportParts(self.analysis))
+        object.__setattr__(self, "parts", ReportParts.of(self.analysis, self.parts))
 
     @property
     def status(self) -> str:

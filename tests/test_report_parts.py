@@ -15,6 +15,7 @@ import frtrace.load.forked as forked
 import frtrace.report.rank_view as rank_view_module
 import frtrace.report.render as render
 from frtrace import api
+from frtrace.export.outputs import write_output
 from frtrace.logs.collect import read_logs
 from frtrace.report.logs_report import render_with_logs
 from frtrace.testing.joblogs import job_logs, write_job_logs
@@ -50,6 +51,22 @@ def test_parts_readied_while_the_rules_ran_in_children_give_the_same_reports(kin
         monkeypatch.setattr(module, name, _refuse)
     assert _every_output(apart) == here
     assert apart.suspect_ranks == (5,) or kind == "p2p_unmatched"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+def test_the_html_report_reads_the_parts_the_diagnosis_readied(tmp_path, monkeypatch):
+    """`--html` beside the report: the page is the one made without them, and works out
+    no part again."""
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    analysis = _analysis()
+    write_output(tmp_path / "alone.html", "html", analysis, api.diagnose(analysis).outcome)
+    apart = api.diagnose(analysis, processes=8)
+    for module, name in ((render, "_inputs"), (render, "_match_counts"), (render, "rank_standings"),
+                         (rank_view_module, "rank_standings")):
+        monkeypatch.setattr(module, name, _refuse)
+    write_output(tmp_path / "shared.html", "html", analysis, apart.outcome, parts=apart.parts)
+    assert (tmp_path / "shared.html").read_bytes() == (tmp_path / "alone.html").read_bytes()
 
 
 def test_one_diagnosis_rendered_twice_and_with_logs_says_the_same_each_time(tmp_path):

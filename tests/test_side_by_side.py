@@ -275,7 +275,9 @@ def test_the_callers_work_runs_once_while_the_children_work(forked_rules):
 
 def test_the_callers_work_waits_for_no_child_where_none_is_started(monkeypatch):
     """Without children there is nothing to wait for: `meanwhile` is not called (the
-    caller does its work when it needs it)."""
+    caller does its work when it needs it), whether none was asked for or none could fork."""
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
     forks_refused(monkeypatch)
     analysis = _job("skip_op", "tp", seed=2)
     calls = []

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from frtrace.api import Analysis
     from frtrace.diagnosis import Diagnosis as Findings
     from frtrace.load.cluster import WorkerFiles
+    from frtrace.report.render import ReportParts
 
 DUMP_PATH_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
@@ -259,7 +260,8 @@ def frtrace(dump_dirs: tuple[str, ...], dirs: tuple[str, ...], output: Optional[
     if log_paths:  # dumps and logs: the logs stand in for missing dumps, and say where they disagree
         with_logs, evidence = add_logs(analysis, diagnosis.outcome, log_paths, world_size, _fail, _note)
         diagnosis = Diagnosis(analysis, with_logs, diagnosis.parts)
-    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis.outcome, ranks, filters, timeline_all, progress)]
+    failed = [str(exc) for exc in _write_outputs(targets, analysis, diagnosis.outcome, ranks, filters, timeline_all, progress,
+                                                 diagnosis.parts)]
     if evidence is not None and not ranks_only and fmt != "ranks":
         _emit(render_with_logs(fmt, analysis, diagnosis.outcome, evidence, mismatch_cap, _styler(), verbose,
                               _text_width(), show_all, diagnosis.parts))
@@ -321,7 +323,7 @@ WRITTEN_AS = {"pickle": "pickle of (types, db)", "SQLite": "SQLite database; -o 
 
 def _write_outputs(targets: list[OutputTarget], analysis: Analysis, diagnosis: Findings, ranks: Optional[list[int]],
                    filters: list[str], timeline_all: bool = False,
-                   progress: Optional[Progress] = None) -> list[OutputError]:
+                   progress: Optional[Progress] = None, parts: Optional[ReportParts] = None) -> list[OutputError]:
     """Write each output; the OutputErrors of those that failed (the report still follows)."""
     # Imported when asked for (as the `diff` command's modules are): most runs write no
     # file, and every run pays for what it imports before the first dump is read.
@@ -334,7 +336,7 @@ def _write_outputs(targets: list[OutputTarget], analysis: Analysis, diagnosis: F
         # The same choice write_timeline makes: what the trace leaves out, and how to get it.
         note = choose_ranks(analysis, diagnosis, ranks, draw_all=timeline_all).note if target.kind == TIMELINE else None
         write = functools.partial(write_output, target, target.kind, analysis, diagnosis, ranks=ranks,
-                                  pg_filters=filters, timeline_all=timeline_all)
+                                  pg_filters=filters, timeline_all=timeline_all, parts=parts)
         _write_one(target, write, note, progress, failed)
     return failed
 

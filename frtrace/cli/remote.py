@@ -142,7 +142,8 @@ def make_outputs(request: OutputRequest, analysis: Analysis, diagnosis: Diagnosi
         note = None
         try:
             made_at = make_output_file(target, analysis, diagnosis.outcome, ranks=ranks,
-                                       pg_filters=request.pg_filters, timeline_all=request.timeline_all)
+                                       pg_filters=request.pg_filters, timeline_all=request.timeline_all,
+                                       parts=diagnosis.parts)
         except OutputError as exc:
             made.append(MadeOutput(target, None, str(exc), None))
             continue

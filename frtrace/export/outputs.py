@@ -34,6 +34,7 @@ from frtrace.export.timeline import write_timeline
 from frtrace.match.analysis import Analysis
 from frtrace.model import TABLE_TYPES
 from frtrace.report.html import write_html
+from frtrace.report.render import ReportParts
 from frtrace.util import cyclic_gc_paused
 
 __all__ = ["OutputError", "OutputTarget", "make_output_file", "output_writer", "plan_output", "table_types",
@@ -55,13 +56,15 @@ def _write_pickle(path: str, analysis: Analysis) -> None:
 
 def write_output(target: Union[OutputTarget, str, os.PathLike[str]], kind: str, analysis: Analysis, diagnosis: Diagnosis,
                  *, force: bool = False, ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
-                 timeline_all: bool = False) -> Path:
+                 timeline_all: bool = False, parts: Optional[ReportParts] = None) -> Path:
     """Write a database (`kind="database"`), timeline (`kind="timeline"`) or HTML report (`kind="html"`) file to
     `target`: an OutputTarget, or a path to check here. A timeline draws the ranks
-    `timeline.choose_ranks` picks (every rank with `timeline_all`)."""
+    `timeline.choose_ranks` picks (every rank with `timeline_all`). `parts`: what the
+    HTML report shares with the others (report.render.ReportParts)."""
     if not isinstance(target, OutputTarget):
         target = plan_output(Path(target), kind, force=force)
-    write = output_writer(target, analysis, diagnosis, ranks=ranks, pg_filters=pg_filters, timeline_all=timeline_all)
+    write = output_writer(target, analysis, diagnosis, ranks=ranks, pg_filters=pg_filters, timeline_all=timeline_all,
+                          parts=parts)
     # The exporters make millions of short-lived tuples and no reference cycles; each
     # collection would only rescan the analysis's millions of live objects (2x slower).
     with _as_output_errors(target.path), cyclic_gc_paused():
@@ -71,12 +74,13 @@ def write_output(target: Union[OutputTarget, str, os.PathLike[str]], kind: str, 
 
 def make_output_file(target: OutputTarget, analysis: Analysis, diagnosis: Diagnosis, *,
                      ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
-                     timeline_all: bool = False) -> str:
+                     timeline_all: bool = False, parts: Optional[ReportParts] = None) -> str:
     """A new private temporary file of this machine holding what `write_output` would
     put at `target`; the caller removes it. On a cluster's worker, whose file system need
     not be the one `target` names, the output is made where the analysis is and only its
     bytes travel (`write_made_output` puts them in place). OutputError as write_output."""
-    write = output_writer(target, analysis, diagnosis, ranks=ranks, pg_filters=pg_filters, timeline_all=timeline_all)
+    write = output_writer(target, analysis, diagnosis, ranks=ranks, pg_filters=pg_filters, timeline_all=timeline_all,
+                          parts=parts)
     handle, tmp = tempfile.mkstemp(prefix=".frtrace-output.", suffix=".tmp")
     os.close(handle)
     try:
@@ -103,13 +107,13 @@ def write_made_output(target: OutputTarget, pieces: Iterable[bytes]) -> Path:
 
 def output_writer(target: OutputTarget, analysis: Analysis, diagnosis: Diagnosis, *,
                   ranks: Optional[Iterable[int]] = None, pg_filters: Iterable[str] = (),
-                  timeline_all: bool = False) -> Callable[[str], object]:
+                  timeline_all: bool = False, parts: Optional[ReportParts] = None) -> Callable[[str], object]:
     """What writes `target`'s output into a given (temporary) path. OutputError now when
     `target` is one of the dumps read: pointing -o at a dump deserves that answer
     whatever its name."""
     refuse_input_files(target, [d.path for d in analysis.load.dumps] + [e.path for e in analysis.load.errors])
     if target.kind == HTML:
-        return lambda tmp: write_html(tmp, analysis, diagnosis)
+        return lambda tmp: write_html(tmp, analysis, diagnosis, parts)
     if target.kind == "timeline":
         return lambda tmp: write_timeline(tmp, analysis, diagnosis, ranks, pg_filters, compress=target.compressed,
                                           draw_all=timeline_all)

@@ -1069,14 +1069,13 @@ def _match_views(layout: Layout, views: tuple[GroupView, ...], planned: Iterable
     built: dict[int, tuple[list[CollectiveMatch], list[P2PMatch]]] = {}
     for plans in planned:
         for group_id, plan in plans.items():
-            view = by_id[group_id]
-            built[group_id] = (_built_collectives(view, plan.collectives), _built_p2p(view, plan.p2p))
+            built[group_id] = _built(by_id[group_id], plan)
     # The index (MatchIndex.of) is made of the groups' lists as they are built.
     collectives_of: dict[int, list[CollectiveMatch]] = {}
     p2p_of: dict[int, list[P2PMatch]] = {}
     for view in views:
         done = built.pop(view.group.id, None)
-        collectives, p2p = done if done is not None else _built_group(view, signature_cache, op_keys)
+        collectives, p2p = done if done is not None else _built(view, _plan_group(view, signature_cache, op_keys))
         result.collectives.extend(collectives)
         result.p2p.extend(p2p)
         if collectives:
@@ -1087,9 +1086,8 @@ def _match_views(layout: Layout, views: tuple[GroupView, ...], planned: Iterable
     return result
 
 
-def _built_group(view: GroupView, signature_cache: SignatureCache,
-                 op_keys: OpKeys) -> tuple[list[CollectiveMatch], list[P2PMatch]]:
-    plan = _plan_group(view, signature_cache, op_keys)
+def _built(view: GroupView, plan: GroupPlan) -> tuple[list[CollectiveMatch], list[P2PMatch]]:
+    """The group's matches, built from its plan."""
     return _built_collectives(view, plan.collectives), _built_p2p(view, plan.p2p)
 
 

@@ -81,7 +81,7 @@ _ENVIRONMENT = Environment(loader=PackageLoader("frtrace.report", "templates"), 
 
 
 def render_html(analysis: Analysis, diagnosis: Diagnosis, parts: Optional[ReportParts] = None) -> str:
-    parts = parts if parts is not None else ReportParts(analysis)
+    parts = ReportParts.of(analysis, parts)
     view = parts.view(diagnosis.suspect_ranks)
     roots = [f for f in diagnosis.findings if f.is_root]
     consequences = [f for f in diagnosis.findings if not f.is_root]

@@ -78,6 +78,11 @@ class ReportParts:
     def standings(self) -> list[RankStanding]:
         return rank_standings(self.analysis)
 
+    @classmethod
+    def of(cls, analysis: Analysis, parts: Optional[ReportParts] = None) -> ReportParts:
+        """`parts` where they are this analysis's, else new ones (worked out when read)."""
+        return parts if parts is not None and parts.analysis is analysis else cls(analysis)
+
     def ready(self) -> ReportParts:
         """These parts, each worked out."""
         _ = self.inputs, self.matched, self.standings
@@ -86,10 +91,6 @@ class ReportParts:
     def view(self, suspects: Iterable[int]) -> RankView:
         """The per-rank view with these `suspects` (rank_view)."""
         return rank_view(self.analysis, suspects, self.standings)
-
-
-def _parts(analysis: Analysis, parts: Optional[ReportParts]) -> ReportParts:
-    return parts if parts is not None and parts.analysis is analysis else ReportParts(analysis)
 
 
 def _inputs(analysis: Analysis) -> dict[str, object]:
@@ -219,7 +220,7 @@ def _confidence_text(analysis: Analysis, diagnosis: Diagnosis) -> str:
 def report_dict(analysis: Analysis, diagnosis: Diagnosis, parts: Optional[ReportParts] = None) -> dict[str, Any]:
     """The JSON report as Python data: JSON values of every kind, read by key (render_with_logs adds to it;
     `parts`: see ReportParts)."""
-    parts = _parts(analysis, parts)
+    parts = ReportParts.of(analysis, parts)
     view = parts.view(diagnosis.suspect_ranks)
     return {
         "schema": SCHEMA,
@@ -356,7 +357,7 @@ def render_rank_view(analysis: Analysis, diagnosis: Diagnosis, limit: Optional[i
     """The per-rank view as text: the verdict, then one row per class of ranks (at most
     `limit`, with a note of how many more), in lines of at most `width` columns."""
     style = style or (lambda text, **_: text)
-    view = _parts(analysis, parts).view(diagnosis.suspect_ranks)
+    view = ReportParts.of(analysis, parts).view(diagnosis.suspect_ranks)
     lines = [style(line, bold=True) for line in wrap_line(printable(diagnosis.verdict), width)] + [""]
     lines += _rank_view_lines(view, limit, width)
     return "\n".join(lines).rstrip() + "\n"
@@ -491,7 +492,7 @@ def render_text(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Optional
         for line in classes:
             add(line)
         lines.append("")
-    parts = _parts(analysis, parts)
+    parts = ReportParts.of(analysis, parts)
     loaded = wrap_lines([printable(part) for part in _loaded_parts(analysis, parts.matched)], width)
     view = parts.view(diagnosis.suspect_ranks)
     if everything:
@@ -675,7 +676,7 @@ def render_markdown(analysis: Analysis, diagnosis: Diagnosis, mismatch_cap: Opti
             lines += [f"  - {label}: {markdown_text(text)}" for label, text in finding_details(finding)]
         if roots:
             lines.append("")
-    parts = _parts(analysis, parts)
+    parts = ReportParts.of(analysis, parts)
     lines += _rank_view_markdown(parts.view(diagnosis.suspect_ranks), RANK_ROWS_IN_REPORT)
     lines += ["<details><summary>Inputs</summary>", "", markdown_text(_loaded_line(analysis, parts.matched)), "",
               "</details>", ""]
@@ -695,14 +696,14 @@ def _rank_view_markdown(view: RankView, limit: Optional[int]) -> list[str]:
 def render_rank_view_markdown(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
                               width: Optional[int] = None, parts: Optional[ReportParts] = None) -> str:
     """`--ranks --format markdown`: the verdict, then every row of the per-rank view."""
-    view = _parts(analysis, parts).view(diagnosis.suspect_ranks)
+    view = ReportParts.of(analysis, parts).view(diagnosis.suspect_ranks)
     return "\n".join([f"### {markdown_text(diagnosis.verdict)}", ""] + _rank_view_markdown(view, None)).rstrip() + "\n"
 
 
 def render_rank_view_json(analysis: Analysis, diagnosis: Diagnosis, style: Optional[Style] = None,
                           width: Optional[int] = None, parts: Optional[ReportParts] = None) -> str:
     """`--ranks --format json`: the report's status, suspects, summary and `ranks` only."""
-    view = _parts(analysis, parts).view(diagnosis.suspect_ranks)
+    view = ReportParts.of(analysis, parts).view(diagnosis.suspect_ranks)
     report = {"schema": SCHEMA, "frtrace_version": __version__, "newest_entry_utc": utc_text(view.newest_created_ns),
               "status": diagnosis.status, "suspect_ranks": list(diagnosis.suspect_ranks),
               "summary": diagnosis.verdict, "ranks": ranks_json(view)}
