@@ -7,7 +7,7 @@ dumps of the same job say, rather than its peer issuing an extra op."""
 from __future__ import annotations
 
 import pytest
-from helpers import analyse_dicts
+from helpers import analyse_dicts, job
 
 from frtrace.testing.synth import Fault, generate
 
@@ -105,6 +105,44 @@ def test_a_healthy_deep_pipeline_of_only_active_dumps_stays_healthy():
     _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
     assert diagnosis.status == job.truth["status"] == "healthy"
 
+
+
+def _stalled_in_the_last_group(b_ran_an_op: bool = True) -> dict:
+    """Two ranks in groups named 3, 5, 7 (made in that order: ids 1, 2, 3 on both). Rank
+    1's GPU stops reporting in all_reduce #2 of group 7; rank 0 finished it and #3 after
+    it, and waits in group 3's next op. Dumped with only active entries, rank 0 holds one
+    entry, of group 3: two of its pg_status rows (2 and 3) belong to groups it holds
+    nothing of, and elimination cannot tell which is which."""
+    groups = {"0": ("default_pg", (0, 1)), "3": ("a", (0, 1)), "5": ("b", (0, 1)), "7": ("c", (0, 1))}
+    first = ["all_reduce@3", "all_reduce@5", "all_reduce@7"] if b_ran_an_op else ["all_reduce@3", "all_reduce@7"]
+    dumps = job({0: first + ["all_reduce@7", "all_reduce@7", ("all_reduce@3", {"state": "started"})],
+                 1: first + [("all_reduce@7", {"state": "started"}), ("all_reduce@7", {"state": "scheduled"}),
+                             ("all_reduce@3", {"state": "scheduled"})]},
+                groups=groups)
+    if not b_ran_an_op:  # a group that never ran an op has no pg_status row, yet took its id
+        for dump in dumps.values():
+            dump["pg_status"]["3"] = dump["pg_status"].pop("2")
+    for dump in dumps.values():
+        dump["entries"] = [e for e in dump["entries"] if e["state"] != "completed"]
+    return dumps
+
+
+def test_the_ids_after_the_highest_a_rank_tells_go_to_the_groups_it_made_after_it_in_turn():
+    # Rank 0's rows 2 and 3, after its group 3's id 1, are those of the two groups it made
+    # after it (5, then 7): its row for group 7 says it finished #2 and #3, so rank 1's GPU
+    # is what stopped. Read as "rank 0 never issued #2", the peer that finished was blamed.
+    analysis, diagnosis = analyse_dicts(_stalled_in_the_last_group(), render=False)
+    assert _ids_read(analysis)[(0, "7")] == 3
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == ("faults", [1])
+    root = next(f for f in diagnosis.findings if f.is_root)
+    assert (root.kind, root.suspect_ranks) == ("stuck", (1,))
+
+
+def test_no_id_is_read_past_the_highest_a_rank_tells_where_a_row_is_missing():
+    # Group 5 never ran an op and has no row: rows {3} cannot be told apart from {2} for
+    # two groups made after id 1, so rank 0's row for group 7 stays unread.
+    analysis, _ = analyse_dicts(_stalled_in_the_last_group(b_ran_an_op=False), render=False)
+    assert (0, "7") not in _ids_read(analysis)
 
 # --------------------------------------------------------------------------- ops queued in only-active dumps
 

@@ -431,7 +431,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     if any(unplaced.values()) and _named_in_creation_order(own, groups_of, names):
         for rank, keys in unplaced.items():
             for key in keys:
-                made = _created_between(key, own[rank], groups_of.get(rank, ()), names)
+                made = _created_between(key, own[rank], groups_of.get(rank, ()), names, keys)
                 if made is not None:
                     own[rank][made] = key
     return own
@@ -468,12 +468,15 @@ def _named_in_creation_order(own: Mapping[int, Mapping[int, int]], groups_of: Ma
     return shown
 
 
-def _created_between(key: int, ids: Mapping[int, int], groups: Sequence[int], names: Mapping[int, str]) -> Optional[int]:
+def _created_between(key: int, ids: Mapping[int, int], groups: Sequence[int], names: Mapping[int, str],
+                     unplaced: Sequence[int] = ()) -> Optional[int]:
     """The group of the rank without an id that pg_id `key` is the id of, by the order of
     making: it lies after the group with the next lower id the rank tells, and before the
     one with the next higher. One such group is it. Several are it in turn when they use
     up every id between those two (none was made between them that the dumps do not name:
-    a group that never ran an op has no pg_status row but takes an id). Else None."""
+    a group that never ran an op has no pg_status row but takes an id); or, past the
+    highest id the rank tells, when the rank's pg_status keys not placed yet (`unplaced`)
+    run on from it, one for each such group and none missing (see `_made_last`). Else None."""
     numbers = _creation_numbers(groups, names)
     if numbers is None:
         return None
@@ -486,7 +489,19 @@ def _created_between(key: int, ids: Mapping[int, int], groups: Sequence[int], na
         return candidates[0]
     if lower is not None and higher is not None and higher[0] - lower[0] - 1 == len(candidates):
         return candidates[key - lower[0] - 1]
+    if lower is not None and higher is None and _made_last(lower[0], len(candidates), unplaced, ids):
+        return candidates[key - lower[0] - 1]
     return None
+
+
+def _made_last(lowest: int, count: int, unplaced: Sequence[int], ids: Mapping[int, int]) -> bool:
+    """Whether the rank's pg_status keys above pg_id `lowest` that no group holds yet are
+    exactly the `count` ids after it: then the `count` groups it made after that one,
+    each of which ran an op, took them in turn. A gap (a group that never ran an op has
+    no row) or a key too many leaves the order open."""
+    taken = set(ids.values())
+    above = sorted(k for k in unplaced if k > lowest and k not in taken)
+    return count > 0 and above == list(range(lowest + 1, lowest + 1 + count))
 
 
 def _read_pg_status(streams: dict[int, RankStream], group: Group, dumps: dict[int, RankDump],
