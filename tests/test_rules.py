@@ -353,6 +353,35 @@ def _pair_tie(desc: str, other_pair: tuple[int, int] = (2, 3), other_desc: str =
     return job({**{r: [] for r in world}, **steps}, groups=groups)
 
 
+def _stage_pairs(culprit_skips: bool = True) -> dict:
+    """Two pipeline stages of two TP pairs each (desc "tp" all four). Stage 0's pairs
+    (ranks 0-3) alternate all_gather and reduce_scatter from #1; stage 1's (ranks 4-7) run
+    one reduce_scatter more first (a stage's own ops, as the last stage's loss), so at each
+    number they run the other op. Rank 1 skips stage 0's 7th op (an all_gather) and issues
+    the reduce_scatter after it."""
+    groups = {"0": ("default_pg", tuple(range(8))), "1": ("tp", (0, 1)), "2": ("tp", (2, 3)),
+              "3": ("tp", (4, 5)), "4": ("tp", (6, 7))}
+    stage0, stage1 = ["all_gather", "reduce_scatter"] * 3 + ["all_gather"], ["reduce_scatter", "all_gather"] * 3
+    stage1 += ["reduce_scatter"]
+    steps = {rank: [f"{op}@{rank // 2 + 1}" for op in (stage0 if rank < 4 else stage1)] for rank in range(8)}
+    if culprit_skips:
+        steps[1] = [f"{op}@1" for op in stage0[:6]] + ["reduce_scatter@1"]
+    return job(steps, groups=groups)
+
+
+def test_siblings_at_another_place_of_their_program_cast_no_vote():
+    # At #7 rank 0 issued stage 0's all_gather, rank 1 the reduce_scatter after it. The
+    # other stage 0 pair issued the all_gather; stage 1's two pairs a reduce_scatter, as at
+    # every number theirs is the other op. Counted, they outvoted the pair in step and
+    # blamed rank 0.
+    _, diagnosis = analyse_dicts(_stage_pairs())
+    finding = only(diagnosis, "divergence.mismatch")
+    assert (finding.suspect_ranks, finding.evidence["tie_broken_by_sibling_groups"]) == ((1,), 1)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))
+    _, healthy = analyse_dicts(_stage_pairs(culprit_skips=False))
+    assert healthy.status == "healthy"
+
+
 def test_sibling_groups_break_a_tie_only_when_they_are_alike():
     _, described = analyse_dicts(_pair_tie("tp"))
     assert described.suspect_ranks == (0,)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Container, Optional
 
 from frtrace.diagnosis.entry_checks import contradiction, trusted_size
-from frtrace.diagnosis.facts import Facts, Siblings, last_entry, new_finding, oldest_created
+from frtrace.diagnosis.facts import Facts, Siblings, agreed_signature, last_entry, new_finding, oldest_created
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.linking import WentPastJudge
 from frtrace.match.matcher import CollectiveMatch, Disagreement, GroupView, Signature, batch_signature
@@ -23,6 +23,10 @@ from frtrace.model import Entry
 from frtrace.wording import call_site, group_text, ranks_text, shape_text
 
 ALIGNED_KIND = {"skipped": "not_issued", "extra": "extra_op"}
+# A sibling group breaks a tie only where it ran what this group ran at its last
+# STEP_CHECK agreed collectives (looked for among the STEP_CHECK_READ before the tie).
+STEP_CHECK = 4
+STEP_CHECK_READ = 16
 
 
 def divergences(facts: Facts) -> list[Finding]:
@@ -78,6 +82,20 @@ def _alignment(view: GroupView, matches: list[CollectiveMatch], index: int, rank
     if len(mine) > len(theirs) and mine[1 : 1 + len(theirs)] == theirs:
         return "extra"
     return None
+
+
+def _agreed_before(matches: list[CollectiveMatch], index: int) -> list[tuple[int, Signature]]:
+    """(number, signature) of the group's last STEP_CHECK collectives before `matches[index]`
+    that every member issued alike: where the group stands in its program, for the sibling
+    groups to be compared with."""
+    agreed: list[tuple[int, Signature]] = []
+    for match in reversed(matches[max(0, index - STEP_CHECK_READ):index]):
+        signature = agreed_signature(match)
+        if signature is not None:
+            agreed.append((match.seq, signature))
+            if len(agreed) == STEP_CHECK:
+                break
+    return agreed
 
 
 def _break_tie(match: CollectiveMatch, siblings: list[CollectiveMatch]) -> Optional[Disagreement]:
@@ -137,7 +155,7 @@ def mismatch(view: GroupView, matches: list[CollectiveMatch], index: int, siblin
     own_past = None
     shown = _Shown(match, dis)
     if dis.tie:
-        sibling_matches = siblings.matches_at(match.seq)
+        sibling_matches = siblings.in_step_at(match.seq, _agreed_before(matches, index))
         resolved = _break_tie(match, sibling_matches)
         if resolved is not None:
             dis, tie_broken_by = resolved, len(sibling_matches)

@@ -8,19 +8,38 @@ in a finding's group. Nothing here matches again: the pipeline matched once.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits, waits_of
 from frtrace.match.analysis import Analysis
-from frtrace.match.matcher import CollectiveMatch, GroupView, MatchIndex, MatchResult, P2PMatch
+from frtrace.match.matcher import (
+    CollectiveMatch,
+    GroupView,
+    MatchIndex,
+    MatchResult,
+    P2PMatch,
+    Signature,
+    batch_signature,
+)
 from frtrace.model import Entry, Family, family_of
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import blocked_entries
+
+
+@dataclass(slots=True)
+class StepMemo:
+    """What `Siblings.in_step_at` read, for one diagnosis: each group's agreed signature at
+    a number, each distinct past asked about (its token), and whether a group ran alike
+    at the past of a token."""
+
+    signatures: dict[tuple[int, int], Optional[Signature]] = field(default_factory=dict)
+    pasts: dict[tuple[tuple[int, Signature], ...], int] = field(default_factory=dict)
+    alike: dict[tuple[int, int], bool] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -31,6 +50,9 @@ class Siblings:
     family: list[GroupView]  # every group of the family, this one included
     group_id: int  # this one
     index: MatchIndex
+    # What `in_step_at` read, kept for the diagnosis: a tie in each of a thousand pairs
+    # asks each sibling the same.
+    memo: StepMemo = field(default_factory=StepMemo)
 
     @property
     def views(self) -> list[GroupView]:
@@ -53,10 +75,46 @@ class Siblings:
             return True
         return _finished_by_one(sibling, seq)
 
+    def in_step_at(self, seq: int, past: Sequence[tuple[int, Signature]]) -> list[CollectiveMatch]:
+        """`matches_at(seq)` of the other groups at the same place in the program as this
+        one: at each collective of `past` (this group's, agreed, just before `seq`: its
+        number and what its members issued) each ran the same op. Groups alike in
+        description and size may run programs of their own, the same number another op
+        in each: the TP groups of a pipeline's stages, one of which also runs the loss's.
+        With no `past` to compare (dumps of only active entries), every other group."""
+        if not past:
+            return self.matches_at(seq)
+        at, memo = self.index.at, self.memo
+        token = memo.pasts.setdefault(tuple(past), len(memo.pasts))
+        return [match for view in self.views
+                if (match := at.get((view.group.id, seq))) is not None and self._ran_alike(view.group.id, past, token)]
+
+    def _ran_alike(self, group_id: int, past: Sequence[tuple[int, Signature]], token: int) -> bool:
+        alike = self.memo.alike.get((group_id, token))
+        if alike is None:
+            alike = self.memo.alike[group_id, token] = all(
+                self._agreed_at(group_id, number) == signature for number, signature in past)
+        return alike
+
+    def _agreed_at(self, group_id: int, seq: int) -> Optional[Signature]:
+        signatures = self.memo.signatures
+        key = (group_id, seq)
+        if key not in signatures:
+            signatures[key] = agreed_signature(self.index.at.get(key))
+        return signatures[key]
+
     def each_at(self, seq: int) -> Iterator[Optional[CollectiveMatch]]:
         """Each other group's match at `seq` (None where it has none), read as asked: a
         caller that stops at the first one unlike its own reads no further."""
         return (self.index.at.get((v.group.id, seq)) for v in self.family if v.group.id != self.group_id)
+
+
+def agreed_signature(match: Optional[CollectiveMatch]) -> Optional[Signature]:
+    """What every member issued at `match` (op names, sizes, dtypes), when they all issued
+    it alike; else None."""
+    if match is None or match.disagreement is not None or not match.calls or match.not_issued:
+        return None
+    return batch_signature(next(iter(match.calls.values())))
 
 
 def _finished_by_one(view: GroupView, seq: int) -> bool:
@@ -78,6 +136,7 @@ class Facts:
     # issued (None: they agree on all they hold); read by the divergence and frontier rules
     divergence_at: dict[int, Optional[int]]
     _waits: Optional[Waits] = None
+    _step_memo: StepMemo = field(default_factory=StepMemo)  # see Siblings.memo
 
     @property
     def waits(self) -> Waits:
@@ -155,7 +214,7 @@ class Facts:
         # The family is read only when asked (a group with something to weigh): listing
         # it for every group would cost groups x family size.
         family = self._families.get(family_of(view.group), [])
-        return Siblings(family, view.group.id, self.index)
+        return Siblings(family, view.group.id, self.index, self._step_memo)
 
 
 def _first_divergence(matches: list[CollectiveMatch], reliable: bool) -> Optional[int]:
