@@ -210,20 +210,21 @@ def inject(job: dict, kind: str, rng: random.Random):
     elif kind == "gpu":
         reached[culprit] = layout.at[culprit][key] + 1
         queued = rng.choice([0, 1, 2, 3])
-    _settle(job, layout, granks, reached, never, stays=culprit if kind in ("hang", "gpu") else None)
+    blocked = _settle(job, layout, granks, reached, never, stays=culprit if kind in ("hang", "gpu") else None)
     dumps = {}
     for rank, (name, dump) in job.items():
         if rank == culprit and kind == "gpu":
             dumps[rank] = (name, _stalled(dump, layout.units[rank], layout.at[rank][key], queued))
         else:
-            blocked = rank != culprit or kind != "hang"
-            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], blocked, key, culprit == rank, kind))
+            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, culprit == rank,
+                                      kind))
     return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
 
 
 def _settle(job, layout, granks, reached, never, stays):
     """Cut each rank's units at the first one that cannot finish (kept: it is blocked in
-    it), until nothing changes; the rank `stays` keeps what it was given."""
+    it), until nothing changes; the rank `stays` keeps what it was given. Returns the
+    ranks blocked."""
     def partners(key, rank):
         return [p for p in granks[key[1]] if p != rank] if key[0] == "C" else [key[3] if rank == key[2] else key[2]]
 
@@ -239,6 +240,7 @@ def _settle(job, layout, granks, reached, never, stays):
                 return False
         return True
 
+    blocked: set[int] = set()
     changed = True
     while changed:
         changed = False
@@ -247,9 +249,11 @@ def _settle(job, layout, granks, reached, never, stays):
                 continue
             for u in range(reached[rank]):
                 if not all(can_finish(rank, key) for key in layout.units[rank][u][2]):
+                    blocked.add(rank)
                     if u + 1 < reached[rank]:
                         reached[rank], changed = u + 1, True
                     break
+    return blocked
 
 
 def _unfinished(entries, first, end, started):
@@ -269,7 +273,7 @@ def _cut(dump, units, kept, blocked, key, is_culprit, kind):
     cut = units[kept - 1][1] if kept else 0
     dropped, dump["entries"] = dump["entries"][cut:], dump["entries"][:cut]
     last_holds_fault = kept and key in units[kept - 1][2]
-    if kept and blocked and (kept < len(units) or last_holds_fault):
+    if kept and blocked:
         first, end, _ = units[kept - 1]
         _unfinished(dump["entries"], first, end, True)
         if is_culprit and kind in ("size", "dtype", "op") and last_holds_fault:
