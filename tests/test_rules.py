@@ -382,6 +382,25 @@ def test_siblings_at_another_place_of_their_program_cast_no_vote():
     assert healthy.status == "healthy"
 
 
+
+def test_a_rank_short_of_its_own_groups_place_for_an_op_did_not_go_past_it():
+    # Stage 0 (TP pair 0,1) sends to stage 1 and receives back between its TP ops #2 and
+    # #3; stage 1 (pair 2,3) runs #3 right after #2. Rank 3 stops issuing (it never
+    # posts its recv), so rank 1 waits in its send and rank 0, past its own send and recv,
+    # waits in #3. Stage 1's ranks issued #3 right after #2, where rank 1 issued its send:
+    # read as ranks like it, they said rank 1 went past #3, and blamed it beside rank 3.
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3)),
+              "3": ("pp", (0, 2)), "4": ("pp", (1, 3))}
+    first = ["all_gather@{}", "reduce_scatter@{}"]
+    steps = {0: [op.format(1) for op in first] + ["send 0->1@3", "recv 0<-1@3", "all_gather@1"],
+             1: [op.format(1) for op in first] + ["send 0->1@4"],
+             2: [op.format(2) for op in first] + ["all_gather@2", "reduce_scatter@2", "recv 1<-0@3", "send 1->0@3"],
+             3: [op.format(2) for op in first] + ["all_gather@2", "reduce_scatter@2"]}
+    _, diagnosis = analyse_dicts(job(steps, groups=groups), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,))
+    tp = only(diagnosis, "divergence.never_issued")
+    assert (tp.is_root, dict(tp.went_past)) == (False, {})
+
 def test_sibling_groups_break_a_tie_only_when_they_are_alike():
     _, described = analyse_dicts(_pair_tie("tp"))
     assert described.suspect_ranks == (0,)

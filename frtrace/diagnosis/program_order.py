@@ -66,7 +66,8 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
         return _like_channels_say(program, finding, ranks, {})
     absent = tuple(r for r in ranks if r in program.entries)
     op_token, witnesses = witnessed
-    found, placed = _like_ranks_say(program, absent, op_token, witnesses)
+    judged = _not_behind_own_group(program, finding, absent, witnesses)
+    found, placed = _like_ranks_say(program, judged, op_token, witnesses)
     found = _like_channels_say(program, finding, ranks, found)
     unplaced = [r for r in absent if r not in placed and r not in found]
     split = [r for r in absent if r in placed and r not in found]
@@ -82,6 +83,27 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     for rank in _at_most_history_ranks([r for r in split if r not in found]):
         _add(found, rank, _strict_past_says_skipped(program, finding, rank, op_form))
     return found
+
+
+def _not_behind_own_group(program: Programs, finding: Finding, absent: tuple[int, ...],
+                          witnesses: Witnesses) -> tuple[int, ...]:
+    """Those of `absent` that issued the op just before the finding's op in the program of
+    every member of its group that issued it. The ranks in sibling groups say where the op
+    comes in theirs, which may be another program (the TP groups of other pipeline
+    stages): a rank that has not reached the place its own group's members issued the
+    op at is behind, however like those ranks its last ops look."""
+    group = program.views.get(finding.group_id) if finding.group_id is not None else None
+    if group is None:
+        return absent
+    members = set(group.group.ranks)
+    befores = []
+    for rank, entry in witnesses:
+        position = program.position(rank, entry) if rank in members else None
+        before = program.previous(rank, position) if position is not None else None
+        token = program.token(rank, before) if before is not None else None
+        if token is not None:
+            befores.append(token)
+    return tuple(r for r in absent if all(program.find(r, token) is not None for token in befores))
 
 
 def _like_ranks_say(program: Programs, absent: tuple[int, ...], op_token: Optional[Token],
