@@ -14,6 +14,7 @@ import json
 import pytest
 from helpers import analyse_dicts, run_cli, write_job
 
+from frtrace.testing.inject import inject_at, only_active
 from frtrace.testing.synth import generate
 
 
@@ -114,3 +115,25 @@ def test_pg_status_shows_left_out_work_only_when_it_finished_past_what_the_dump_
     assert not with_status(held["p2p_seq_id"], held["p2p_seq_id"])
     # Nothing past the held batch.
     assert not with_status(held["collective_seq_id"], held["collective_seq_id"])
+
+
+def _tp_mismatch_in_a_batched_pipeline() -> dict:
+    """A healthy job of batched P2P (TP 4 x PP 2 x DP 2, timing off), in which rank 13 then
+    issues a broadcast where its TP group's #8 is another op: every rank cut at the op it
+    blocks in, dumped with only active entries. Its stage 1 ranks post batches of one op,
+    whose finished markers are left out."""
+    healthy = generate(16, 4, 2, steps=3, seed=9, p2p="batched", coalesced_events="marker", watchdog_ms=100.0,
+                       pg_status="work")
+    job = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
+    tp = next(config["name"] for config in job[13][1]["pg_config"].values() if config["desc"] == "tp")
+    dumps, _ = inject_at(job, "op", tp, 8, culprit=13)
+    return {rank: dump for rank, (_, dump) in only_active(dumps).items()}
+
+
+def test_batches_of_one_op_that_finished_are_read_so_where_the_group_posts_batches():
+    # Stage 0 posts two-op batches (recognised as batches); stage 1, batches of one op,
+    # which looked like plain ops never finished: the channels then paired one off, and
+    # stage 0's four ranks were blamed for sends they had posted.
+    analysis, diagnosis = analyse_dicts(_tp_mismatch_in_a_batched_pipeline(), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (13,))
+    assert not [f for f in diagnosis.findings if f.kind == "p2p_unmatched" and f.is_root]

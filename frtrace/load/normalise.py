@@ -20,7 +20,12 @@ from typing import Hashable, Iterable, Optional, Sequence
 from frtrace.load import cupti
 from frtrace.load.safe_decode import DecodeError, RawDump, RawValue
 from frtrace.model import SHAPE_FIELDS, UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
-from frtrace.table.batches import finished_settlements, settle_table_batches
+from frtrace.table.batches import (
+    batching_groups,
+    finished_settlements,
+    lone_ops_of_finished_batches,
+    settle_table_batches,
+)
 from frtrace.table.entry_columns import (
     SPLIT_FIELDS,
     Columns,
@@ -718,7 +723,25 @@ def settle_only_active_job(dumps: Sequence[RankDump]) -> list[RankDump]:
                if dump.entries and dump.writer == cupti.C10D and not keeps_only_active(dump) and dump.backend != "gloo"]
     for dump in settled:
         _settle_finished(dump)
+    _settle_lone_batch_ops(dumps)
     return settled
+
+
+def _settle_lone_batch_ops(dumps: Sequence[RankDump]) -> None:
+    """In a job of only active entries, mark finished each rank's batches of one op that
+    finished (`batches.lone_ops_of_finished_batches`), in the groups where some rank shows
+    it posts its P2P work in batches: one rank's batch of one op looks like a plain op,
+    but the ranks of a group post alike (batch_isend_irecv or not)."""
+    c10d = [dump for dump in dumps if dump.entries and dump.writer == cupti.C10D and dump.backend != "gloo"]
+    batching = set().union(*(batching_groups(dump.entries) for dump in c10d))
+    if not batching:
+        return
+    for dump in c10d:
+        entries = dump.entries
+        changes = {i: entries[i]._replace(retired=True) for i in lone_ops_of_finished_batches(entries, batching)}
+        if changes:
+            entries.replace(changes)
+            entries.compact()
 
 
 def normalised_without_entries(raw: object, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,

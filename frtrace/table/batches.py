@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections import defaultdict
 from itertools import chain, compress, repeat
-from typing import Callable, Optional, Sequence
+from typing import Callable, Container, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
 from frtrace.table.entry_table import BatchFacts, EntryTable
@@ -268,6 +269,47 @@ def _ops_of_finished_batches(entries: Sequence[Entry]) -> list[int]:
         if len(ops) >= 2 and key not in marked and entries[ops[-1]].record_id + 1 not in held:
             finished.extend(ops)
     return finished
+
+
+def batching_groups(entries: Sequence[Entry]) -> set[str]:
+    """The groups (pg names) in which `entries` show P2P work posted in batches: two ops or
+    more under one P2P number, or a marker right after a P2P op of its group and number."""
+    groups: set[str] = set()
+    ops: dict[tuple[str, int], int] = defaultdict(int)
+    previous: Optional[Entry] = None
+    for entry in entries:
+        if entry.is_p2p:
+            key = (entry.pg_name, entry.p2p_seq_id)
+            ops[key] += 1
+            if ops[key] == 2:
+                groups.add(entry.pg_name)
+        elif (entry.name.is_coalesced_marker and previous is not None and previous.is_p2p
+              and previous.pg_name == entry.pg_name and previous.p2p_seq_id == entry.p2p_seq_id):
+            groups.add(entry.pg_name)
+        previous = entry
+    return groups
+
+
+def lone_ops_of_finished_batches(entries: Sequence[Entry], batching: Container[str]) -> list[int]:
+    """Positions of the P2P ops of a dump of only active entries that are batches of one op
+    that finished, in groups whose ranks post their P2P work in batches (`batching`): an op
+    alone under its number, never started, with no marker held, whose next record (its
+    marker's) is gone while a later one is held. torch records a batch's ops without
+    events, so they never look finished; the marker, which did finish, was left out."""
+    held = {e.record_id for e in entries}
+    newest = max(held, default=-1)
+    numbers: dict[tuple[str, int], int] = defaultdict(int)
+    marked: set[tuple[str, int]] = set()
+    for entry in entries:
+        if entry.is_p2p:
+            numbers[entry.pg_name, entry.p2p_seq_id] += 1
+        elif entry.name.is_coalesced_marker:
+            marked.add((entry.pg_name, entry.p2p_seq_id))
+    return [i for i, entry in enumerate(entries)
+            if entry.is_p2p and entry.pg_name in batching and numbers[entry.pg_name, entry.p2p_seq_id] == 1
+            and (entry.pg_name, entry.p2p_seq_id) not in marked and not entry.completed
+            and not says_more_than_scheduled(entry.state, entry.retired, entry.time_started_ns, entry.time_completed_ns)
+            and entry.record_id + 1 not in held and entry.record_id + 1 < newest]
 
 
 # Fast paths beside their plain twins (see frtrace.testing.twins).

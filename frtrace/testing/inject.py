@@ -1,0 +1,302 @@
+"""Faults put into a healthy job's dumps (NCCL, whole, every op finished at the end).
+
+Takes rank -> (file name, dump dict) of a healthy job; returns the same with a fault:
+a host-side hang, a size, dtype or op mismatch, a GPU that stops reporting, a skipped
+or an extra collective, at a collective #k of a group that every member holds, each rank
+then cut at the op it would block in (see tools/inject_faults.py, which runs it on dump
+directories and reads frtrace's verdict). Dumps our generator did not write keep their
+own semantics this way: what frtrace is checked against is theirs, with a fault.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+from collections import defaultdict
+
+KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra")
+_P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+)")
+_FLIP_DTYPE = {"BFloat16": "Float", "Float": "BFloat16", "Half": "Float", "Long": "Int", "Int": "Long"}
+
+
+def group_ranks(job: dict) -> dict[str, list[int]]:
+    ranks = {}
+    for _, dump in job.values():
+        for config in (dump.get("pg_config") or {}).values():
+            members = json.loads(config["ranks"]) if isinstance(config["ranks"], str) else config["ranks"]
+            if members:
+                ranks[config["name"]] = list(members)
+    return ranks
+
+
+def units_of(entries: list[dict]) -> list[tuple[int, int, list]]:
+    """(first, end, keys) per unit, in order: a collective (its group's entries under one
+    number), a plain P2P op, a P2P batch (its ops and the marker after them), or a
+    marker whose ops fell off the ring (no key: it finished). Keys say what must meet:
+    ("C", group, number), or ("P", group, entry position), made channel keys later."""
+    units, i = [], 0
+    while i < len(entries):
+        entry, group = entries[i], entries[i]["process_group"][0]
+        if entry["is_p2p"]:
+            j = i + 1
+            while (j < len(entries) and entries[j]["is_p2p"] and entries[j]["process_group"][0] == group
+                   and entries[j]["p2p_seq_id"] == entry["p2p_seq_id"]):
+                j += 1
+            batch = (j < len(entries) and not entries[j]["is_p2p"] and entries[j]["process_group"][0] == group
+                     and entries[j]["profiling_name"].endswith(":coalesced"))
+            end = j + 1 if batch else (j if j - i == 1 else i + 1)
+            units.append((i, end, [("P", group, k) for k in range(i, end) if entries[k]["is_p2p"]]))
+            i = end
+        elif entry["profiling_name"].endswith(":coalesced"):
+            units.append((i, i + 1, []))
+            i += 1
+        else:
+            j = i + 1
+            while (j < len(entries) and not entries[j]["is_p2p"] and entries[j]["process_group"][0] == group
+                   and entries[j]["collective_seq_id"] == entry["collective_seq_id"]):
+                j += 1
+            units.append((i, j, [("C", group, entry["collective_seq_id"])]))
+            i = j
+    return units
+
+
+class Layout:
+    """Every rank's units, with P2P keys made channel keys, and where each key sits."""
+
+    def __init__(self, job: dict, granks: dict[str, list[int]]):
+        self.units = {rank: units_of(dump["entries"]) for rank, (_, dump) in job.items()}
+        counts: dict = defaultdict(int)
+        for rank in sorted(job):
+            entries = job[rank][1]["entries"]
+            for u in reversed(range(len(self.units[rank]))):
+                first, end, keys = self.units[rank][u]
+                if keys and keys[0][0] == "P":
+                    self.units[rank][u] = (first, end, [self._channel_key(rank, entries, key, granks, counts)
+                                                        for key in reversed(keys)])
+        self.at: dict[int, dict] = {rank: {} for rank in job}
+        self.newest: dict[tuple[int, str], int] = {}
+        for rank, units in self.units.items():
+            for u, (_, _, keys) in enumerate(units):
+                for key in keys:
+                    self.at[rank][key] = u
+                    if key[0] == "C":
+                        self.newest[rank, key[1]] = max(self.newest.get((rank, key[1]), -1), key[2])
+
+    @staticmethod
+    def _channel_key(rank, entries, key, granks, counts):
+        op, a, b = _P2P_NAME.search(entries[key[2]]["profiling_name"]).groups()
+        members = granks[key[1]]
+        src, dst = (members[int(a)], members[int(b)]) if op == "send" else (members[int(b)], members[int(a)])
+        counts[rank, key[1], src, dst] += 1
+        return "P", key[1], src, dst, counts[rank, key[1], src, dst]
+
+
+def _signature(job, layout, rank, key):
+    first, end, _ = layout.units[rank][layout.at[rank][key]]
+    return tuple((e["profiling_name"], "" if "all_to_all" in e["profiling_name"] else str(e["input_sizes"]),
+                  str(e["input_dtypes"])) for e in job[rank][1]["entries"][first:end])
+
+
+def _renumbered(job, layout, group, seq, culprit, kind):
+    """The job with the culprit's #seq of `group` left out (skip) or an all_reduce put
+    before it (extra), its later ops of the group numbered on from there."""
+    name, dump = job[culprit]
+    dump = copy.deepcopy(dump)
+    entries = dump["entries"]
+    first, end, _ = layout.units[culprit][layout.at[culprit][("C", group, seq)]]
+    if kind == "skip":
+        shift, kept = -1, entries[:first]
+        later = entries[end:]
+    else:
+        extra = copy.deepcopy(entries[first])
+        extra.update(profiling_name="nccl:all_reduce", input_sizes=[[1]], output_sizes=[[1]],
+                     input_dtypes=["Float"], output_dtypes=["Float"])
+        shift, kept, later = 1, entries[:first] + [extra], entries[first:]
+    moved = -(end - first) if kind == "skip" else 1
+    for entry in later:
+        entry = dict(entry, record_id=entry["record_id"] + moved)
+        if entry["process_group"][0] == group:
+            entry["collective_seq_id"] += shift
+        kept.append(entry)
+    dump["entries"] = kept
+    return {**job, culprit: (name, dump)}
+
+
+def inject(job: dict, kind: str, rng: random.Random):
+    """(the job's dumps with the fault, what was injected), or None when no collective fits."""
+    granks = group_ranks(job)
+    layout = Layout(job, granks)
+    candidates = []
+    for group, members in sorted(granks.items()):
+        if len(members) < 2 or any(rank not in job for rank in members):
+            continue
+        shared = sorted(set.intersection(*({k[2] for k in layout.at[r] if k[0] == "C" and k[1] == group}
+                                            for r in members)))
+        if len(shared) >= 4:
+            candidates += [(group, seq) for seq in shared[len(shared) // 2:-1]]
+    if not candidates:
+        return None
+    group, seq = rng.choice(candidates)
+    culprit = rng.choice(granks[group])
+    return inject_at(job, kind, group, seq, culprit, queued=rng.choice([0, 1, 2, 3]))
+
+
+def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: int = 0):
+    """`inject`'s fault of `kind` at collective #`seq` of `group`, by `culprit` (for a GPU
+    that stops reporting, with `queued` ops after #seq it only queued)."""
+    granks = group_ranks(job)
+    layout = Layout(job, granks)
+    key = ("C", group, seq)
+    never = {key} if kind in ("size", "dtype", "op") else set()
+    if kind in ("skip", "extra"):
+        job = _renumbered(job, layout, group, seq, culprit, kind)
+        layout = Layout(job, granks)
+        for number in {k for r in granks[group] for k in layout.at[r] if k[0] == "C" and k[1] == group and k[2] >= seq}:
+            if len({_signature(job, layout, r, number) for r in granks[group] if number in layout.at[r]}) > 1:
+                never.add(number)
+    reached = {rank: len(layout.units[rank]) for rank in job}
+    if kind == "hang":
+        reached[culprit] = layout.at[culprit][key]
+    elif kind == "gpu":
+        reached[culprit] = layout.at[culprit][key] + 1
+    blocked = _settle(job, layout, granks, reached, never, stays=culprit if kind in ("hang", "gpu") else None)
+    dumps = {}
+    for rank, (name, dump) in job.items():
+        if rank == culprit and kind == "gpu":
+            dumps[rank] = (name, _stalled(dump, layout.units[rank], layout.at[rank][key], queued))
+        else:
+            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, culprit == rank,
+                                      kind))
+    return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
+
+
+def _settle(job, layout, granks, reached, never, stays):
+    """Cut each rank's units at the first one that cannot finish (kept: it is blocked in
+    it), until nothing changes; the rank `stays` keeps what it was given. Returns the
+    ranks blocked."""
+    def partners(key, rank):
+        return [p for p in granks[key[1]] if p != rank] if key[0] == "C" else [key[3] if rank == key[2] else key[2]]
+
+    def can_finish(rank, key):
+        if key in never:
+            return False
+        for peer in partners(key, rank):
+            where = layout.at.get(peer, {}).get(key)
+            if where is None:  # fell off its ring, long finished; or newer than all it holds
+                if key[0] == "C" and key[2] > layout.newest.get((peer, key[1]), -1):
+                    return False
+            elif where >= reached[peer]:
+                return False
+        return True
+
+    blocked = set()
+    changed = True
+    while changed:
+        changed = False
+        for rank in job:
+            if rank == stays:
+                continue
+            for u in range(reached[rank]):
+                if not all(can_finish(rank, key) for key in layout.units[rank][u][2]):
+                    blocked.add(rank)
+                    if u + 1 < reached[rank]:
+                        reached[rank], changed = u + 1, True
+                    break
+    return blocked
+
+
+def _unfinished(entries, first, end, started):
+    """Mark a unit unfinished: `started` where the job records start events (timing on)."""
+    timed = any(entry.get("time_discovered_started_ns") for entry in entries)
+    for entry in entries[first:end]:
+        batch_op = entry["is_p2p"] and end - first > 1
+        entry["state"] = "started" if started and timed and not batch_op else "scheduled"
+        entry["time_discovered_completed_ns"] = None
+        if not started:
+            entry["time_discovered_started_ns"] = None
+        if "duration_ms" in entry:
+            entry["duration_ms"] = None
+        entry["retired"] = False
+
+
+def _cut(dump, units, kept, blocked, key, is_culprit, kind):
+    dump = copy.deepcopy(dump)
+    cut = units[kept - 1][1] if kept else 0
+    dropped, dump["entries"] = dump["entries"][cut:], dump["entries"][:cut]
+    last_holds_fault = kept and key in units[kept - 1][2]
+    if kept and blocked:
+        first, end, _ = units[kept - 1]
+        _unfinished(dump["entries"], first, end, True)
+        if is_culprit and kind in ("size", "dtype", "op") and last_holds_fault:
+            _alter(dump["entries"][first], kind)
+    return _with_status(dump, dropped)
+
+
+def _alter(entry, kind):
+    if kind == "size":
+        for field in ("input_sizes", "output_sizes"):
+            entry[field] = [[shape[0] + 1, *shape[1:]] if shape else [1] for shape in entry[field]]
+    elif kind == "dtype":
+        for field in ("input_dtypes", "output_dtypes"):
+            entry[field] = [_FLIP_DTYPE.get(dtype, "Float") for dtype in entry[field]]
+    else:
+        entry["profiling_name"] = "nccl:all_reduce" if "broadcast" in entry["profiling_name"] else "nccl:broadcast"
+
+
+def _stalled(dump, units, at, queued):
+    dump = copy.deepcopy(dump)
+    kept = min(len(units), at + 1 + queued)
+    cut = units[kept - 1][1]
+    dropped, dump["entries"] = dump["entries"][cut:], dump["entries"][:cut]
+    for u in range(at, kept):
+        first, end, _ = units[u]
+        _unfinished(dump["entries"], first, end, u == at)
+    return _with_status(dump, dropped)
+
+
+def _with_status(dump, dropped):
+    """pg_status from the kept entries: enqueued is the newest collective kept (or, with
+    none kept, the one before the first dropped), completed the one before the oldest
+    unfinished one kept."""
+    group_of_pg = {}
+    for entry in dump["entries"] + dropped:
+        group_of_pg.setdefault(str(entry["pg_id"]), entry["process_group"][0])
+    for pg_id, status in (dump.get("pg_status") or {}).items():
+        group = group_of_pg.get(str(pg_id))
+        if group is None:
+            continue
+        kept = [e for e in dump["entries"] if e["process_group"][0] == group and not e["is_p2p"]]
+        later = [e for e in dropped if e["process_group"][0] == group]
+        if kept:
+            enqueued = max(e["collective_seq_id"] for e in kept)
+            # A coalesced batch's ops never finish on their own: its marker says.
+            marked = {e["collective_seq_id"]: e["state"] for e in kept if e["profiling_name"].endswith(":coalesced")}
+            unfinished = [e["collective_seq_id"] for e in kept
+                          if marked.get(e["collective_seq_id"], e["state"]) != "completed"]
+            completed = min(unfinished) - 1 if unfinished else enqueued
+            started = max([e["collective_seq_id"] for e in kept if e["state"] in ("started", "completed")] or [completed])
+        elif later:
+            enqueued = completed = started = later[0]["collective_seq_id"] - (0 if later[0]["is_p2p"] else 1)
+        else:
+            continue
+        status.update(last_enqueued_collective=enqueued, last_started_collective=started,
+                      last_completed_collective=completed)
+    return dump
+
+
+def only_active(dumps: dict) -> dict:
+    """The dumps as onlyActive writes them: finished entries left out."""
+    return {rank: (name, {**dump, "entries": [e for e in dump["entries"] if e["state"] != "completed"]})
+            for rank, (name, dump) in dumps.items()}
+
+
+def wrapped(dumps: dict) -> dict:
+    """Each rank's ring keeping 50 to 100 % of its entries, the newest (by rank, repeatably)."""
+    out = {}
+    for rank, (name, dump) in dumps.items():
+        entries = dump["entries"]
+        keep = int(len(entries) * (0.5 + 0.5 * ((rank * 7919) % 97) / 97))
+        out[rank] = (name, {**dump, "entries": entries[len(entries) - keep:]})
+    return out
