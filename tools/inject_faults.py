@@ -57,17 +57,8 @@ def load_job(directory: Path) -> dict[int, tuple[str, dict]]:
         found = re.search(r"(\d+)$", path.name)
         if found and path.is_file():
             raw = decode_dump(path.read_bytes(), 1 << 31).raw
-            job[int(found.group(1))] = (path.name, _plain(raw))
+            job[int(found.group(1))] = (path.name, raw)
     return job
-
-
-def _plain(value):
-    """The decoded dump as plain dicts and lists (tuples kept where torch writes them)."""
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
 
 
 def write_job(dumps: dict, directory: Path) -> None:
