@@ -312,6 +312,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
             names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
     clipped = only_active or dump.wrapped
+    cut = _batch_at_the_cut(dump) if dump.wrapped else None
     per_group: dict[int, RankStream] = {}
     for gid, names in names_of.items():
         if len(names) == 1:
@@ -321,12 +322,40 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
             collectives = SeqMap.joined([dealt[n].by_sequence for n in names])
             p2p = RowList.joined([dealt[n].p2p for n in names])
             batched = frozenset().union(*(dealt[n].batched for n in names))
+        if cut is not None and cut[0] in names and collectives.first == cut[1]:
+            collectives = collectives.without_first()
         p2p_whole = not clipped
         if only_active and p2p and not uncertain:
             batched, p2p_whole = _batches_held(p2p, batched)
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
                                     clipped, uncertain, batched, only_active=only_active, p2p_whole=p2p_whole)
     return per_group
+
+
+def _batch_at_the_cut(dump: RankDump) -> Optional[tuple[str, int]]:
+    """(pg name, number) of the coalesced batch of collectives the oldest record of a
+    wrapped ring belongs to, or None: the ring overwrote records one at a time, so the
+    batch may have lost its first ops, and is left out of the match (as a number the
+    ring no longer reaches back to). Each rank's ring wraps at its own point: compared
+    as it stands, the part held would read as another op or size than its peers'."""
+    entries = dump.entries
+    first = entries.static_row(0)
+    if first.name.is_p2p or first.name.is_coalesced_marker:
+        return None
+    seq = entries.value("collective_seq_id", 0)
+    for row in range(1, min(len(entries), _BATCH_READ)):
+        static = entries.static_row(row)
+        if static.pg_name != first.pg_name or static.name.is_p2p:
+            return None
+        if entries.value("collective_seq_id", row) != seq:
+            return None
+        if static.name.is_coalesced_marker:
+            return first.pg_name, seq
+    return None
+
+
+# A batch's ops read, at most, looking for its marker after the oldest record.
+_BATCH_READ = 64
 
 
 def _batches_held(p2p: RowList, batched: frozenset[int]) -> tuple[frozenset[int], bool]:

@@ -99,6 +99,11 @@ class SeqMap(Mapping[int, tuple[Entry, ...]]):
         """The rank's table the entries are rows of."""
         return self._table
 
+    def without_first(self) -> "SeqMap":
+        """The map without the entries under its lowest number."""
+        low, high = self._span(self._seqs[0]) if self._seqs else (0, 0)
+        return SeqMap(self._table, list(self._rows[high:])) if high else self
+
     def numbered_rows(self) -> tuple[Sequence[int], Sequence[int]]:
         """The sequence number of each entry the map holds, in order (a batch's entries
         share one), and beside it the entry's row."""
