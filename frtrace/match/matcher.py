@@ -312,7 +312,10 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
             names_of[gid].append(name)
     uncertain = _gaps_are_unknown(dump)
     clipped = only_active or dump.wrapped
-    cut = _batch_at_the_cut(dump) if dump.wrapped else None
+    # In a dump of only active entries the oldest held record is where finished ones stop
+    # being left out, not where the ring cut: a batch there is whole (and often the op the
+    # rank waits in).
+    cut = _batch_at_the_cut(dump) if dump.wrapped and not only_active else None
     per_group: dict[int, RankStream] = {}
     for gid, names in names_of.items():
         if len(names) == 1:
