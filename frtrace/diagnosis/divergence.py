@@ -285,9 +285,7 @@ def _break_tie_by_own_past(matches: list[CollectiveMatch], index: int, dis: Disa
     wanted: dict[Signature, tuple[int, ...]] = {sig: ranks for ranks, sig in dis.classes}
     seen: dict[Signature, int] = defaultdict(int)
     for earlier in reversed(window):
-        if earlier.disagreement is not None or not earlier.calls:
-            continue
-        signature = batch_signature(next(iter(earlier.calls.values())))
+        signature = agreed_signature(earlier)
         if signature in wanted:
             seen[signature] += 1
             if len(seen) > 1:

@@ -50,9 +50,9 @@ class Siblings:
     family: list[GroupView]  # every group of the family, this one included
     group_id: int  # this one
     index: MatchIndex
-    # What `in_step_at` read, kept for the diagnosis: a tie in each of a thousand pairs
-    # asks each sibling the same.
-    memo: StepMemo = field(default_factory=StepMemo)
+    # What `in_step_at` read, kept for the diagnosis (Facts holds it): a tie in each of a
+    # thousand pairs asks each sibling the same.
+    memo: StepMemo
 
     @property
     def views(self) -> list[GroupView]:

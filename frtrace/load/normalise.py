@@ -738,9 +738,9 @@ def _settle_lone_batch_ops(dumps: Sequence[RankDump]) -> None:
         return
     for dump in c10d:
         entries = dump.entries
-        changes = {i: entries[i]._replace(retired=True) for i in lone_ops_of_finished_batches(entries, batching)}
-        if changes:
-            entries.replace(changes)
+        rows = lone_ops_of_finished_batches(entries, batching)
+        if rows:
+            entries.replace({row: entries[row]._replace(retired=True) for row in rows})
             entries.compact()
 
 

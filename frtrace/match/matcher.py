@@ -45,6 +45,7 @@ from frtrace.model import (
     Shapes,
     numel,
 )
+from frtrace.table.batches import batch_at_the_cut
 from frtrace.table.by_group import GroupParts, deal_by_group
 from frtrace.table.entry_table import EntryTable
 from frtrace.table.rank_dump import RankDump
@@ -315,7 +316,7 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
     # In a dump of only active entries the oldest held record is where finished ones stop
     # being left out, not where the ring cut: a batch there is whole (and often the op the
     # rank waits in).
-    cut = _batch_at_the_cut(dump) if dump.wrapped and not only_active else None
+    cut = batch_at_the_cut(dump.entries) if dump.wrapped and not only_active else None
     per_group: dict[int, RankStream] = {}
     for gid, names in names_of.items():
         if len(names) == 1:
@@ -326,6 +327,8 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
             p2p = RowList.joined([dealt[n].p2p for n in names])
             batched = frozenset().union(*(dealt[n].batched for n in names))
         if cut is not None and cut[0] in names and collectives.first == cut[1]:
+            # Left out of the match, as a number the ring no longer reaches back to:
+            # compared as it stands, what is left of it reads as another op or size.
             collectives = collectives.without_first()
         p2p_whole = not clipped
         if only_active and p2p and not uncertain:
@@ -333,32 +336,6 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
                                     clipped, uncertain, batched, only_active=only_active, p2p_whole=p2p_whole)
     return per_group
-
-
-def _batch_at_the_cut(dump: RankDump) -> Optional[tuple[str, int]]:
-    """(pg name, number) of the coalesced batch of collectives the oldest record of a
-    wrapped ring belongs to, or None: the ring overwrote records one at a time, so the
-    batch may have lost its first ops, and is left out of the match (as a number the
-    ring no longer reaches back to). Each rank's ring wraps at its own point: compared
-    as it stands, the part held would read as another op or size than its peers'."""
-    entries = dump.entries
-    first = entries.static_row(0)
-    if first.name.is_p2p or first.name.is_coalesced_marker:
-        return None
-    seq = entries.value("collective_seq_id", 0)
-    for row in range(1, min(len(entries), _BATCH_READ)):
-        static = entries.static_row(row)
-        if static.pg_name != first.pg_name or static.name.is_p2p:
-            return None
-        if entries.value("collective_seq_id", row) != seq:
-            return None
-        if static.name.is_coalesced_marker:
-            return first.pg_name, seq
-    return None
-
-
-# A batch's ops read, at most, looking for its marker after the oldest record.
-_BATCH_READ = 64
 
 
 def _batches_held(p2p: RowList, batched: frozenset[int]) -> tuple[frozenset[int], bool]:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections import defaultdict
+from collections import Counter
 from itertools import chain, compress, repeat
 from typing import Callable, Container, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
-from frtrace.table.entry_table import BatchFacts, EntryTable
+from frtrace.table.entry_table import BatchFacts, EntryTable, StaticRow
 from frtrace.table.standing import batch_key, mixes_numberings
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
@@ -98,6 +98,22 @@ def _orphan_markers(table: EntryTable, markers: Sequence[int], starts: Sequence[
         if not any(groups[codes[row]] == group for row in range(position)):
             orphans.append(position)
     return orphans
+
+
+def batch_at_the_cut(table: EntryTable) -> Optional[tuple[str, int]]:
+    """(pg name, number) of the coalesced batch of collectives that begins at the table's
+    first row, or None. In a ring that wrapped, the first row is where the ring cut, one
+    record at a time: such a batch may have lost its first ops (each rank's ring wraps at
+    its own point), as an orphan marker (`_orphan_markers`) lost them all."""
+    codes, statics = table.codes, table.statics
+    first = statics[codes[0]] if codes else None
+    if first is None or first.name.is_p2p or first.name.is_coalesced_marker:
+        return None
+    marker_codes = [code for code, static in enumerate(statics) if static.name.is_coalesced_marker]
+    found = [codes.index(code) for code in marker_codes if code in codes]
+    if not found or _batch_starts(table, [min(found)]) != [0]:
+        return None
+    return first.pg_name, table.value("collective_seq_id", 0)
 
 
 def _rows_holding(codes: Sequence[int], wanted: set[int]) -> list[int]:
@@ -271,45 +287,56 @@ def _ops_of_finished_batches(entries: Sequence[Entry]) -> list[int]:
     return finished
 
 
-def batching_groups(entries: Sequence[Entry]) -> set[str]:
-    """The groups (pg names) in which `entries` show P2P work posted in batches: two ops or
-    more under one P2P number, or a marker right after a P2P op of its group and number."""
-    groups: set[str] = set()
-    ops: dict[tuple[str, int], int] = defaultdict(int)
-    previous: Optional[Entry] = None
-    for entry in entries:
-        if entry.is_p2p:
-            key = (entry.pg_name, entry.p2p_seq_id)
-            ops[key] += 1
-            if ops[key] == 2:
-                groups.add(entry.pg_name)
-        elif (entry.name.is_coalesced_marker and previous is not None and previous.is_p2p
-              and previous.pg_name == entry.pg_name and previous.p2p_seq_id == entry.p2p_seq_id):
-            groups.add(entry.pg_name)
-        previous = entry
+def _p2p_op_group(static: StaticRow) -> Optional[str]:
+    return static.pg_name if static.name.is_p2p and not static.name.is_coalesced_marker else None
+
+
+def _marker_group(static: StaticRow) -> Optional[str]:
+    return static.pg_name if static.name.is_coalesced_marker else None
+
+
+def batching_groups(table: EntryTable) -> set[str]:
+    """The groups (pg names) in which `table` shows P2P work posted in batches: two ops or
+    more under one P2P number, or a marker right after a P2P op of its group and number.
+    Read off the columns: a dump of only active entries may hold a long run of batches."""
+    ops = table.rows_where(_p2p_op_group)
+    if not ops:
+        return set()
+    numbered = list(zip((group for _, group in ops), table.field_at("p2p_seq_id", [row for row, _ in ops])))
+    groups = {group for (group, _), times in Counter(numbered).items() if times > 1}
+    markers = table.rows_where(_marker_group)
+    if markers:
+        op_at = dict(zip((row for row, _ in ops), numbered))
+        marker_numbers = table.field_at("p2p_seq_id", [row for row, _ in markers])
+        groups.update(group for (row, group), number in zip(markers, marker_numbers)
+                      if op_at.get(row - 1) == (group, number))
     return groups
 
 
-def lone_ops_of_finished_batches(entries: Sequence[Entry], batching: Container[str]) -> list[int]:
-    """Positions of the P2P ops of a dump of only active entries that are batches of one op
+def lone_ops_of_finished_batches(table: EntryTable, batching: Container[str]) -> list[int]:
+    """Rows of the P2P ops of a dump of only active entries that are batches of one op
     that finished, in groups whose ranks post their P2P work in batches (`batching`): an op
     alone under its number, never started, with no marker held, whose next record (its
     marker's) is gone while a later one is held. torch records a batch's ops without
     events, so they never look finished; the marker, which did finish, was left out."""
-    held = {e.record_id for e in entries}
-    newest = max(held, default=-1)
-    numbers: dict[tuple[str, int], int] = defaultdict(int)
-    marked: set[tuple[str, int]] = set()
-    for entry in entries:
-        if entry.is_p2p:
-            numbers[entry.pg_name, entry.p2p_seq_id] += 1
-        elif entry.name.is_coalesced_marker:
-            marked.add((entry.pg_name, entry.p2p_seq_id))
-    return [i for i, entry in enumerate(entries)
-            if entry.is_p2p and entry.pg_name in batching and numbers[entry.pg_name, entry.p2p_seq_id] == 1
-            and (entry.pg_name, entry.p2p_seq_id) not in marked and not entry.completed
-            and not says_more_than_scheduled(entry.state, entry.retired, entry.time_started_ns, entry.time_completed_ns)
-            and entry.record_id + 1 not in held and entry.record_id + 1 < newest]
+    ops = [(row, group) for row, group in table.rows_where(_p2p_op_group) if group in batching]
+    if not ops:
+        return []
+    numbered = list(zip((group for _, group in ops), table.field_at("p2p_seq_id", [row for row, _ in ops])))
+    times = Counter(numbered)
+    markers = table.rows_where(_marker_group)
+    marked = set(zip((group for _, group in markers), table.field_at("p2p_seq_id", [row for row, _ in markers])))
+    rows = [row for (row, _), key in zip(ops, numbered) if times[key] == 1 and key not in marked]
+    held = set(table.field("record_id"))
+    newest = max(held)
+    facts = zip(rows, *(table.field_at(name, rows) for name in _OWN_EVENTS), table.field_at("record_id", rows))
+    return [row for row, state, retired, started, done, record in facts
+            if not says_more_than_scheduled(state, retired, started, done)
+            and record + 1 not in held and record + 1 < newest]
+
+
+# What an op records of its own (see model.says_more_than_scheduled), in its order.
+_OWN_EVENTS = ("state", "retired", "time_started_ns", "time_completed_ns")
 
 
 # Fast paths beside their plain twins (see frtrace.testing.twins).
