@@ -120,13 +120,14 @@ def test_pg_status_shows_left_out_work_only_when_it_finished_past_what_the_dump_
 def _tp_mismatch_in_a_batched_pipeline() -> dict:
     """A healthy job of batched P2P (TP 4 x PP 2 x DP 2, timing off), in which rank 13 then
     issues a broadcast where its TP group's #8 is another op: every rank cut at the op it
-    blocks in, dumped with only active entries. Its stage 1 ranks post batches of one op,
-    whose finished markers are left out."""
+    blocks in, dumped with only active entries, with a pg_status that counts collectives
+    only (so it cannot say which P2P work finished). Its stage 1 ranks post batches of one
+    op, whose finished markers are left out."""
     healthy = generate(16, 4, 2, steps=3, seed=9, p2p="batched", coalesced_events="marker", watchdog_ms=100.0,
                        pg_status="work")
     job = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
     tp = next(config["name"] for config in job[13][1]["pg_config"].values() if config["desc"] == "tp")
-    dumps, _ = inject_at(job, "op", tp, 8, culprit=13)
+    dumps, _ = inject_at(job, "op", tp, 8, culprit=13, p2p_status=False)
     return {rank: dump for rank, (_, dump) in only_active(dumps).items()}
 
 
@@ -137,3 +138,28 @@ def test_batches_of_one_op_that_finished_are_read_so_where_the_group_posts_batch
     analysis, diagnosis = analyse_dicts(_tp_mismatch_in_a_batched_pipeline(), render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (13,))
     assert not [f for f in diagnosis.findings if f.kind == "p2p_unmatched" and f.is_root]
+
+
+def test_the_injected_pg_status_counts_p2p_work_as_torch_does():
+    # A group whose newest work is a P2P batch reports that batch's P2P number (its
+    # marker's); a dump cut before it, the number of the last work that finished.
+    healthy = generate(16, 4, 2, steps=3, seed=9, p2p="batched", coalesced_events="marker", watchdog_ms=100.0,
+                       pg_status="work")
+    job = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
+    tp = next(config["name"] for config in job[13][1]["pg_config"].values() if config["desc"] == "tp")
+    for p2p_status in (True, False):
+        dumps, _ = inject_at(job, "hang", tp, 8, culprit=13, p2p_status=p2p_status)
+        for rank, (_, dump) in dumps.items():
+            entries = dump["entries"]
+            for pg_id, status in dump["pg_status"].items():
+                works = [k for k, e in enumerate(entries) if str(e["pg_id"]) == pg_id
+                         and (e["profiling_name"].endswith(":coalesced") or not e["is_p2p"])]
+                if not works:
+                    continue
+                newest = entries[works[-1]]
+                p2p = newest["profiling_name"].endswith(":coalesced") and entries[works[-1] - 1]["is_p2p"]
+                if p2p and p2p_status:
+                    assert status["last_enqueued_collective"] == newest["p2p_seq_id"], (rank, pg_id)
+                elif not p2p:
+                    assert status["last_enqueued_collective"] == newest["collective_seq_id"], (rank, pg_id)
+                assert status["last_started_collective"] == -1  # timing off

@@ -143,9 +143,11 @@ def inject(job: dict, kind: str, rng: random.Random):
     return inject_at(job, kind, group, seq, culprit, queued=rng.choice([0, 1, 2, 3]))
 
 
-def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: int = 0):
+def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: int = 0, p2p_status: bool = True):
     """`inject`'s fault of `kind` at collective #`seq` of `group`, by `culprit` (for a GPU
-    that stops reporting, with `queued` ops after #seq it only queued)."""
+    that stops reporting, with `queued` ops after #seq it only queued). `p2p_status`: P2P
+    work moves pg_status, as torch's does; False writes it as producers that count
+    collectives only do."""
     granks = group_ranks(job)
     layout = Layout(job, granks)
     key = ("C", group, seq)
@@ -165,10 +167,10 @@ def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: 
     dumps = {}
     for rank, (name, dump) in job.items():
         if rank == culprit and kind == "gpu":
-            dumps[rank] = (name, _stalled(dump, layout.units[rank], layout.at[rank][key], queued))
+            dumps[rank] = (name, _stalled(dump, layout.units[rank], layout.at[rank][key], queued, p2p_status))
         else:
             dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, culprit == rank,
-                                      kind))
+                                      kind, p2p_status))
     return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
 
 
@@ -221,7 +223,7 @@ def _unfinished(entries, first, end, started):
         entry["retired"] = False
 
 
-def _cut(dump, units, kept, blocked, key, is_culprit, kind):
+def _cut(dump, units, kept, blocked, key, is_culprit, kind, p2p_status=True):
     dump = copy.deepcopy(dump)
     cut = units[kept - 1][1] if kept else 0
     dropped, dump["entries"] = dump["entries"][cut:], dump["entries"][:cut]
@@ -231,7 +233,7 @@ def _cut(dump, units, kept, blocked, key, is_culprit, kind):
         _unfinished(dump["entries"], first, end, True)
         if is_culprit and kind in ("size", "dtype", "op") and last_holds_fault:
             _alter(dump["entries"][first], kind)
-    return _with_status(dump, dropped)
+    return _with_status(dump, dropped, p2p_status)
 
 
 def _alter(entry, kind):
@@ -245,7 +247,7 @@ def _alter(entry, kind):
         entry["profiling_name"] = "nccl:all_reduce" if "broadcast" in entry["profiling_name"] else "nccl:broadcast"
 
 
-def _stalled(dump, units, at, queued):
+def _stalled(dump, units, at, queued, p2p_status=True):
     dump = copy.deepcopy(dump)
     kept = min(len(units), at + 1 + queued)
     cut = units[kept - 1][1]
@@ -253,13 +255,17 @@ def _stalled(dump, units, at, queued):
     for u in range(at, kept):
         first, end, _ = units[u]
         _unfinished(dump["entries"], first, end, u == at)
-    return _with_status(dump, dropped)
+    return _with_status(dump, dropped, p2p_status)
 
 
-def _with_status(dump, dropped):
-    """pg_status from the kept entries: enqueued is the newest collective kept (or, with
-    none kept, the one before the first dropped), completed the one before the oldest
-    unfinished one kept."""
+def _with_status(dump, dropped, p2p_status=True):
+    """pg_status from the kept entries, numbered as torch numbers it: each work (a
+    collective, a plain P2P op, a batch's marker) carries its own sequence number, a P2P
+    number for P2P work and a collective number otherwise. Enqueued is the newest work
+    kept, started the newest that started, completed the newest that finished before the
+    oldest unfinished one (or, with none finished before it, the number before it). With
+    none of the group's work kept, all three are the number before the first dropped.
+    Without `p2p_status` only collectives count."""
     group_of_pg = {}
     for entry in dump["entries"] + dropped:
         group_of_pg.setdefault(str(entry["pg_id"]), entry["process_group"][0])
@@ -267,23 +273,45 @@ def _with_status(dump, dropped):
         group = group_of_pg.get(str(pg_id))
         if group is None:
             continue
-        kept = [e for e in dump["entries"] if e["process_group"][0] == group and not e["is_p2p"]]
-        later = [e for e in dropped if e["process_group"][0] == group]
+        kept = _works(dump["entries"], group, p2p_status)
         if kept:
-            enqueued = max(e["collective_seq_id"] for e in kept)
-            # A coalesced batch's ops never finish on their own: its marker says.
-            marked = {e["collective_seq_id"]: e["state"] for e in kept if e["profiling_name"].endswith(":coalesced")}
-            unfinished = [e["collective_seq_id"] for e in kept
-                          if marked.get(e["collective_seq_id"], e["state"]) != "completed"]
-            completed = min(unfinished) - 1 if unfinished else enqueued
-            started = max([e["collective_seq_id"] for e in kept if e["state"] in ("started", "completed")] or [completed])
-        elif later:
-            enqueued = completed = started = later[0]["collective_seq_id"] - (0 if later[0]["is_p2p"] else 1)
+            enqueued = kept[-1][0]
+            started = next((seq for seq, state in reversed(kept) if state in ("started", "completed")), None)
+            unfinished = next((k for k, (_, state) in enumerate(kept) if state != "completed"), None)
+            if unfinished is None:
+                completed = enqueued
+            else:
+                done = [seq for seq, state in kept[:unfinished] if state == "completed"]
+                completed = done[-1] if done else kept[unfinished][0] - 1
+            started = completed if started is None else started
         else:
-            continue
+            later = _works(dropped, group, p2p_status)
+            if not later:
+                continue
+            enqueued = completed = started = later[0][0] - 1
+        if status.get("last_started_collective") == -1:  # timing off: torch leaves it so
+            started = -1
         status.update(last_enqueued_collective=enqueued, last_started_collective=started,
                       last_completed_collective=completed)
     return dump
+
+
+def _works(entries, group, p2p_status=True):
+    """(sequence number, state) of each work of `group` in `entries`, in order: a batch's
+    ops carry no state of their own (their marker does), so only its marker counts.
+    Without `p2p_status`, collectives only."""
+    works = []
+    for first, end, _ in units_of(entries):
+        unit = [e for e in entries[first:end] if e["process_group"][0] == group]
+        if not unit:
+            continue
+        last = unit[-1]
+        if last["is_p2p"] or (last["profiling_name"].endswith(":coalesced") and any(e["is_p2p"] for e in unit)):
+            if p2p_status:
+                works.append((last["p2p_seq_id"], last["state"]))
+        else:
+            works.append((last["collective_seq_id"], last["state"]))
+    return works
 
 
 def only_active(dumps: dict) -> dict:
