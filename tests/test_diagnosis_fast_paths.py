@@ -122,8 +122,10 @@ def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnes
     from frtrace.diagnosis import like_ranks, program_order
 
     monkeypatch.setattr(like_ranks, "MAX_WITNESSES", max_witnesses)
+    # A send left out in one pipeline: the other pipelines posted it (the root finding has
+    # witnesses), and every pipeline's channels wait behind it (findings without).
     dumps = dict(generate(world_size=32, tp=2, pp=4, steps=4, timing=True, p2p="batched",
-                          fault=Fault("hang", rank=5, group="tp", step=2)).dumps)
+                          fault=Fault("p2p_unmatched", rank=5, group="pp", step=2)).dumps)
     analysis, diagnosis = analyse_dicts(dumps, render=False)
     findings = [f for f in diagnosis.findings if f.kind in ("p2p_unmatched", "not_issued")]
     assert sum(f.kind == "p2p_unmatched" for f in findings) > 3  # one per pipeline channel, 8 pipelines
@@ -149,7 +151,7 @@ def test_what_program_order_keeps_answers_as_a_fresh_one(monkeypatch, max_witnes
             other = fresh()
             assert witnesses == like_ranks.p2p_witnesses(other.program, other.siblings, finding)
             witnessed += bool(witnesses[1])
-    assert witnessed > 3
+    assert witnessed >= 1
 
 
 def test_the_unfinished_collectives_are_those_some_issuer_did_not_complete(analysis):

@@ -439,3 +439,28 @@ def test_a_ring_cut_inside_a_coalesced_batch_is_no_mismatch():
     dumps[7] = dict(dumps[7], entries=entries[batch[1]:])
     _, diagnosis = analyse_dicts(dumps, render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == (job.truth["status"], ()) == ("healthy", ())
+
+
+def _newest_p2p_send_left_out(culprit: int) -> dict:
+    """An interleaved pipeline (TP 2 x PP 4 x DP 2, two model chunks, batched P2P) in
+    which `culprit` leaves out its newest send to the stage before it and goes on: that
+    stage then waits in a batch that also sends to the stage before it, and the culprit
+    in the pipeline group's next collective (skip_p2p_at cuts every rank)."""
+    from frtrace.testing.inject import Layout, group_ranks, skip_p2p_at
+
+    healthy = generate(16, 2, 4, steps=3, seed=5, p2p="batched", coalesced_events="marker", pg_status="work",
+                       watchdog_ms=100.0, vchunks=2)
+    named = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
+    units = Layout(named, group_ranks(named)).units[culprit]
+    newest = max(u for u, (_, _, keys) in enumerate(units) if keys and keys[0][0] == "P")
+    dumps, what = skip_p2p_at(named, culprit, newest)
+    assert what["kind"] == "p2pskip"
+    return {rank: dump for rank, (_, dump) in dumps.items()}
+
+
+def test_a_send_left_out_is_found_by_the_like_ranks_of_the_batch_op_that_waits_for_it():
+    # The waiting batch's first op is its send to the stage before; the like ranks were
+    # asked about that op's partner, not the recv's, found none, and the stage before,
+    # waiting for a send of the blocked batch's rank, was blamed.
+    _, diagnosis = analyse_dicts(_newest_p2p_send_left_out(12), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (12,))

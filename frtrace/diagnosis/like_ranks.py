@@ -87,7 +87,11 @@ def p2p_witnesses(program: Programs, siblings: SiblingWitnesses, finding: Findin
     if held is None:
         return None, []
     ranks = view.group.ranks
-    return siblings.witnesses(view.group.id, ranks.index(ends.posted_by), ranks.index(ends.missing_on), held)
+    # The held op's own channel: a batch's token names its first op, which in a pipeline's
+    # batch may face the other neighbour.
+    anchor = finding.anchor.name
+    channel = (anchor.op, anchor.local_src, anchor.local_dst)
+    return siblings.witnesses(view.group.id, ranks.index(ends.posted_by), ranks.index(ends.missing_on), held, channel)
 
 
 class SiblingWitnesses:
@@ -97,30 +101,31 @@ class SiblingWitnesses:
 
     def __init__(self, program: Programs):
         self.program = program
-        self._parts: dict[tuple[int, int, int, Token], Optional[tuple[int, Entry, Token]]] = {}
+        self._parts: dict[tuple[int, int, int, Token, Channel], Optional[tuple[int, Entry, Token]]] = {}
         self._witnessed: dict[tuple[object, ...], Witnessed] = {}
 
-    def witnesses(self, group_id: int, local_holder: int, local_absent: int, held: Token) -> Witnessed:
+    def witnesses(self, group_id: int, local_holder: int, local_absent: int, held: Token,
+                  channel: Channel) -> Witnessed:
         """(token, [(rank, entry)]) of what the ranks at `local_absent` in the sibling groups of
-        `group_id` posted as partner of the op `held` names at `local_holder`, the token most
-        of them posted."""
+        `group_id` posted as partner of the op on `channel` (op, local src, local dst) of the
+        batch `held` names at `local_holder`, the token most of them posted."""
         program = self.program
         siblings = program.members[program.family[group_id]]
         # Bounded like the witnesses: one finding per pipeline channel must not visit every
         # sibling channel of a large job (that is quadratic in ranks).
         own = group_id if group_id in siblings[:MAX_WITNESSES] else None  # else the first ones are read
-        key = (program.family[group_id], own, local_holder, local_absent, held)
+        key = (program.family[group_id], own, local_holder, local_absent, held, channel)
         found = self._witnessed.get(key)
         if found is None:
-            found = self._witnessed[key] = self._read(group_id, siblings, local_holder, local_absent, held)
+            found = self._witnessed[key] = self._read(group_id, siblings, local_holder, local_absent, held, channel)
         return found
 
     def _read(self, group_id: int, siblings: list[int], local_holder: int, local_absent: int,
-              held: Token) -> Witnessed:
+              held: Token, channel: Channel) -> Witnessed:
         witnesses: Witnesses = []
         tokens: dict[Token, int] = defaultdict(int)
         for sibling in islice((g for g in siblings if g != group_id), MAX_WITNESSES):
-            part = self.part(sibling, local_holder, local_absent, held)
+            part = self.part(sibling, local_holder, local_absent, held, channel)
             if part is not None:
                 their_absent, partner, token = part
                 witnesses.append((their_absent, partner))
@@ -129,23 +134,28 @@ class SiblingWitnesses:
             return None, []
         return max(tokens.items(), key=lambda kv: kv[1])[0], witnesses
 
-    def part(self, sibling: int, local_holder: int, local_absent: int, held: Token) -> Optional[tuple[int, Entry, Token]]:
+    def part(self, sibling: int, local_holder: int, local_absent: int, held: Token,
+             channel: Channel) -> Optional[tuple[int, Entry, Token]]:
         """(rank, entry, token) of what the rank at `local_absent` in group `sibling` posted
-        as partner of the op `held` names at `local_holder`; None when it did not. A job-wide
-        hang leaves one P2P finding per pipeline channel, and each consults the same first
-        siblings of its family: cached, that costs one lookup per sibling."""
-        key = (sibling, local_holder, local_absent, held)
+        as partner of the op on `channel` of the batch `held` names at `local_holder`; None
+        when it did not. A job-wide hang leaves one P2P finding per pipeline channel, and
+        each consults the same first siblings of its family: cached, that costs one lookup
+        per sibling."""
+        key = (sibling, local_holder, local_absent, held, channel)
         if key not in self._parts:
-            self._parts[key] = self._part(sibling, local_holder, local_absent, held)
+            self._parts[key] = self._part(sibling, local_holder, local_absent, held, channel)
         return self._parts[key]
 
-    def _part(self, sibling: int, local_holder: int, local_absent: int, held: Token) -> Optional[tuple[int, Entry, Token]]:
+    def _part(self, sibling: int, local_holder: int, local_absent: int, held: Token,
+              channel: Channel) -> Optional[tuple[int, Entry, Token]]:
         program = self.program
         others = program.views[sibling].group.ranks
         if max(local_holder, local_absent) >= len(others):
             return None  # a sibling of another size plays no comparable part
         their_holder, their_absent = others[local_holder], others[local_absent]
         mine = program.find(their_holder, held)
+        if mine is not None and channel != (held.op, held.src, held.dst):
+            mine = program.op_in_batch(their_holder, mine, channel)
         partner = program.partner(sibling, their_holder, mine) if mine is not None else None
         token = program.token_of(their_absent, partner) if partner is not None else None
         return (their_absent, partner, token) if partner is not None and token is not None else None

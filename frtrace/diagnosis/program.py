@@ -241,6 +241,17 @@ class Programs:
             self._bounds.update(dict.fromkeys(zip(repeat(rank), range(start, end + 1)), bounds))
         return bounds
 
+    def op_in_batch(self, rank: int, position: int, channel: Channel) -> Optional[int]:
+        """Position of the op on `channel` in the rank's batch holding `position`; None
+        when the batch has none."""
+        start, end = self.batch_bounds(rank, position)
+        entries = self.entries[rank]
+        for at in range(start, end + 1):
+            name = entries.static_row(at).name
+            if (name.op, name.local_src, name.local_dst) == channel:
+                return at
+        return None
+
     def previous(self, rank: int, position: int) -> Optional[int]:
         start, _ = self.batch_bounds(rank, position)
         return self.batch_bounds(rank, start - 1)[0] if start > 0 else None

@@ -16,7 +16,7 @@ import random
 import re
 from collections import defaultdict
 
-KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra")
+KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra", "p2pskip")
 _P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+)")
 _FLIP_DTYPE = {"BFloat16": "Float", "Float": "BFloat16", "Half": "Float", "Long": "Int", "Int": "Long"}
 
@@ -128,6 +128,8 @@ def inject(job: dict, kind: str, rng: random.Random):
     """(the job's dumps with the fault, what was injected), or None when no collective fits."""
     granks = group_ranks(job)
     layout = Layout(job, granks)
+    if kind == "p2pskip":
+        return _inject_p2p_skip(job, granks, layout, rng)
     candidates = []
     for group, members in sorted(granks.items()):
         if len(members) < 2 or any(rank not in job for rank in members):
@@ -172,6 +174,50 @@ def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: 
             dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, culprit == rank,
                                       kind, p2p_status))
     return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
+
+
+def _inject_p2p_skip(job, granks, layout, rng):
+    # The newest unit on each of its channels (counted from the newest: 1): a later op on
+    # the channel would meet what the skipped one should have (NCCL pairs in order).
+    candidates = [(rank, u) for rank in sorted(job) for u, (_, _, keys) in enumerate(layout.units[rank])
+                  if keys and keys[0][0] == "P" and all(key[4] == 1 for key in keys)]
+    if not candidates:
+        return None
+    culprit, unit = rng.choice(candidates)
+    return skip_p2p_at(job, culprit, unit)
+
+
+def skip_p2p_at(job: dict, culprit: int, unit: int):
+    """The job with the culprit's P2P unit number `unit` (a plain op or a whole batch: a
+    ring step's send and recv) left out, its later P2P numbers in the group one less. The
+    peers' ops that unit would have met never finish; the culprit goes on, its later ops
+    meeting what they met before (`inject` picks a unit newest on its channels, so no
+    later op of the culprit there takes the left-out op's partner, as NCCL's in-order
+    pairing would), and blocks where a peer no longer gets there."""
+    granks = group_ranks(job)
+    layout = Layout(job, granks)
+    first, end, keys = layout.units[culprit][unit]
+    name, dump = job[culprit]
+    dump = copy.deepcopy(dump)
+    entries = dump["entries"]
+    group, number = entries[first]["process_group"][0], entries[first]["p2p_seq_id"]
+    removed = end - first
+    for entry in entries[end:]:
+        entry["record_id"] -= removed
+        if entry["process_group"][0] == group:
+            entry["p2p_seq_id"] -= 1
+    dump["entries"] = entries[:first] + entries[end:]
+    job = {**job, culprit: (name, dump)}
+    units = layout.units[culprit]
+    layout.units[culprit] = units[:unit] + [(f - removed, e - removed, k) for f, e, k in units[unit + 1:]]
+    layout.at[culprit] = {key: u for u, (_, _, unit_keys) in enumerate(layout.units[culprit]) for key in unit_keys}
+    reached = {rank: len(layout.units[rank]) for rank in job}
+    blocked = _settle(job, layout, granks, reached, set(keys), stays=None)
+    dumps = {rank: (rank_name, _cut(rank_dump, layout.units[rank], reached[rank], rank in blocked, None, False,
+                                    "p2pskip"))
+             for rank, (rank_name, rank_dump) in job.items()}
+    return dumps, {"group": group, "seq": number, "culprit": culprit, "kind": "p2pskip",
+                   "members": len(granks[group])}
 
 
 def _settle(job, layout, granks, reached, never, stays):
