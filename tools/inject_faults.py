@@ -17,6 +17,9 @@ holds in the newer half of what they share, and a culprit among G's members, the
     skip, extra   it leaves #k out, or issues an all_reduce of one float before it, and
            numbers its later ops of G accordingly: wherever they then differ from its
            peers' at one number, that collective never finishes.
+    p2pskip   (no group drawn) a rank leaves out its newest P2P op or batch on its
+           channels and numbers its later P2P ops one less: the ops it would have met
+           never finish.
 
 Then every rank keeps its ops up to the first one that cannot finish, which it holds
 unfinished (blocked in it): a collective finishes once every member of its group holds it
