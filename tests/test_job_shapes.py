@@ -464,3 +464,46 @@ def test_a_send_left_out_is_found_by_the_like_ranks_of_the_batch_op_that_waits_f
     # waiting for a send of the blocked batch's rank, was blamed.
     _, diagnosis = analyse_dicts(_newest_p2p_send_left_out(12), render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (12,))
+
+
+def _step_left_out(p2p: str, seed: int, culprit: int, group: str, number: int) -> dict:
+    """An interleaved pipeline (TP 2 x PP 4 x DP 2, two model chunks) in which `culprit`
+    leaves out its P2P op or batch numbered `number` in pipeline group `group` and goes
+    on: its later ops pair by their place in the program (as the independent generators
+    write a skipped ring step), so it waits with a neighbour in a pair both posted, while
+    the partner of the step it left out waits for it."""
+    from frtrace.testing.inject import Layout, group_ranks, skip_p2p_at
+
+    healthy = generate(16, 2, 4, steps=3, seed=seed, p2p=p2p, coalesced_events="marker", pg_status="work",
+                       watchdog_ms=100.0, vchunks=2)
+    named = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
+    entries = named[culprit][1]["entries"]
+    unit = next(u for u, (first, _, keys) in enumerate(Layout(named, group_ranks(named)).units[culprit])
+                if keys and keys[0][0] == "P" and entries[first]["process_group"][0] == group
+                and entries[first]["p2p_seq_id"] == number)
+    dumps, _ = skip_p2p_at(named, culprit, unit)
+    return {rank: dump for rank, (_, dump) in dumps.items()}
+
+
+@pytest.mark.parametrize("p2p, seed, culprit, group, number", [
+    ("batched", 2, 2, "9", 28),  # a batch left out
+    ("plain", 2, 2, "9", 37),  # a plain op left out
+    ("plain", 3, 15, "12", 19),
+])
+def test_a_pipeline_step_left_out_is_named_by_the_like_ranks_of_the_posted_pair(p2p, seed, culprit, group, number):
+    # The pair the culprit went on to is posted on both ends and waits on no one else: it
+    # read as a transfer in flight (inconclusive); the stage's ranks in the other
+    # pipelines show the step it left out.
+    _, diagnosis = analyse_dicts(_step_left_out(p2p, seed, culprit, group, number), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (culprit,))
+    root = next(f for f in diagnosis.findings if f.is_root)
+    assert root.rule == "p2p.left_out_step" and root.p2p_ends is not None and culprit in root.p2p_ends[:2]
+
+
+def test_a_channel_s_plain_pair_still_posted_is_read_beside_its_finished_batched_pairs():
+    # Plain pairs come first in a channel's pairs, batched ones after: the waits read the
+    # newest pairs back to a finished one, and met the batched ones' first, so a posted
+    # plain pair was never read and its ranks were blamed for the collectives they were
+    # kept from (5 and 7; now 5 alone).
+    _, diagnosis = analyse_dicts(_step_left_out("mixed", 3, 5, "10", 36), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (5,))

@@ -53,3 +53,35 @@ def test_wrapped_buffers_are_compared_from_the_first_number_every_one_holds_whol
 def test_a_skip_too_close_to_where_the_comparison_starts_says_nothing():
     # Fewer than MIN_OPS_IN_STEP ops in common before it: no shared step shows the rank in step.
     assert left_out(ring(range(1, 10), skip=2), [ring(range(1, 12))]) is None
+
+
+STEPS = ([RECV, SEND], [RECV], [SEND])  # a pipeline's steps differ: a batch of both, then one of each
+
+
+def batched_steps(steps: range, skip: int | None = None) -> P2POps:
+    """Step n one batch under one number (its ops STEPS[n % 3]); `skip`: that step's batch
+    left out, the later ones numbered one less (the rank's counter never moved)."""
+    held, number = [], 0
+    for n in steps:
+        if n == skip:
+            continue
+        number += 1
+        held += [(number, channel) for channel in STEPS[n % 3]]
+    return ops(*held)
+
+
+def test_a_whole_batch_left_out_is_found_with_its_ops_counted():
+    found = left_out(batched_steps(range(1, 12), skip=6), [batched_steps(range(1, 14)), batched_steps(range(1, 13))])
+    assert found is not None
+    assert (found.channel, found.ops) == (RECV, 2)  # the batch's first op, and both of its ops
+    assert found.went_on_seq == 6  # its step 7, numbered 6: where they posted step 6
+
+
+def test_a_batch_that_is_not_whole_left_out_is_no_skip():
+    # Step 6's recv left out, its send kept: not a batch left out, nor one op (its number
+    # stays), and the rank's later ops are numbered as theirs.
+    mine = batched_steps(range(1, 12))
+    cut = mine.seqs.index(6)
+    odd = P2POps(mine.seqs[:cut] + mine.seqs[cut + 1:], mine.channels[:cut] + mine.channels[cut + 1:], 0)
+    found = left_out(odd, [batched_steps(range(1, 14))])
+    assert found is None or found.ops == 1

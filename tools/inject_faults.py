@@ -20,6 +20,9 @@ holds in the newer half of what they share, and a culprit among G's members, the
     p2pskip   (no group drawn) a rank leaves out its newest P2P op or batch on its
            channels and numbers its later P2P ops one less: the ops it would have met
            never finish.
+    p2pstep   the same for a P2P op or batch in the newer half of the rank's, not its
+           last: its later ops pair by their place in the program, as the independent
+           generators write a skipped ring step (NCCL would pair them in order).
 
 Then every rank keeps its ops up to the first one that cannot finish, which it holds
 unfinished (blocked in it): a collective finishes once every member of its group holds it

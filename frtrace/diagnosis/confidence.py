@@ -156,6 +156,8 @@ def _basis(finding: Finding) -> str:
         return "no_member_finished"
     if finding.kind == "p2p_unmatched":
         return "p2p_partner_never_posted"
+    if rule == "p2p.left_out_step":
+        return "skipped_like_ranks"
     return "other_rule"
 
 

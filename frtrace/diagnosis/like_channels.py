@@ -18,15 +18,17 @@ from frtrace.match.matcher import GroupView
 
 LIKE_CHANNEL_RANKS = 4  # like ranks whose sends and recvs are compared with a rank's, at most
 MIN_OPS_IN_STEP = 2  # ops a rank must share with its like ranks before the one it left out
+MAX_BATCH_LEFT_OUT = 4  # ops of one batch (a pipeline step's sends and recvs) a rank may have left out
 
 
 class LeftOut(NamedTuple):
     """The op a rank left out, and the op it issued in its place."""
 
-    channel: Channel  # of the op left out
+    channel: Channel  # of the op left out (the first, for a batch)
     went_on_seq: int  # p2p_seq_id of the rank's op where its like ranks posted the one left out
     went_on: int  # that op's place among the rank's P2P ops in the group (RankStream.p2p)
     like_ranks: int  # how many like ranks agree on it
+    ops: int = 1  # ops left out: one, or a whole batch's (one P2P number)
 
 
 # Reads a rank's newest P2P ops in a group: (the group, the rank, how many) -> its ops.
@@ -69,13 +71,40 @@ def left_out(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
     at = _first_difference(mine, reference)
     if at is None or at < MIN_OPS_IN_STEP:
         return None  # as a rule: a rank waiting for others has not got as far as its like ranks
-    after = min(LIKENESS_WINDOW, len(mine) - at, len(reference) - at - 1)
-    if after < 1 or mine.channels[at:at + after] != reference.channels[at + 1:at + 1 + after]:
+    for skipped in range(1, MAX_BATCH_LEFT_OUT + 1):
+        # A batch left out starts where the reference's batch holding the first difference
+        # does: the rank's next batch may open with the same op.
+        start = at if skipped == 1 else _batch_start(reference, at)
+        after = min(LIKENESS_WINDOW, len(mine) - start, len(reference) - start - skipped)
+        went_on = reference.channels[start + skipped:start + skipped + after]
+        if after >= 1 and mine.channels[start:start + after] == went_on and (
+                skipped == 1 or _one_batch_left_out(mine, reference, start, skipped, after)):
+            break
+    else:
         return None
-    read = at + 1 + after  # of the reference: the like ranks must agree that far (as far as they got)
+    if start < MIN_OPS_IN_STEP:
+        return None
+    read = start + skipped + after  # of the reference: the like ranks must agree that far (as far as they got)
     if not all(ops.channels[:read] == reference.channels[:min(read, len(ops))] for ops in likes):
         return None  # the like ranks differ among themselves: no one program to compare with
-    return LeftOut(reference.channels[at], mine.seqs[at], mine.first + at, len(likes))
+    return LeftOut(reference.channels[start], mine.seqs[start], mine.first + start, len(likes), skipped)
+
+
+def _batch_start(ops: P2POps, at: int) -> int:
+    """Where the batch (ops under one number) holding the op at `at` starts."""
+    while at > 0 and ops.seqs[at - 1] == ops.seqs[at]:
+        at -= 1
+    return at
+
+
+def _one_batch_left_out(mine: P2POps, reference: P2POps, start: int, skipped: int, after: int) -> bool:
+    """The `skipped` ops of the reference from `start` are one batch (one P2P number, whole)
+    and the rank's ops from `start` on are numbered one less than the reference's that
+    follow it: the rank's counter never moved for the batch it left out."""
+    left_out = reference.seqs[start:start + skipped]
+    numbered_on = [seq + 1 for seq in mine.seqs[start:start + after]]
+    return (len(set(left_out)) == 1 and reference.seqs[start + skipped] != left_out[0]
+            and numbered_on == reference.seqs[start + skipped:start + skipped + after])
 
 
 def _first_difference(mine: P2POps, reference: P2POps) -> Optional[int]:

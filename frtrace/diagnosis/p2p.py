@@ -15,6 +15,8 @@ from typing import Any, Iterable, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds
+from frtrace.diagnosis.like_channels import LeftOut, left_out_at
+from frtrace.diagnosis.program import NO_P2P_OPS, P2POps, stream_p2p_ops
 from frtrace.diagnosis.waits import PostedPair
 from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Entry, family_of, numel
@@ -93,8 +95,63 @@ def posted_pairs(facts: Facts) -> list[Finding]:
             findings.append(_mismatched_pair(facts, facts.device.views[mismatched.pair.group_id], mismatched, cycle))
             continue
         skipped = _shifted_member(facts, view, ordered, cycle)
+        if skipped is None:
+            skipped = _member_that_left_out_a_step(facts, ordered, cycle)
         findings.append(skipped if skipped is not None else _pair_in_flight(view, ordered[0], cycle))
     return findings
+
+
+def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
+    """The one member of a closed cycle of agreeing posted pairs whose sends and recvs in
+    a group are those of the ranks at its place in the sibling groups but for one op or
+    batch left out, after which it went on as they did (like_channels.left_out): it
+    skipped that step, and the pair it now waits in meets its partner, which waits in the
+    step it left out (a pipeline's stages run programs of their own, so no ring consensus
+    can say). None when no member, or more than one, is so found."""
+    found: list[tuple[int, GroupView, LeftOut, P2PMatch, Entry]] = []
+    views = facts.device.views
+    for group_id in sorted({p.pair.group_id for p in ordered}):
+        view = views[group_id]
+        for rank in sorted(set(cycle) & set(view.group.ranks)):
+            left_out = left_out_at(_family_views(facts, view), view, rank, _stream_ops)
+            posted = next((p.pair for p in ordered if p.pair.group_id == group_id and rank in (p.pair.src, p.pair.dst)),
+                          None)
+            entry = None if posted is None else (posted.send if posted.src == rank else posted.recv)
+            if left_out is not None and posted is not None and entry is not None:
+                found.append((rank, view, left_out, posted, entry))
+    if len({rank for rank, *_ in found}) != 1:
+        return None
+    rank, view, left_out, posted, entry = found[0]
+    other = posted.dst if posted.src == rank else posted.src
+    group = group_text(view.group.name, view.group.desc)
+    op, src, dst = left_out.channel
+    ranks = view.group.ranks
+    ends = f"{ranks[src]}->{ranks[dst]}" if src is not None and dst is not None and max(src, dst) < len(ranks) else "?"
+    step = f"{op} {ends}" if left_out.ops == 1 else f"{op} {ends} and the {left_out.ops - 1} op(s) batched with it"
+    return new_finding(
+        "not_issued", "p2p.left_out_step", view, op=entry.op, collective_seq_id=None, p2p_seq_id=entry.p2p_seq_id,
+        ranks=tuple(cycle), suspect_ranks=(rank,), absent_ranks=(rank,),
+        message=(f"rank {rank} left out a step in {group}: the {step}, which the ranks at its place in the sibling "
+                 f"groups posted where it posted its p2p #{left_out.went_on_seq}; its sends and recvs are theirs but "
+                 f"for that step, and it went on as they did; it now waits with rank {other} in its {entry.op} "
+                 f"p2p #{entry.p2p_seq_id}"),
+        evidence={"skipped_p2p_ops": left_out.ops, "like_ranks_compared": left_out.like_ranks,
+                  "cycle_ranks": list(cycle)},
+        waiting_ranks=tuple(r for r in cycle if r != rank), age_ns=min(p.age_ns for p in ordered), anchor=entry,
+        p2p_ends=P2PEnds(posted.src, posted.dst, posted.src, posted.dst),
+    )
+
+
+def _family_views(facts: Facts, view: GroupView) -> list[GroupView]:
+    """The group's view, then those of its sibling groups (same description and size)."""
+    group, mine = view.group, family_of(view.group)
+    return [view, *(facts.device.views[g.id] for g in facts.analysis.layout.groups
+                    if g.id != group.id and g.size == group.size and family_of(g) == mine)]
+
+
+def _stream_ops(view: GroupView, rank: int, count: int) -> P2POps:
+    stream = view.streams.get(rank)
+    return stream_p2p_ops(stream, count) if stream is not None else NO_P2P_OPS
 
 
 _Ends = dict[int, tuple[Entry, tuple[int, Entry]]]  # rank -> (its posted entry, (the other end's rank, entry))

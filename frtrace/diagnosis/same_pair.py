@@ -16,6 +16,9 @@ from frtrace.diagnosis.finding import Finding
 
 # Findings about one P2P pair that these rules make.
 PAIR_KINDS = frozenset({"size_mismatch", "dtype_mismatch", "p2p_unmatched", "not_issued"})
+# Rules about a pipeline's pairs, whose ranks number their P2P ops each on its own: two
+# findings at one number are about one pair only where their ends are the same.
+BY_ENDS = frozenset({"p2p.left_out_step"})
 
 
 def _pair_of(finding: Finding) -> tuple[int, int] | None:
@@ -45,6 +48,13 @@ def one_finding_per_pair(findings: list[Finding]) -> list[Finding]:
             other = findings[position]
             if position == kept or other.rule == keeper.rule or not set(other.ranks) & set(keeper.ranks):
                 continue
+            if {other.rule, keeper.rule} & BY_ENDS and _ends(other) != _ends(keeper):
+                continue
             dropped.add(position)
             keeper.facts.setdefault("also_found_by", []).append(other.rule)
     return [finding for position, finding in enumerate(findings) if position not in dropped]
+
+
+def _ends(finding: Finding) -> tuple[int, int] | None:
+    ends = finding.p2p_ends
+    return None if ends is None else (ends.src, ends.dst)

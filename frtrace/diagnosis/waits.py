@@ -25,7 +25,8 @@ from frtrace.table.entry_table import EntryTable
 from frtrace.table.seq_map import row_completed
 from frtrace.util import strong_components
 
-_CHANNEL = attrgetter("src", "dst")
+# A channel's plain pairs, then its batched ones: each run in channel order.
+_CHANNEL = attrgetter("src", "dst", "batched")
 
 
 @dataclass(slots=True)
@@ -108,7 +109,8 @@ def waits_of(blocked: dict[int, Entry], matches: MatchResult, reliable: bool) ->
 def _p2p_waits(pairs: list[P2PMatch], blocked: dict[int, str], group_name: str,
                on: dict[int, set[int]], posted: dict[int, list[PostedPair]]) -> None:
     """Add the waits of the ranks blocked in this group's sends and recvs. A channel's ops
-    finish in order, so only its newest pairs are read, back to one both ends finished."""
+    finish in order (its plain ones and its batched ones each), so only the newest pairs
+    of each are read, back to one both ends finished."""
     for _, channel in groupby(pairs, key=_CHANNEL):
         for pair in reversed(list(channel)):
             if not _pair_waits(pair, blocked, group_name, on, posted):

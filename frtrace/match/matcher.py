@@ -200,6 +200,10 @@ class P2PMatch:
     send_row: int = -1
     recv_table: Optional[EntryTable] = None
     recv_row: int = -1
+    # Paired among the channel's batched ops (batch_isend_irecv), which pair apart from its
+    # plain ones (torch runs those on a communicator of their own): the channel's pairs are
+    # its plain ones, then its batched ones, each in channel order.
+    batched: bool = False
 
     @property
     def send(self) -> Optional[Entry]:
@@ -748,10 +752,11 @@ class CollectivePlan(NamedTuple):
 
 class P2PPlan(NamedTuple):
     """What pairing a group's P2P ops found, as rows of the recording ranks' tables: per
-    channel (src, dst, the send rows, the recv rows; None where that end never posted
-    the op), then per destination the rows of its `recv ?` that took no send."""
+    channel (src, dst, the send rows, the recv rows, None where that end never posted
+    the op; how many of the pairs, the first, are of plain ops, the rest batched ones),
+    then per destination the rows of its `recv ?` that took no send."""
 
-    channels: list[tuple[int, int, list[Optional[int]], list[Optional[int]]]]
+    channels: list[tuple[int, int, list[Optional[int]], list[Optional[int]], int]]
     leftovers: list[tuple[int, list[int]]]
 
 
@@ -1021,9 +1026,9 @@ def _built_p2p(view: GroupView, plan: P2PPlan) -> list[P2PMatch]:
     then one per `recv ?` that took no send."""
     streams, group_id = view.streams, view.group.id
     matches: list[P2PMatch] = []
-    for src, dst, send_rows, recv_rows in plan.channels:
+    for src, dst, send_rows, recv_rows, plain in plan.channels:
         matches += _channel_matches(group_id, src, dst, _p2p_table(streams, src), _p2p_table(streams, dst),
-                                    send_rows, recv_rows)
+                                    send_rows, recv_rows, plain)
     for dst, leftovers in plan.leftovers:
         recv_table = _p2p_table(streams, dst)
         matches += [P2PMatch(group_id, -1, dst, ordinal, None, -1, recv_table, row) for ordinal, row in enumerate(leftovers)]
@@ -1033,7 +1038,7 @@ def _built_p2p(view: GroupView, plan: P2PPlan) -> list[P2PMatch]:
 def _plan_p2p(view: GroupView) -> P2PPlan:
     sends, recvs, any_source, pending = _deal_p2p(view)
     streams = view.streams
-    channels: list[tuple[int, int, list[Optional[int]], list[Optional[int]]]] = []
+    channels: list[tuple[int, int, list[Optional[int]], list[Optional[int]], int]] = []
     no_batches: frozenset[int] = frozenset()
     none_pending: set[int] = set()
     for src, dst in sorted(set(sends) | set(recvs)):
@@ -1051,22 +1056,25 @@ def _plan_p2p(view: GroupView) -> P2PPlan:
         if whole:  # the common case: pairs go straight to columns, not through 2-tuples
             plain, batched = _pair_in_order(plain_sends, plain_recvs), _pair_in_order(batched_sends, batched_recvs)
             send_rows, recv_rows = plain[0] + batched[0], plain[1] + batched[1]
+            plain_pairs = len(plain[0])
         else:
             sender_pending, receiver_pending = pending.get(src, none_pending), pending.get(dst, none_pending)
-            pairs = (_pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
-                     + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending))
+            plain_pairs_of = _pair_channel(plain_sends, plain_recvs, sender_pending, receiver_pending)
+            pairs = plain_pairs_of + _pair_channel(batched_sends, batched_recvs, sender_pending, receiver_pending)
             send_rows, recv_rows = [send for send, _ in pairs], [recv for _, recv in pairs]
-        channels.append((src, dst, send_rows, recv_rows))
+            plain_pairs = len(plain_pairs_of)
+        channels.append((src, dst, send_rows, recv_rows, plain_pairs))
     return P2PPlan(channels, sorted(any_source.items()))
 
 
 def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[EntryTable],
                      recv_table: Optional[EntryTable], sends: list[Optional[int]],
-                     recvs: list[Optional[int]]) -> list[P2PMatch]:
+                     recvs: list[Optional[int]], plain: int) -> list[P2PMatch]:
     """A P2PMatch per pair of rows of the channel src -> dst (`sends[k]` with
-    `recvs[k]`), numbered in order; no table and row -1 where that end never posted the op."""
+    `recvs[k]`), numbered in order; no table and row -1 where that end never posted the op;
+    the pairs from `plain` on are of batched ops."""
     return [P2PMatch(group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
-                     None if recv is None else recv_table, -1 if recv is None else recv)
+                     None if recv is None else recv_table, -1 if recv is None else recv, ordinal >= plain)
             for ordinal, (send, recv) in enumerate(zip(sends, recvs))]
 
 

@@ -16,7 +16,7 @@ import random
 import re
 from collections import defaultdict
 
-KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra", "p2pskip")
+KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra", "p2pskip", "p2pstep")
 _P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+)")
 _FLIP_DTYPE = {"BFloat16": "Float", "Float": "BFloat16", "Half": "Float", "Long": "Int", "Int": "Long"}
 
@@ -128,8 +128,8 @@ def inject(job: dict, kind: str, rng: random.Random):
     """(the job's dumps with the fault, what was injected), or None when no collective fits."""
     granks = group_ranks(job)
     layout = Layout(job, granks)
-    if kind == "p2pskip":
-        return _inject_p2p_skip(job, granks, layout, rng)
+    if kind in ("p2pskip", "p2pstep"):
+        return _inject_p2p_skip(job, granks, layout, rng, newest=kind == "p2pskip")
     candidates = []
     for group, members in sorted(granks.items()):
         if len(members) < 2 or any(rank not in job for rank in members):
@@ -176,15 +176,24 @@ def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: 
     return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
 
 
-def _inject_p2p_skip(job, granks, layout, rng):
-    # The newest unit on each of its channels (counted from the newest: 1): a later op on
-    # the channel would meet what the skipped one should have (NCCL pairs in order).
-    candidates = [(rank, u) for rank in sorted(job) for u, (_, _, keys) in enumerate(layout.units[rank])
-                  if keys and keys[0][0] == "P" and all(key[4] == 1 for key in keys)]
+def _inject_p2p_skip(job, granks, layout, rng, newest=True):
+    """`newest`: a unit newest on each of its channels (counted from the newest: 1), so no
+    later op on the channel meets what the skipped one should have (NCCL pairs in order);
+    else a unit in the newer half of the rank's P2P units, not its last: a step of the
+    program left out, the later ones paired by their place in it (as the independent
+    generators write a skipped ring step)."""
+    candidates = []
+    for rank in sorted(job):
+        p2p = [u for u, (_, _, keys) in enumerate(layout.units[rank]) if keys and keys[0][0] == "P"]
+        if newest:
+            candidates += [(rank, u) for u in p2p if all(key[4] == 1 for key in layout.units[rank][u][2])]
+        elif len(p2p) >= 4:
+            candidates += [(rank, u) for u in p2p[len(p2p) // 2:-1]]
     if not candidates:
         return None
     culprit, unit = rng.choice(candidates)
-    return skip_p2p_at(job, culprit, unit)
+    dumps, what = skip_p2p_at(job, culprit, unit)
+    return dumps, dict(what, kind="p2pskip" if newest else "p2pstep")
 
 
 def skip_p2p_at(job: dict, culprit: int, unit: int):
