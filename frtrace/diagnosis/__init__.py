@@ -119,10 +119,22 @@ def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, .
                              found: dict[int, WentPast]) -> dict[int, WentPast]:
     """`found`, plus the ranks of a job of only active entries (whose programs the dumps
     do not hold) that a like rank shows went past the finding's collective: it ran the
-    op, then reached the op the rank is blocked in (`Facts.like_rank_went_on`)."""
-    if finding.group_id is None or finding.collective_seq_id is None or finding.p2p_ends is not None:
+    op, then reached the op the rank is blocked in (`Facts.like_rank_went_on`); for a send
+    or recv never posted, the rank that never posted it, where a like rank blocked in the
+    same op finished more of its group's work (`Facts.like_rank_ran_more_p2p`)."""
+    if finding.group_id is None:
         return found
     view = facts.device.views[finding.group_id]
+    if finding.kind == "p2p_unmatched" and finding.p2p_ends is not None:
+        rank = finding.p2p_ends.missing_on
+        stream = view.streams.get(rank)
+        if rank in ranks and rank not in found and stream is not None and stream.only_active:
+            instead = facts.like_rank_ran_more_p2p(view, rank)
+            if instead is not None:
+                found[rank] = WentPast(instead, facts.analysis.layout.group_of(instead.pg_name, rank), 1, True)
+        return found
+    if finding.collective_seq_id is None or finding.p2p_ends is not None:
+        return found
     for rank in ranks:
         stream = view.streams.get(rank)
         if rank in found or stream is None or not stream.only_active:

@@ -122,6 +122,9 @@ def _finished_by_one(view: GroupView, seq: int) -> bool:
                for stream in view.streams.values())
 
 
+MAX_P2P_SKIPPED = 4  # P2P ops a rank may have left out where a like rank ran them (a step is one or two)
+
+
 @dataclass(slots=True)
 class Facts:
     analysis: Analysis
@@ -136,6 +139,7 @@ class Facts:
     # issued (None: they agree on all they hold); read by the divergence and frontier rules
     divergence_at: dict[int, Optional[int]]
     _waits: Optional[Waits] = None
+    _dumps_by_rank: Optional[dict[int, RankDump]] = None
     _step_memo: StepMemo = field(default_factory=StepMemo)  # see Siblings.memo
 
     @property
@@ -195,6 +199,53 @@ class Facts:
             if their_place is not None and family_of(their_place.group) == family:
                 return blocked
         return None
+
+    def like_rank_ran_more_p2p(self, view: GroupView, rank: int) -> Optional[Entry]:
+        """The op `rank` is blocked in, when a like rank (the one in its place in a sibling
+        group of `view`'s) is blocked in the same op and its pg_status says it finished
+        more of its group's work, none pending (up to MAX_P2P_SKIPPED more), than the rank's
+        says it finished in `view`'s group: the two ran one program to that op, and the rank
+        left some of it out. For dumps of only active entries of a group's sends and recvs:
+        their finished ops are left out, and no P2P order of the rank is held. None when
+        nothing shows that."""
+        blocked = self.blocked_entry.get(rank)
+        place = self._group_of(blocked, rank) if blocked is not None else None
+        mine = self._all_work_finished(view, rank)
+        if blocked is None or place is None or place.group.id == view.group.id or mine is None:
+            return None
+        position = view.group.ranks.index(rank)
+        family = family_of(place.group)
+        for sibling in self.siblings_of(view).views:
+            if position >= len(sibling.group.ranks):
+                continue
+            like = sibling.group.ranks[position]
+            theirs = self.blocked_entry.get(like)
+            if theirs is None or (theirs.is_p2p, theirs.op, theirs.collective_seq_id) != (
+                    blocked.is_p2p, blocked.op, blocked.collective_seq_id) or blocked.is_p2p:
+                continue
+            their_place = self._group_of(theirs, like)
+            their_work = self._all_work_finished(sibling, like)
+            if (their_place is not None and family_of(their_place.group) == family and their_work is not None
+                    and 0 < their_work - mine <= MAX_P2P_SKIPPED):
+                return blocked
+        return None
+
+    def _all_work_finished(self, view: GroupView, rank: int) -> Optional[int]:
+        """The number of the last work the rank finished in the group, by its pg_status,
+        where it enqueued nothing after it; None where that does not hold or is unknown."""
+        stream = view.streams.get(rank)
+        pg_id = stream.pg_id if stream is not None else None
+        dump = self._dumps.get(rank) if pg_id is not None else None
+        status = dump.pg_status.get(pg_id) if dump is not None and pg_id is not None else None
+        if status is None or status.last_completed is None or status.last_completed != status.last_enqueued:
+            return None
+        return status.last_completed
+
+    @property
+    def _dumps(self) -> dict[int, RankDump]:
+        if self._dumps_by_rank is None:
+            self._dumps_by_rank = {dump.rank: dump for dump in self.seen}
+        return self._dumps_by_rank
 
     def queued_at(self, view: GroupView, seq: int, ranks: tuple[int, ...]) -> tuple[int, ...]:
         """Those of `ranks` that the device view shows without collective `seq` of the
