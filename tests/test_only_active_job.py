@@ -165,15 +165,16 @@ def test_the_injected_pg_status_counts_p2p_work_as_torch_does():
                 assert status["last_started_collective"] == -1  # timing off
 
 
-def _ring_send_left_out_only_active(culprit: int) -> dict:
-    """A context-parallel ring of plain sends and recvs (16 ranks: TP 2, rings of 4, DP 2),
-    healthy, in which `culprit` leaves out its last send of the ring and goes on to the
-    job's next collective; every rank cut where it blocks, dumped with only active
-    entries (its finished sends and recvs left out: no rank's P2P order is held)."""
+def _send_left_out_only_active(culprit: int, ring: bool = True, seed: int = 5, timing: bool = True) -> dict:
+    """A context-parallel ring (or a pipeline) of plain sends and recvs (16 ranks: TP 2,
+    rings or pipelines of 4, DP 2), healthy, in which `culprit` leaves out its last P2P op
+    of the group and goes on to the next collective; every rank cut where it blocks,
+    dumped with only active entries (its finished sends and recvs left out: no rank's
+    P2P order is held)."""
     from frtrace.testing.inject import Layout, group_ranks, skip_p2p_at
 
-    healthy = generate(16, 2, 4, steps=3, seed=5, p2p="plain", ring=True, coalesced_events="marker",
-                       pg_status="work", watchdog_ms=100.0)
+    healthy = generate(16, 2, 4, steps=3, seed=seed, p2p="plain", ring=ring, coalesced_events="marker",
+                       pg_status="work", watchdog_ms=100.0, timing=timing)
     job = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
     units = Layout(job, group_ranks(job)).units[culprit]
     newest = max(u for u, (_, _, keys) in enumerate(units) if keys and keys[0][0] == "P")
@@ -186,5 +187,13 @@ def test_a_send_left_out_is_told_by_a_like_rank_that_finished_more_of_its_ring()
     # collective, as does the rank in its place in the other rings, whose pg_status says
     # it finished one P2P op more. The neighbour's other ring peer, waiting for the
     # neighbour's send behind that recv, was blamed.
-    _, diagnosis = analyse_dicts(_ring_send_left_out_only_active(13), render=False)
+    _, diagnosis = analyse_dicts(_send_left_out_only_active(13), render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (13,))
+
+
+def test_a_send_left_out_before_the_pipeline_group_s_own_collective_is_told_the_same_way():
+    # The culprit waits in its pipeline group's all_reduce, its pg_status there holding that
+    # collective enqueued and its last P2P op finished; its like rank's, one P2P op more.
+    # The stage before it, waiting for a send behind the recv that never came, was blamed.
+    _, diagnosis = analyse_dicts(_send_left_out_only_active(12, ring=False, seed=9, timing=False), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (12,))

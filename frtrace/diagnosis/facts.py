@@ -210,8 +210,11 @@ class Facts:
         nothing shows that."""
         blocked = self.blocked_entry.get(rank)
         place = self._group_of(blocked, rank) if blocked is not None else None
-        mine = self._all_work_finished(view, rank)
-        if blocked is None or place is None or place.group.id == view.group.id or mine is None:
+        if blocked is None or place is None or blocked.is_p2p:
+            return None
+        here = place.group.id == view.group.id
+        mine = self._work_finished_before(view, rank, blocked if here else None)
+        if mine is None:
             return None
         position = view.group.ranks.index(rank)
         family = family_of(place.group)
@@ -221,25 +224,27 @@ class Facts:
             like = sibling.group.ranks[position]
             theirs = self.blocked_entry.get(like)
             if theirs is None or (theirs.is_p2p, theirs.op, theirs.collective_seq_id) != (
-                    blocked.is_p2p, blocked.op, blocked.collective_seq_id) or blocked.is_p2p:
+                    blocked.is_p2p, blocked.op, blocked.collective_seq_id):
                 continue
             their_place = self._group_of(theirs, like)
-            their_work = self._all_work_finished(sibling, like)
+            their_work = self._work_finished_before(sibling, like, theirs if here else None)
             if (their_place is not None and family_of(their_place.group) == family and their_work is not None
                     and 0 < their_work - mine <= MAX_P2P_SKIPPED):
                 return blocked
         return None
 
-    def _all_work_finished(self, view: GroupView, rank: int) -> Optional[int]:
+    def _work_finished_before(self, view: GroupView, rank: int, pending: Optional[Entry]) -> Optional[int]:
         """The number of the last work the rank finished in the group, by its pg_status,
-        where it enqueued nothing after it; None where that does not hold or is unknown."""
+        where it enqueued nothing after it, or only the collective `pending` (the op it is
+        blocked in, of this group); None where that does not hold or is unknown."""
         stream = view.streams.get(rank)
         pg_id = stream.pg_id if stream is not None else None
         dump = self._dumps.get(rank) if pg_id is not None else None
         status = dump.pg_status.get(pg_id) if dump is not None and pg_id is not None else None
-        if status is None or status.last_completed is None or status.last_completed != status.last_enqueued:
+        if status is None or status.last_completed is None:
             return None
-        return status.last_completed
+        enqueued = status.last_completed if pending is None else pending.collective_seq_id
+        return status.last_completed if status.last_enqueued == enqueued else None
 
     @property
     def _dumps(self) -> dict[int, RankDump]:
