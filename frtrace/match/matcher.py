@@ -31,7 +31,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import ClassVar, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 from frtrace.load.forked import each_in_children, may_fork
 from frtrace.load.layout import Layout, is_default_group
@@ -202,8 +202,9 @@ class P2PMatch:
     recv_row: int = -1
     # Paired among the channel's batched ops (batch_isend_irecv), which pair apart from its
     # plain ones (torch runs those on a communicator of their own): the channel's pairs are
-    # its plain ones, then its batched ones, each in channel order.
-    batched: bool = False
+    # its plain ones, then its batched ones (BatchedP2PMatch), each in channel order. A
+    # class attribute: a job holds hundreds of thousands of pairs.
+    batched: ClassVar[bool] = False
 
     @property
     def send(self) -> Optional[Entry]:
@@ -220,6 +221,13 @@ class P2PMatch:
     @property
     def one_sided(self) -> bool:
         return (self.send_table is None) != (self.recv_table is None)
+
+
+class BatchedP2PMatch(P2PMatch):
+    """A pair of a channel's batched ops."""
+
+    __slots__ = ()
+    batched: ClassVar[bool] = True
 
 
 @dataclass(slots=True)
@@ -1073,8 +1081,9 @@ def _channel_matches(group_id: int, src: int, dst: int, send_table: Optional[Ent
     """A P2PMatch per pair of rows of the channel src -> dst (`sends[k]` with
     `recvs[k]`), numbered in order; no table and row -1 where that end never posted the op;
     the pairs from `plain` on are of batched ops."""
-    return [P2PMatch(group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
-                     None if recv is None else recv_table, -1 if recv is None else recv, ordinal >= plain)
+    return [(BatchedP2PMatch if ordinal >= plain else P2PMatch)(
+                group_id, src, dst, ordinal, None if send is None else send_table, -1 if send is None else send,
+                None if recv is None else recv_table, -1 if recv is None else recv)
             for ordinal, (send, recv) in enumerate(zip(sends, recvs))]
 
 
