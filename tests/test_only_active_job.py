@@ -15,7 +15,7 @@ import pytest
 from helpers import analyse_dicts, run_cli, write_job
 
 from frtrace.testing.inject import inject_at, only_active
-from frtrace.testing.synth import generate
+from frtrace.testing.synth import Fault, generate
 
 
 def _only_active(job) -> dict:
@@ -197,3 +197,17 @@ def test_a_send_left_out_before_the_pipeline_group_s_own_collective_is_told_the_
     # The stage before it, waiting for a send behind the recv that never came, was blamed.
     _, diagnosis = analyse_dicts(_send_left_out_only_active(12, ring=False, seed=9, timing=False), render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (12,))
+
+
+def test_a_member_holding_only_sends_and_recvs_of_a_group_is_placed_by_their_collective_count():
+    # Rank 6 never posts a send and waits in its pipeline group's all_reduce #3; the
+    # group's other members hold none of its collectives (their finished ones are left
+    # out), only P2P ops, each carrying the group's collective count when posted (2):
+    # they never issued #3. Read as "no longer reaching back that far", the job was
+    # inconclusive.
+    job = generate(8, 2, 4, steps=3, fault=Fault("p2p_unmatched", rank=6, group="pp", step=2), timing=True,
+                   p2p="plain", only_active=True, seed=1, coalesced_events="marker", watchdog_ms=100.0,
+                   bubble_ms=100.0, pg_status="work")
+    assert job.truth["suspect_ranks"] == [6]
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (6,))
