@@ -507,3 +507,19 @@ def test_a_channel_s_plain_pair_still_posted_is_read_beside_its_finished_batched
     # kept from (5 and 7; now 5 alone).
     _, diagnosis = analyse_dicts(_step_left_out("mixed", 3, 5, "10", 36), render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (5,))
+
+
+def test_a_step_left_out_outweighs_the_unmatched_op_of_the_pair_it_waits_in():
+    # Two stages, each batching a send to and a recv from the other (TP 2 x PP 2, two
+    # chunks): rank 0 leaves out a step, and its next batch's recv pairs with the peer's
+    # send for that step, posted on both ends, while its send waits for a recv the peer
+    # never reaches. The unmatched send named the peer, rank 2, beside the left-out step.
+    from frtrace.testing.inject import skip_p2p_at
+
+    healthy = generate(8, 2, 2, steps=3, seed=1, p2p="batched", coalesced_events="marker", pg_status="work",
+                       watchdog_ms=100.0, vchunks=2)
+    dumps, what = skip_p2p_at({rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}, 0, 43)
+    assert (what["group"], what["seq"]) == ("5", 13)
+    _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (0,))
+    assert next(f for f in diagnosis.findings if f.is_root).rule == "p2p.left_out_step"

@@ -211,3 +211,18 @@ def test_a_member_holding_only_sends_and_recvs_of_a_group_is_placed_by_their_col
     assert job.truth["suspect_ranks"] == [6]
     _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (6,))
+
+
+def test_a_wrapped_ring_of_batches_with_no_number_missing_holds_its_p2p_order():
+    # Dumped with only active entries after each ring wrapped at its own point: the
+    # batches' ops stay (they never look finished), numbered with no gap from the oldest
+    # held, so the P2P order since then is whole and the like ranks can be compared.
+    # Read as holding no order, the pair rank 0 waits in was in flight (inconclusive).
+    from frtrace.testing.inject import skip_p2p_at, wrapped
+
+    healthy = generate(8, 2, 2, steps=3, seed=1, p2p="batched", coalesced_events="marker", pg_status="work",
+                       watchdog_ms=100.0, vchunks=2)
+    dumps, _ = skip_p2p_at({rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}, 0, 43)
+    _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in only_active(wrapped(dumps)).items()},
+                                 render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (0,))

@@ -145,6 +145,12 @@ def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, .
     return found
 
 
+def _own_went_past(finding: Finding, ranks: tuple[int, ...]) -> dict[int, WentPast]:
+    """What the finding's own rule found of its ranks going past its op (a step left out:
+    p2p.posted_pairs), for those of `ranks`."""
+    return {rank: past for rank, past in finding.went_past.items() if rank in ranks}
+
+
 def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
     """went_past_finding of each question over one ProgramOrder, built when first asked
     (most jobs never ask) and kept for the diagnosis's later questions (skipped_not_ahead
@@ -158,7 +164,8 @@ def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
         order = built[0]
 
         def answers(questions: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
-            return [_with_like_ranks_blocked(facts, finding, ranks, went_past_finding(order, finding, ranks))
+            return [_own_went_past(finding, ranks)
+                    or _with_like_ranks_blocked(facts, finding, ranks, went_past_finding(order, finding, ranks))
                     for finding, ranks in questions]
 
         return shared_out(answers, asked, processes, facts)

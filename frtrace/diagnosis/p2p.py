@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
-from frtrace.diagnosis.finding import Finding, P2PEnds
+from frtrace.diagnosis.finding import Finding, P2PEnds, WentPast
 from frtrace.diagnosis.like_channels import LeftOut, left_out_at
 from frtrace.diagnosis.program import NO_P2P_OPS, P2POps, stream_p2p_ops
 from frtrace.diagnosis.waits import PostedPair
@@ -132,13 +132,14 @@ def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle:
         "not_issued", "p2p.left_out_step", view, op=entry.op, collective_seq_id=None, p2p_seq_id=entry.p2p_seq_id,
         ranks=tuple(cycle), suspect_ranks=(rank,), absent_ranks=(rank,),
         message=(f"rank {rank} left out a step in {group}: the {step}, which the ranks at its place in the sibling "
-                 f"groups posted where it posted its p2p #{left_out.went_on_seq}; its sends and recvs are theirs but "
-                 f"for that step, and it went on as they did; it now waits with rank {other} in its {entry.op} "
-                 f"p2p #{entry.p2p_seq_id}"),
+                 f"groups posted there; its sends and recvs are theirs but for that step, and it now waits with "
+                 f"rank {other} in its {entry.op} p2p #{entry.p2p_seq_id}"),
         evidence={"skipped_p2p_ops": left_out.ops, "like_ranks_compared": left_out.like_ranks,
                   "cycle_ranks": list(cycle)},
         waiting_ranks=tuple(r for r in cycle if r != rank), age_ns=min(p.age_ns for p in ordered), anchor=entry,
         p2p_ends=P2PEnds(posted.src, posted.dst, posted.src, posted.dst),
+        # It went past the step (linking then reads it as no victim of the pair it waits in).
+        went_past={rank: WentPast(view.streams[rank].p2p[left_out.went_on], view.group.id, left_out.like_ranks, True)},
     )
 
 

@@ -131,9 +131,21 @@ def newest_p2p_names(p2p: RowList) -> Iterator[tuple[int, OpName]]:
 
 def stream_p2p_ops(stream: RankStream, count: int = HISTORY_P2P_OPS) -> P2POps:
     """newest_p2p_ops of the rank's P2P ops in a group; none where its dump of only active
-    entries left some out (it holds its P2P order only where it holds every op it posted:
-    batches, whose ops never look finished)."""
-    return newest_p2p_ops(stream.p2p, count) if stream.p2p_whole or not stream.only_active else NO_P2P_OPS
+    entries left some out (it holds its P2P order only where it holds every op it posted
+    since its oldest held one: batches, whose ops never look finished, numbered with no
+    gap)."""
+    if stream.p2p_whole or not stream.only_active or _numbered_without_gaps(stream.p2p):
+        return newest_p2p_ops(stream.p2p, count)
+    return NO_P2P_OPS
+
+
+def _numbered_without_gaps(p2p: RowList) -> bool:
+    """Whether the P2P numbers held run from the oldest to the newest with none missing: a
+    finished plain op left out of a dump of only active entries leaves a gap."""
+    numbers: set[int] = {n for n in p2p.field("p2p_seq_id") if type(n) is int}
+    if not numbers or len(numbers) < len(set(p2p.field("p2p_seq_id"))):
+        return False
+    return len(numbers) == max(numbers) - min(numbers) + 1
 
 
 def newest_p2p_ops(p2p: RowList, count: int = HISTORY_P2P_OPS) -> P2POps:
