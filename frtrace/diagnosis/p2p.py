@@ -113,7 +113,7 @@ def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle:
     for group_id in sorted({p.pair.group_id for p in ordered}):
         view = views[group_id]
         for rank in sorted(set(cycle) & set(view.group.ranks)):
-            left_out = left_out_at(_family_views(facts, view), view, rank, _stream_ops)
+            left_out = left_out_at(facts.siblings_of(view).family, view, rank, _stream_ops)
             posted = next((p.pair for p in ordered if p.pair.group_id == group_id and rank in (p.pair.src, p.pair.dst)),
                           None)
             entry = None if posted is None else (posted.send if posted.src == rank else posted.recv)
@@ -141,13 +141,6 @@ def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle:
         # It went past the step (linking then reads it as no victim of the pair it waits in).
         went_past={rank: WentPast(view.streams[rank].p2p[left_out.went_on], view.group.id, left_out.like_ranks, True)},
     )
-
-
-def _family_views(facts: Facts, view: GroupView) -> list[GroupView]:
-    """The group's view, then those of its sibling groups (same description and size)."""
-    group, mine = view.group, family_of(view.group)
-    return [view, *(facts.device.views[g.id] for g in facts.analysis.layout.groups
-                    if g.id != group.id and g.size == group.size and family_of(g) == mine)]
 
 
 def _stream_ops(view: GroupView, rank: int, count: int) -> P2POps:

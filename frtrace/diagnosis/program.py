@@ -142,9 +142,10 @@ def stream_p2p_ops(stream: RankStream, count: int = HISTORY_P2P_OPS) -> P2POps:
 def _numbered_without_gaps(p2p: RowList) -> bool:
     """Whether the P2P numbers held run from the oldest to the newest with none missing: a
     finished plain op left out of a dump of only active entries leaves a gap."""
-    numbers: set[int] = {n for n in p2p.field("p2p_seq_id") if type(n) is int}
-    if not numbers or len(numbers) < len(set(p2p.field("p2p_seq_id"))):
+    seqs = p2p.field("p2p_seq_id")
+    if not seqs or not all(type(n) is int for n in seqs):
         return False
+    numbers: set[int] = set(seqs)
     return len(numbers) == max(numbers) - min(numbers) + 1
 
 

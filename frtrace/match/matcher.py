@@ -109,10 +109,6 @@ class RankStream:
     # The device view left out ops of the group that the rank queued behind the one it is
     # blocked in (it held some of the group's collectives in its whole dump).
     left_queued: bool = False
-    # Where it holds sends and recvs of the group but none of its collectives: the group's
-    # collective count its newest one carries (torch records the number of the group's
-    # last collective on each P2P entry), so how many collectives it had issued then.
-    p2p_counter: Optional[int] = None
 
     def absence(self, seq: int) -> str:
         """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
@@ -130,11 +126,20 @@ class RankStream:
             # It holds no collective of the group and its pg_status does not place it: had
             # it finished the op, so would its peers, still in it; it never joined them.
             return "not_issued"
-        if self.p2p_counter is not None and seq > self.p2p_counter and not self.only_active and not self.uncertain:
-            # Its newest P2P op of the group came after its collective #p2p_counter and
-            # before any later one; a whole dump keeps what it issued after that op.
+        if self.first_seq is None and not self.only_active and not self.uncertain and self._issued_before(seq):
+            # It holds sends and recvs of the group but none of its collectives: its newest
+            # P2P op came after fewer collectives than `seq`, and a whole dump keeps what
+            # it issued after that op.
             return "not_issued"
         return "not_issued" if self.covers(seq) else "unknown"
+
+    def _issued_before(self, seq: int) -> bool:
+        """Whether the rank's newest P2P op of the group was posted before collective `seq`:
+        torch records on each P2P entry the number of the group's last collective."""
+        if not self.p2p:
+            return False
+        count = self.p2p.value_at(len(self.p2p) - 1, "collective_seq_id")
+        return type(count) is int and 0 <= count < seq
 
     def covers(self, seq: int) -> bool:
         """Whether a missing entry for `seq` would mean the rank never issued it."""
@@ -354,17 +359,8 @@ def _rank_streams(dump: RankDump, layout: Layout, dealt: Optional[GroupParts] = 
         if only_active and p2p and not uncertain:
             batched, p2p_whole = _batches_held(p2p, batched)
         per_group[gid] = RankStream(dump.rank, collectives, p2p, collectives.first, collectives.last,
-                                    clipped, uncertain, batched, only_active=only_active, p2p_whole=p2p_whole,
-                                    p2p_counter=_collective_count(p2p) if p2p and not collectives else None)
+                                    clipped, uncertain, batched, only_active=only_active, p2p_whole=p2p_whole)
     return per_group
-
-
-def _collective_count(p2p: RowList) -> Optional[int]:
-    """The group's collective count the newest of a rank's sends and recvs carries; None
-    where a number is not a count (numbers torch never writes)."""
-    counts = p2p.field("collective_seq_id")
-    newest = counts[-1]
-    return newest if type(newest) is int and newest >= 0 and all(type(c) is int for c in counts) else None
 
 
 def _batches_held(p2p: RowList, batched: frozenset[int]) -> tuple[frozenset[int], bool]:
