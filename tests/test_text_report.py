@@ -4,6 +4,7 @@ fit the width (100 columns when piped), wrapping. And the call site is the user'
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -164,3 +165,27 @@ def test_columns_sets_the_width_of_piped_output(tmp_path):
     directory = write_synth_job(tmp_path / "dumps", synth)
     narrow = run_cli([directory], env={"COLUMNS": "60"}).stdout.splitlines()
     assert max(map(len, narrow)) <= 60 < max(map(len, run_cli([directory]).stdout.splitlines()))
+
+
+@pytest.mark.parametrize("case", ["hang_never_arrives", "hang_never_arrives_json", "p2p_unmatched_recv",
+                                  "p2p_unmatched_recv_json"])
+def test_a_gloo_op_never_issued_says_of_its_peers_what_the_rank_table_says(case):
+    # gloo retires an op that timed out: a peer holding the op retired is listed as blocked
+    # in nothing, and the finding may not say it is waiting in the op.
+    from helpers import fixture_dir
+
+    from frtrace.wording import ranks_text
+
+    result = run_cli(["-d", fixture_dir(case), "--format", "json"])
+    report = json.loads(result.output)
+    (finding,) = [f for f in report["findings"] if f["rule"] == "divergence.never_issued"]
+    peers = [row for row in report["ranks"] if not row["suspect"]]
+    blocked = sorted(r for row in peers if row["blocked_in"] for r in row["rank_list"])
+    retired = sorted(r for row in peers if not row["blocked_in"] for r in row["rank_list"])
+    assert retired, "the fixture should hold a peer that retired the op"
+    if blocked:
+        said = f"{ranks_text(blocked)} {'is' if len(blocked) == 1 else 'are'} waiting in it and {ranks_text(retired)} retired it"
+    else:
+        said = f"{ranks_text(retired)} issued it and retired it"
+    assert said in finding["message"]
+    assert "waiting in it" not in finding["message"].replace(said, "")

@@ -452,7 +452,7 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
     unissued = tuple(rank for rank in missing if rank not in queued)
     message = (f"{ranks_text(unissued or queued)} never {'issued' if unissued else 'started'} {peer_entry.op} "
                f"#{match.seq} in {group_text(view.group.name, view.group.desc)}; "
-               f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it")
+               f"{_waiting_text(issued, () if facts.reliable else _retired_by(match, issued))}")
     if queued:
         message += _queued_note(queued, named=not unissued)
         evidence["queued_ranks"] = list(queued)
@@ -469,6 +469,25 @@ def never_issued(facts: Facts, view: GroupView, match: CollectiveMatch, tie: boo
         evidence=evidence, waiting_ranks=waiting, age_ns=oldest_created(match), absent_ranks=missing,
         tie=tie, siblings_issued_it=siblings_have_it, call_entries=_call_entries(last_entry(view, missing[0]), peer_entry),
     )
+
+
+def _retired_by(match: CollectiveMatch, ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """Those of `ranks` whose every call of the op is retired: in dumps that do not say
+    when ops finish (gloo), that is also what an op that timed out looks like."""
+    return tuple(rank for rank in ranks if all(call.retired for call in match.calls[rank]))
+
+
+def _waiting_text(issued: tuple[int, ...], retired: tuple[int, ...]) -> str:
+    """Where the ranks that issued an op are: waiting in it, unless their dumps hold it
+    retired (then the report's rank table lists them blocked in nothing, and so does this)."""
+    waiting = tuple(rank for rank in issued if rank not in retired)
+    if not retired:
+        return f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} waiting in it"
+    timed_out = "as an op that timed out is retired too"
+    if not waiting:
+        return f"{ranks_text(issued)} issued it and retired it, {timed_out}"
+    return (f"{ranks_text(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in it and "
+            f"{ranks_text(retired)} retired it, {timed_out}")
 
 
 def _queued_note(queued: tuple[int, ...], named: bool) -> str:
