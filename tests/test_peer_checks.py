@@ -125,6 +125,46 @@ def test_an_all_to_all_whose_totals_differ_is_a_fault_of_the_group(tmp_path):
     assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (0, 1), 1)
 
 
+def test_an_all_to_all_every_member_completed_blames_nobody(tmp_path):
+    # The dumps say every member finished it: whatever its sizes, it holds no rank up.
+    diagnosis, code = _verdict(_a2a({0: {"input_sizes": [[8]], "output_sizes": [[8]]},
+                                     1: {"input_sizes": [[4]], "output_sizes": [[8]]}}, state="completed"), tmp_path)
+    finding = _only(diagnosis, "all_to_all.totals")
+    assert (finding.kind, finding.severity, finding.suspect_ranks) == ("size_mismatch", "warning", ())
+    assert finding.evidence["completed_by_all"] and "tie" not in finding.evidence
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("inconclusive", (), 3)
+
+
+def _moe_steps(culprit=None) -> dict:
+    """rank -> ops of a 4-rank expert group: a token dispatch whose sizes differ per rank
+    (their totals add up), then the combine that sends the tokens back. `culprit` leaves
+    out the dispatch: its combine meets its peers' dispatch, which every member completes
+    (the dumps cannot tell it apart by its sizes), then it exchanges the token counts
+    (Long) where its peers combine, and the group blocks there."""
+    dispatch = {0: (8, 6), 1: (4, 6), 2: (6, 8), 3: (6, 4)}  # rank -> (elements sent, received)
+
+    def a2a(sent, received, dtype, state):
+        return ("all_to_all_single", {"input_sizes": [[sent]], "output_sizes": [[received]], "dtype": dtype, "state": state})
+
+    steps = {}
+    for rank, (sent, received) in dispatch.items():
+        combine = "completed" if culprit is None else "started"
+        steps[rank] = [AR, a2a(sent, received, "BFloat16", "completed"), a2a(received, sent, "BFloat16", combine)]
+    if culprit is not None:
+        sent, received = dispatch[culprit]
+        steps[culprit] = [AR, a2a(received, sent, "BFloat16", "completed"), a2a(16, 16, "Long", "started")]
+    return steps
+
+
+def test_a_rank_that_left_out_an_uneven_all_to_all_is_named_where_its_peers_block(tmp_path):
+    healthy, code = _verdict(job(_moe_steps()), tmp_path / "healthy")
+    assert (healthy.status, code) == ("healthy", 0)
+    diagnosis, code = _verdict(job(_moe_steps(culprit=2)), tmp_path / "skip")
+    totals = _only(diagnosis, "all_to_all.totals")
+    assert (totals.collective_seq_id, totals.severity, totals.suspect_ranks) == (2, "warning", ())
+    assert (diagnosis.status, diagnosis.suspect_ranks, code) == ("faults", (2,), 1)
+
+
 def _splits(send: list) -> dict:
     """rank -> all_to_all_single fields (dump format 2.11) for `send[i][j]` elements from i to j."""
     members = range(len(send))

@@ -75,7 +75,7 @@ def _mismatches_in(facts: Facts, views: Sequence[GroupView]) -> list[Finding]:
         seqs = _to_judge(view)
         matches = [m for m in map(facts.index.at.get, ((group.id, seq) for seq in seqs))
                    if m is not None and _whole(m, group.size)]
-        finding = _first_mismatch(view, matches) if matches else None
+        finding = _first_mismatch(view, matches, facts.reliable) if matches else None
         if finding is not None:
             findings.append(finding)
     return findings
@@ -191,10 +191,13 @@ def _whole(match: CollectiveMatch, size: int) -> bool:
             and not match.out_of_window and not match.no_dump)
 
 
-def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch]) -> Optional[Finding]:
+def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch], reliable: bool) -> Optional[Finding]:
     """The first of `candidates` (all_to_alls every member issued) whose exchange does not
-    add up; each member's key (op, shapes, state) at each read off its codes."""
+    add up and that some member has not completed; else the first that every member
+    completed, as a warning (see `_completed_by_all`). Each member's key (op, shapes,
+    state) at each number is read off its codes."""
     members = view.group.ranks
+    completed_first: Optional[Finding] = None
     sizes_of: dict[tuple[int, int], Optional[_Sizes]] = {}  # (id of name, id of shapes) -> sizes
     seqs = [m.seq for m in candidates]
     keys_of = [view.streams[rank].collectives.keys_at(seqs) for rank in members]
@@ -203,9 +206,30 @@ def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch]) -> Optio
         if any(s is None for s in sizes):
             continue  # not an all_to_all of one entry on every member, or unreadable
         found = _judge(view, match, [s for s in sizes if s is not None])
-        if found is not None:
+        if found is None:
+            continue
+        if not (reliable and len(match.completed_ranks) == len(members)):
             return found
-    return None
+        if completed_first is None:
+            completed_first = _completed_by_all(found)
+    return completed_first
+
+
+def _completed_by_all(finding: Finding) -> Finding:
+    """A mismatch in an all_to_all that every member completed, in dumps that say when ops
+    finish: the job went on past it, so it holds nobody up and names no suspect. It is
+    still told, as a warning (the sizes are what they are), and leaves a job with nothing
+    else wrong inconclusive. A rank that left out an earlier all_to_all of the group
+    makes such a mismatch too (its sizes are its peers' next ones), and is named where
+    the members do block."""
+    finding.statement += "; every member completed it and went on, so it holds no rank up"
+    finding.own_severity = "warning"
+    finding.own_suspects = ()
+    finding.facts["completed_by_all"] = True
+    finding.facts["next_step"] = ("compare the split sizes rank(s) {suspects} passed to this all_to_all (what they send "
+                                  "in all must be what they receive) and look for an earlier all_to_all one of them left out")
+    finding.facts.pop("tie", None)
+    return finding
 
 
 def _sizes_of(key: Any, members: int, cache: dict[tuple[int, int], Optional[_Sizes]]) -> Optional[_Sizes]:
