@@ -419,3 +419,30 @@ def test_sibling_groups_break_a_tie_only_when_they_are_alike():
         _, tie = analyse_dicts(other)
         assert tie.suspect_ranks == (0, 1)
         assert only(tie, "divergence.mismatch_tie").kind == "size_mismatch"
+
+
+def _pairs_with_a_tie(wrapped_from: int) -> dict:
+    """Three pairs (desc "dp") running one program; rank 1 issues an all_reduce where the
+    program has its 7th op, an all_gather. The other pairs' rings keep only their ops from
+    number `wrapped_from` on."""
+    groups = {"0": ("default_pg", tuple(range(6))), "1": ("dp", (0, 1)), "2": ("dp", (2, 3)), "3": ("dp", (4, 5))}
+    program = ["all_gather", "reduce_scatter", "all_reduce"] * 2 + ["all_gather"]
+    steps = {rank: [f"{op}@{rank // 2 + 1}" for op in program] for rank in range(6)}
+    steps[1][6] = "all_reduce@1"
+    dumps = job(steps, groups=groups)
+    for rank in range(2, 6):
+        dumps[rank]["entries"] = [e for e in dumps[rank]["entries"] if e["collective_seq_id"] >= wrapped_from]
+    return dumps
+
+
+def test_sibling_groups_whose_rings_wrapped_still_break_a_tie():
+    # The pair's last four agreed ops (#3-#6) place it in the program; the other pairs'
+    # rings no longer hold #3 and #4, which says nothing against their being in step.
+    for wrapped_from in (1, 5):
+        _, diagnosis = analyse_dicts(_pairs_with_a_tie(wrapped_from))
+        finding = only(diagnosis, "divergence.mismatch")
+        assert (finding.suspect_ranks, finding.evidence["tie_broken_by_sibling_groups"]) == ((1,), 2)
+        assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))
+    # Holding only the last of those numbers, the other pairs are too little alike to vote.
+    _, diagnosis = analyse_dicts(_pairs_with_a_tie(6))
+    assert diagnosis.suspect_ranks == (0, 1)

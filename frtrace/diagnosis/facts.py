@@ -42,6 +42,11 @@ class StepMemo:
     alike: dict[tuple[int, int], bool] = field(default_factory=dict)
 
 
+# The fewest numbers of a group's recent past that a sibling group must be seen to have
+# run alike before it counts as in step with it (see Siblings._ran_alike).
+MIN_STEPS_ALIKE = 2
+
+
 @dataclass(slots=True)
 class Siblings:
     """The other groups with the same description and size (the other TP groups of
@@ -90,11 +95,21 @@ class Siblings:
                 if (match := at.get((view.group.id, seq))) is not None and self._ran_alike(view.group.id, past, token)]
 
     def _ran_alike(self, group_id: int, past: Sequence[tuple[int, Signature]], token: int) -> bool:
+        """Whether the group ran what `past` says at each of its numbers that the group's
+        dumps still hold, and at two of them at least (or all, when `past` is shorter). A
+        number no member's dump holds any more (its ring wrapped past it) says nothing
+        either way: the group has later numbers, so it ran one there."""
         alike = self.memo.alike.get((group_id, token))
         if alike is None:
-            alike = self.memo.alike[group_id, token] = all(
-                self._agreed_at(group_id, number) == signature for number, signature in past)
+            held = [(number, signature) for number, signature in past if self._holds(group_id, number)]
+            alike = self.memo.alike[group_id, token] = len(held) >= min(MIN_STEPS_ALIKE, len(past)) and all(
+                self._agreed_at(group_id, number) == signature for number, signature in held)
         return alike
+
+    def _holds(self, group_id: int, seq: int) -> bool:
+        """Whether some member's dump holds the group's collective `seq`."""
+        match = self.index.at.get((group_id, seq))
+        return match is not None and bool(match.calls)
 
     def _agreed_at(self, group_id: int, seq: int) -> Optional[Signature]:
         signatures = self.memo.signatures
