@@ -180,3 +180,19 @@ def test_a_rank_holding_the_op_queued_is_said_never_to_have_started_it():
         assert all(rank in dumped.calls for rank in ranks)  # its whole dump holds an op of that number
         assert "never started" in finding.message or "queued behind" in finding.message
         assert not any(f"rank {rank} never issued" in finding.message for rank in ranks)
+
+
+def test_a_device_stall_in_another_stage_says_nothing_of_where_an_op_comes_in_this_one():
+    # Ranks 0 and 4 stop completing GPU work (16 ranks, TP 4 x PP 2 x DP 2, only-active
+    # dumps). Rank 0's host ran its DP all_to_all, then blocked in its TP all_reduce;
+    # ranks 5-7, rank 4's TP peers in the other stage, wait in that stage's TP all_reduce,
+    # which comes before the DP all_to_all there. Read as rank 0's like ranks, they were
+    # said to have gone past the all_to_all, and were blamed with it.
+    job = generate(world_size=16, tp=4, pp=2, steps=3, fault=Fault("gpu_error", rank=4, group="dp", step=2, ranks=(0, 4)),
+                   timing=True, only_active=True, seed=253, **FAITHFUL)
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert diagnosis.status == "faults" and diagnosis.suspect_ranks
+    assert set(diagnosis.suspect_ranks) <= {0, 4}
+    # Rank 4's stall shows in nothing its dump keeps (its peers never sent it what it
+    # waits for): the truth names it, the dumps cannot.
+    assert job.truth["suspect_ranks"] == [0, 4]

@@ -446,3 +446,24 @@ def test_sibling_groups_whose_rings_wrapped_still_break_a_tie():
     # Holding only the last of those numbers, the other pairs are too little alike to vote.
     _, diagnosis = analyse_dicts(_pairs_with_a_tie(6))
     assert diagnosis.suspect_ranks == (0, 1)
+
+
+def test_a_rank_whose_gpu_stalled_earlier_in_a_group_explains_its_absence_from_a_later_op():
+    # Rank 3's GPU stopped at TP #1 (its host queued #2, its DP op and #3); rank 5's at EP
+    # #1, so rank 1 waits in their DP op. At TP #3 ranks 0 and 2 wait, ranks 1 and 3 never
+    # started it: rank 3 because of its own stall, rank 1 because it waits on rank 5. The
+    # finding blamed ranks 1 and 3 as a root of its own.
+    groups = {"0": ("default_pg", tuple(range(9))), "t": ("tp", (0, 1, 2, 3)), "d0": ("dp", (0, 4)), "d1": ("dp", (1, 5)),
+              "d2": ("dp", (2, 6)), "d3": ("dp", (3, 7)), "e": ("ep", (5, 8))}
+    done, queued = {"state": "completed"}, {"state": "scheduled"}
+    steps = {r: ["all_reduce@t", ("all_reduce@t", done), f"all_reduce@d{r}", "all_reduce@t"] for r in (0, 2)}
+    steps[1] = ["all_reduce@t", ("all_reduce@t", done), "all_reduce@d1"]
+    steps[3] = [("all_reduce@t", {"state": "started"}), ("all_reduce@t", queued), ("all_reduce@d3", queued),
+                ("all_reduce@t", queued)]
+    steps.update({4: ["all_reduce@d0"], 6: ["all_reduce@d2"], 7: [("all_reduce@d3", done)]})
+    steps[5] = [("all_reduce@e", {"state": "started"}), ("all_reduce@e", queued)]
+    steps[8] = ["all_reduce@e", ("all_reduce@e", done)]
+    _, diagnosis = analyse_dicts(job(steps, groups=groups))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3, 5))
+    later = next(f for f in diagnosis.findings if f.rule == "divergence.never_issued" and f.pg_name == "t")
+    assert (later.is_root, later.link, later.caused_by.rule) == (False, "same_suspects", "frontier.stuck_on_device")

@@ -203,6 +203,8 @@ class Facts:
         position = view.group.ranks.index(rank)
         family = family_of(place.group)
         siblings = self.siblings_of(view)
+        if self._fellows_lack_it_too(siblings, seq, rank, blocked, place):
+            return None
         for sibling in siblings.views:
             if position >= len(sibling.group.ranks) or not siblings.ran(sibling, seq):
                 continue
@@ -214,6 +216,23 @@ class Facts:
             if their_place is not None and family_of(their_place.group) == family:
                 return blocked
         return None
+
+    def _fellows_lack_it_too(self, siblings: Siblings, seq: int, rank: int, blocked: Entry, place: GroupView) -> bool:
+        """Whether another member blocked in the op `rank` is blocked in (`place`'s) never
+        issued collective `seq` of its own group of the siblings' family either. Then that
+        op comes before #seq in their program (they did not all leave #seq out), and a like
+        rank that ran #seq first runs another part of the program (another pipeline
+        stage, whose groups of the family are siblings too)."""
+        for member in place.group.ranks:
+            theirs = self.blocked_entry.get(member)
+            if member == rank or theirs is None or theirs.is_p2p or (theirs.pg_name, theirs.collective_seq_id) != (
+                    blocked.pg_name, blocked.collective_seq_id):
+                continue
+            own = next((view for view in siblings.family if member in view.group.ranks), None)
+            match = self.index.at.get((own.group.id, seq)) if own is not None else None
+            if match is not None and member in match.not_issued:
+                return True
+        return False
 
     def like_rank_ran_more_p2p(self, view: GroupView, rank: int) -> Optional[Entry]:
         """The op `rank` is blocked in, when a like rank (the one in its place in a sibling

@@ -23,6 +23,8 @@ from frtrace.diagnosis.waits import Waits
 # in order: asked all at once, so that the questions can be answered side by side.
 WentPastJudge = Callable[[list[tuple[Finding, tuple[int, ...]]]], list[dict[int, WentPast]]]
 Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
+# The rule of a device stall: ranks holding an op their peers finished and went past.
+STALL_RULE = "frontier.stuck_on_device"
 
 
 def _root_priority(finding: Finding) -> int:
@@ -44,6 +46,14 @@ def _same_place(a: Finding, b: Finding) -> bool:
     if a.p2p_ends is not None and b.p2p_ends is not None:
         return a.p2p_ends[:2] == b.p2p_ends[:2]
     return True
+
+
+def _stalled_before(root: Finding, finding: Finding) -> bool:
+    """Whether `root` is a device stall at an earlier collective of `finding`'s group: the
+    stalled ranks hold every later op of the group queued behind it, which is why they
+    never started `finding`'s op (the one exception to `_same_place`)."""
+    return (root.rule == STALL_RULE and finding.p2p_ends is None and root.collective_seq_id is not None
+            and finding.collective_seq_id is not None and root.collective_seq_id < finding.collective_seq_id)
 
 
 def _source_circle(members: list[Finding], parents: dict[Finding, set[Finding]], resolved: set[Finding]) -> list[Finding]:
@@ -195,7 +205,8 @@ def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots:
     partial = [f for f in blocking if set(f.absent_ranks) - waited[f]]
     for finding in sorted(partial, key=lambda f: (len(waited[f]), _root_priority(f), f.age_ns)):
         free = set(finding.absent_ranks) - waited[finding]
-        same = [r for r in roots if free <= set(r.suspect_ranks) and not _same_place(r, finding)]
+        same = [r for r in roots if free <= set(r.suspect_ranks)
+                and (not _same_place(r, finding) or _stalled_before(r, finding))]
         if same:
             cause[finding] = (min(same, key=lambda r: (_root_priority(r), r.age_ns)), "same_suspects")
         else:
