@@ -182,17 +182,25 @@ def test_a_rank_holding_the_op_queued_is_said_never_to_have_started_it():
         assert not any(f"rank {rank} never issued" in finding.message for rank in ranks)
 
 
-def test_a_device_stall_in_another_stage_says_nothing_of_where_an_op_comes_in_this_one():
-    # Ranks 0 and 4 stop completing GPU work (16 ranks, TP 4 x PP 2 x DP 2, only-active
-    # dumps). Rank 0's host ran its DP all_to_all, then blocked in its TP all_reduce;
-    # ranks 5-7, rank 4's TP peers in the other stage, wait in that stage's TP all_reduce,
-    # which comes before the DP all_to_all there. Read as rank 0's like ranks, they were
-    # said to have gone past the all_to_all, and were blamed with it.
-    job = generate(world_size=16, tp=4, pp=2, steps=3, fault=Fault("gpu_error", rank=4, group="dp", step=2, ranks=(0, 4)),
-                   timing=True, only_active=True, seed=253, **FAITHFUL)
+@pytest.mark.parametrize("tp, p2p, seed, culprits, named", [
+    # Rank 0's host ran its DP all_to_all, then blocked in its TP all_reduce; ranks 5-7,
+    # rank 4's TP peers in the other stage, wait in that stage's TP all_reduce, which
+    # comes before the DP all_to_all there (their fellow members of it never issued theirs
+    # either). Rank 4's stall shows in nothing its dump keeps (its peers never sent it
+    # what it waits for): the truth names it, the dumps cannot.
+    (4, "plain", 253, (0, 4), (0,)),
+    # Rank 6 waits in its stage's TP all_reduce for rank 7, which waits for a send from
+    # rank 5; its DP peers finished that all_reduce before their all_to_all.
+    (2, "batched", 905, (5, 8), (5, 8)),
+])
+def test_a_device_stall_in_another_stage_says_nothing_of_where_an_op_comes_in_this_one(tp, p2p, seed, culprits, named):
+    # Two ranks stop completing GPU work (16 ranks, PP 2, only-active dumps). The like
+    # rank of a rank waiting in its TP all_reduce, in a sibling DP group of the other
+    # stage, ran its DP all_to_all before the all_reduce: read as the rank's, the rank was
+    # said to have gone past its all_to_all, and was blamed with the culprits.
+    job = generate(world_size=16, tp=tp, pp=2, steps=3, fault=Fault("gpu_error", rank=culprits[1], group="dp", step=1 + seed % 2,
+                                                                       ranks=culprits), timing=True, p2p=p2p,
+                   only_active=True, seed=seed, **FAITHFUL)
     _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
-    assert diagnosis.status == "faults" and diagnosis.suspect_ranks
-    assert set(diagnosis.suspect_ranks) <= {0, 4}
-    # Rank 4's stall shows in nothing its dump keeps (its peers never sent it what it
-    # waits for): the truth names it, the dumps cannot.
-    assert job.truth["suspect_ranks"] == [0, 4]
+    assert job.truth["suspect_ranks"] == list(culprits)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", named)

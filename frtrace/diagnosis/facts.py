@@ -203,7 +203,7 @@ class Facts:
         position = view.group.ranks.index(rank)
         family = family_of(place.group)
         siblings = self.siblings_of(view)
-        if self._fellows_lack_it_too(siblings, seq, rank, blocked, place):
+        if self._fellows_lack_it_too(siblings, seq, rank, blocked, place) or self._peers_ran_it_first(view, seq, rank, blocked):
             return None
         for sibling in siblings.views:
             if position >= len(sibling.group.ranks) or not siblings.ran(sibling, seq):
@@ -233,6 +233,32 @@ class Facts:
             if match is not None and member in match.not_issued:
                 return True
         return False
+
+    def _peers_ran_it_first(self, view: GroupView, seq: int, rank: int, blocked: Entry) -> bool:
+        """Whether the members of `view`'s group waiting in collective `seq` (the rank's own
+        part of the program: a group's members run one) each finished, in their own group
+        of the family of the op `rank` is blocked in, the collective of that number: that op
+        comes before #seq, and the rank has not reached #seq yet."""
+        place = self._group_of(blocked, rank)
+        match = self.index.at.get((view.group.id, seq))
+        if place is None or match is None or blocked.collective_seq_id is None:
+            return False
+        family = self._families.get(family_of(place.group), [])
+        waiting = [member for member in match.issued if member != rank and member not in match.completed_ranks]
+        return bool(waiting) and all(self._finished_in_family(family, member, blocked.collective_seq_id)
+                                     for member in waiting)
+
+    def _finished_in_family(self, family: list[GroupView], rank: int, seq: int) -> bool:
+        """Whether `rank` finished collective `seq` of its group in `family` (its pg_status,
+        or its entry of it)."""
+        own = next((view for view in family if rank in view.group.ranks), None)
+        if own is None or rank not in own.streams:
+            return False
+        finished = own.streams[rank].finished
+        if finished is not None and finished >= seq:
+            return True
+        match = self.index.at.get((own.group.id, seq))
+        return match is not None and rank in match.completed_ranks
 
     def like_rank_ran_more_p2p(self, view: GroupView, rank: int) -> Optional[Entry]:
         """The op `rank` is blocked in, when a like rank (the one in its place in a sibling
