@@ -523,3 +523,28 @@ def test_a_step_left_out_outweighs_the_unmatched_op_of_the_pair_it_waits_in():
     _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (0,))
     assert next(f for f in diagnosis.findings if f.is_root).rule == "p2p.left_out_step"
+
+
+def test_a_stage_that_posted_its_newest_batch_short_of_one_op_is_named():
+    # An interleaved pipeline (8 ranks, PP 4, two chunks, batched sends and recvs), healthy,
+    # then rank 7 leaves out its recv from rank 4 in batch #25 of the pipeline group, its
+    # later ops paired by their place in the program (tools/inject_faults.py's p2pstep). It
+    # waits in that batch's send with rank 6, which waits back: a cycle of pairs posted on
+    # both ends, read as a transfer in flight. Its like rank (rank 3) posted the recv in
+    # its batch #25.
+    import random
+
+    from frtrace.testing.inject import inject
+
+    job = generate(world_size=8, tp=1, pp=4, vchunks=2, p2p="batched", steps=3, timing=True, seed=5, **FAITHFUL)
+    dumps = {rank: (f"rank_{rank}", job.dumps[rank]) for rank in range(8)}
+    rng = random.Random(7)
+    for _ in range(4):
+        injected = inject(dumps, "p2pstep", rng)
+    assert injected is not None
+    faulty, what = injected
+    assert (what["culprit"], what["kind"]) == (7, "p2pstep")
+    _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in faulty.items()}, render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (7,))
+    (finding,) = [f for f in diagnosis.findings if f.rule == "p2p.left_out_step"]
+    assert finding.evidence["skipped_p2p_ops"] == 1

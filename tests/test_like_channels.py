@@ -3,7 +3,7 @@ op by op with the ranks at its place in the sibling groups."""
 
 from __future__ import annotations
 
-from frtrace.diagnosis.like_channels import left_out
+from frtrace.diagnosis.like_channels import left_out, short_batch
 from frtrace.diagnosis.program import P2POps
 
 SEND, RECV = ("send", 0, 1), ("recv", 3, 0)  # a first stage's forward send and its recv from the last
@@ -85,3 +85,27 @@ def test_a_batch_that_is_not_whole_left_out_is_no_skip():
     odd = P2POps(mine.seqs[:cut] + mine.seqs[cut + 1:], mine.channels[:cut] + mine.channels[cut + 1:], 0)
     found = left_out(odd, [batched_steps(range(1, 14))])
     assert found is None or found.ops == 1
+
+
+def _newest_batch_short(steps: range, drop: int) -> P2POps:
+    """The rank's ops of `steps`, its newest batch posted without its last `drop` ops."""
+    mine = batched_steps(steps)
+    return P2POps(mine.seqs[:-drop], mine.channels[:-drop], 0)
+
+
+def test_a_newest_batch_posted_short_of_its_like_ranks_batch_left_those_ops_out():
+    mine = _newest_batch_short(range(1, 7), drop=1)  # step 6 (a recv and a send) posted without its send
+    found = short_batch(mine, [batched_steps(range(1, 12)), batched_steps(range(1, 10))])
+    assert found is not None
+    assert (found.channel, found.ops, found.went_on_seq) == (SEND, 1, 6)
+    assert found.went_on == len(mine) - 1  # it waits in that batch, its newest op
+    # left_out reads the same ops as a rank behind its like ranks.
+    assert left_out(mine, [batched_steps(range(1, 12))]) is None
+
+
+def test_a_newest_batch_like_its_like_ranks_or_unread_by_them_is_not_short():
+    assert short_batch(batched_steps(range(1, 7)), [batched_steps(range(1, 12))]) is None  # a rank behind them
+    short = _newest_batch_short(range(1, 7), drop=1)
+    # A like rank that has not got through that batch, or like ranks that differ there: nothing to say.
+    assert short_batch(short, [batched_steps(range(1, 6))]) is None
+    assert short_batch(short, [batched_steps(range(1, 12)), batched_steps(range(2, 13))]) is None

@@ -90,6 +90,40 @@ def left_out(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
     return LeftOut(reference.channels[start], mine.seqs[start], mine.first + start, len(likes), skipped)
 
 
+def short_batch_at(family: Iterable[GroupView], group: GroupView, rank: int, ops_of: OpsOf) -> Optional[LeftOut]:
+    """short_batch of the rank's newest ops in `group` against its like ranks' (as left_out_at)."""
+    likes = [ops_of(sibling, like, LIKE_HISTORY_P2P_OPS) for sibling, like in _like_members(family, group, rank)]
+    return short_batch(ops_of(group, rank, HISTORY_P2P_OPS), likes)
+
+
+def short_batch(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
+    """The ops missing from the rank's newest batch, where its ops up to it are its like
+    ranks' (who agree among themselves) and their batch of that number holds more: a batch
+    is posted whole, its ops recorded together, so the rank posted it without them. (Its
+    ops are otherwise a part of theirs, which left_out reads as a rank behind them.) None
+    when its newest batch is theirs, or more than MAX_BATCH_LEFT_OUT ops are missing."""
+    likes = [ops for ops in likes if len(ops)]
+    if not len(mine) or not likes:
+        return None
+    start = max(ops.seqs[0] for ops in (mine, *likes)) + 1
+    mine, likes = mine.since(start), [ops.since(start) for ops in likes]
+    reference = max(likes, key=len)
+    end = len(mine)
+    if end < MIN_OPS_IN_STEP or len(reference) <= end or _first_difference(mine, reference) is not None:
+        return None
+    newest = mine.seqs[end - 1]
+    missing = 0
+    while end + missing < len(reference) and reference.seqs[end + missing] == newest:
+        missing += 1
+    if not 0 < missing <= MAX_BATCH_LEFT_OUT:
+        return None
+    read = end + missing
+    if not all(ops.seqs[:read] == reference.seqs[:read] and ops.channels[:read] == reference.channels[:read]
+               for ops in likes):
+        return None  # some like rank has not got through that batch, or posted another
+    return LeftOut(reference.channels[end], newest, mine.first + end - 1, len(likes), missing)
+
+
 def _batch_start(ops: P2POps, at: int) -> int:
     """Where the batch (ops under one number) holding the op at `at` starts."""
     while at > 0 and ops.seqs[at - 1] == ops.seqs[at]:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds, WentPast
-from frtrace.diagnosis.like_channels import LeftOut, left_out_at
+from frtrace.diagnosis.like_channels import LeftOut, left_out_at, short_batch_at
 from frtrace.diagnosis.program import NO_P2P_OPS, P2POps, stream_p2p_ops
 from frtrace.diagnosis.waits import PostedPair
 from frtrace.match.matcher import GroupView, P2PMatch
@@ -113,7 +113,8 @@ def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle:
     for group_id in sorted({p.pair.group_id for p in ordered}):
         view = views[group_id]
         for rank in sorted(set(cycle) & set(view.group.ranks)):
-            left_out = left_out_at(facts.siblings_of(view).family, view, rank, _stream_ops)
+            family = facts.siblings_of(view).family
+            left_out = left_out_at(family, view, rank, _stream_ops) or short_batch_at(family, view, rank, _stream_ops)
             posted = next((p.pair for p in ordered if p.pair.group_id == group_id and rank in (p.pair.src, p.pair.dst)),
                           None)
             entry = None if posted is None else (posted.send if posted.src == rank else posted.recv)
