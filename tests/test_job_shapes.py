@@ -548,3 +548,6 @@ def test_a_stage_that_posted_its_newest_batch_short_of_one_op_is_named():
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (7,))
     (finding,) = [f for f in diagnosis.findings if f.rule == "p2p.left_out_step"]
     assert finding.evidence["skipped_p2p_ops"] == 1
+    # It went on to nothing after the op: it posted the batch's other op without it.
+    assert "rank 7 posted send p2p #25 in group 10 (pp) without it" in finding.message
+    assert "went on to" not in finding.message

@@ -39,6 +39,9 @@ class WentPast:
     # Like ranks (or the rank itself, earlier) issued `instead` after the op: the rank
     # skipped it. Without that it may as well have inserted `instead` (an extra op).
     confirmed: bool
+    # `instead` is in the very batch its like ranks posted the op in, which the rank
+    # posted without it (a batch is posted whole): it left the op out of that batch.
+    in_batch: bool = False
 
 
 @dataclass(eq=False, slots=True)
@@ -143,16 +146,19 @@ def _root_place(root: Finding) -> str:
 
 def _went_past_texts(gone: dict[int, WentPast]) -> list[str]:
     """One clause per story: ranks that went on to the same op the same way share it."""
-    stories: dict[tuple[str, bool, bool], list[int]] = defaultdict(list)
+    stories: dict[tuple[str, bool, bool, bool], list[int]] = defaultdict(list)
     for rank in sorted(gone):
         past = gone[rank]
-        stories[(op_text(past.instead), not past.like_ranks, past.confirmed)].append(rank)
+        stories[(op_text(past.instead), not past.like_ranks, past.confirmed, past.in_batch)].append(rank)
     return [_went_past_text(ranks, gone[ranks[0]]) for ranks in stories.values()]
 
 
 def _went_past_text(ranks: list[int], past: WentPast) -> str:
     one = len(ranks) == 1
     they, their = ("it", "its") if one else ("they", "their")
+    if past.in_batch:
+        return (f"{ranks_text(ranks)} posted {op_text(past.instead)} without it (ranks like "
+                f"{they if one else 'them'} posted both in that batch: {they} left it out)")
     text = f"{ranks_text(ranks)} went on to {op_text(past.instead)} instead"
     if not past.like_ranks:
         return text + f" ({their} earlier steps issue that after this op: {they} skipped it)"
