@@ -194,8 +194,8 @@ def _whole(match: CollectiveMatch, size: int) -> bool:
 def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch], reliable: bool) -> Optional[Finding]:
     """The first of `candidates` (all_to_alls every member issued) whose exchange does not
     add up and that some member has not completed; else the first that every member
-    completed, as a warning (see `_completed_by_all`). Each member's key (op, shapes,
-    state) at each number is read off its codes."""
+    completed, as a warning (see `_mismatch`). Each member's key (op, shapes, state) at
+    each number is read off its codes."""
     members = view.group.ranks
     completed_first: Optional[Finding] = None
     sizes_of: dict[tuple[int, int], Optional[_Sizes]] = {}  # (id of name, id of shapes) -> sizes
@@ -205,31 +205,14 @@ def _first_mismatch(view: GroupView, candidates: list[CollectiveMatch], reliable
         sizes = [_sizes_of(keys[position], len(members), sizes_of) for keys in keys_of]
         if any(s is None for s in sizes):
             continue  # not an all_to_all of one entry on every member, or unreadable
-        found = _judge(view, match, [s for s in sizes if s is not None])
-        if found is None:
-            continue
-        if not (reliable and len(match.completed_ranks) == len(members)):
+        completed = reliable and len(match.completed_ranks) == len(members)
+        if completed and completed_first is not None:
+            continue  # one such warning is enough; an op some member has not completed may follow
+        found = _judge(view, match, [s for s in sizes if s is not None], completed)
+        if found is not None and not completed:
             return found
-        if completed_first is None:
-            completed_first = _completed_by_all(found)
+        completed_first = completed_first or found
     return completed_first
-
-
-def _completed_by_all(finding: Finding) -> Finding:
-    """A mismatch in an all_to_all that every member completed, in dumps that say when ops
-    finish: the job went on past it, so it holds nobody up and names no suspect. It is
-    still told, as a warning (the sizes are what they are), and leaves a job with nothing
-    else wrong inconclusive. A rank that left out an earlier all_to_all of the group
-    makes such a mismatch too (its sizes are its peers' next ones), and is named where
-    the members do block."""
-    finding.statement += "; every member completed it and went on, so it holds no rank up"
-    finding.own_severity = "warning"
-    finding.own_suspects = ()
-    finding.facts["completed_by_all"] = True
-    finding.facts["next_step"] = ("compare the split sizes rank(s) {suspects} passed to this all_to_all (what they send "
-                                  "in all must be what they receive) and look for an earlier all_to_all one of them left out")
-    finding.facts.pop("tie", None)
-    return finding
 
 
 def _sizes_of(key: Any, members: int, cache: dict[tuple[int, int], Optional[_Sizes]]) -> Optional[_Sizes]:
@@ -243,7 +226,7 @@ def _sizes_of(key: Any, members: int, cache: dict[tuple[int, int], Optional[_Siz
     return cache[cache_key]
 
 
-def _judge(view: GroupView, match: CollectiveMatch, sizes: list[_Sizes]) -> Optional[Finding]:
+def _judge(view: GroupView, match: CollectiveMatch, sizes: list[_Sizes], completed: bool) -> Optional[Finding]:
     members = view.group.ranks
     if all(s.to_each is not None for s in sizes):
         sent = [s.to_each for s in sizes]
@@ -251,7 +234,7 @@ def _judge(view: GroupView, match: CollectiveMatch, sizes: list[_Sizes]) -> Opti
         bad = [(members[i], members[j], sent[i][j], taken[i][j])  # type: ignore[index]
                for i in range(len(members)) if sent[i] != taken[i] for j in range(len(members))
                if sent[i][j] != taken[i][j]]  # type: ignore[index]
-        return _pairs_finding(view, match, bad) if bad else None
+        return _pairs_finding(view, match, bad, completed) if bad else None
     total_sent, total_taken = sum(s.sent for s in sizes), sum(s.received for s in sizes)
     if total_sent == total_taken:
         return None
@@ -259,15 +242,14 @@ def _judge(view: GroupView, match: CollectiveMatch, sizes: list[_Sizes]) -> Opti
     message = (f"{entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)}: the members send "
                f"{total_sent} elements in all but receive {total_taken}: some member's split sizes do not match "
                f"its peers' (without per-peer split sizes the dumps cannot say whose)")
-    evidence = {"total_sent": total_sent, "total_received": total_taken, "tie": True,
-                "sent": {str(r): s.sent for r, s in zip(members, sizes)},
-                "received": {str(r): s.received for r, s in zip(members, sizes)}}
-    return new_finding("size_mismatch", "all_to_all.totals", view, op=entry.op, collective_seq_id=match.seq,
-                       p2p_seq_id=None, ranks=members, suspect_ranks=members, message=message, evidence=evidence,
-                       waiting_ranks=_waiting(match), age_ns=oldest_created(match))
+    evidence: dict[str, Any] = {"total_sent": total_sent, "total_received": total_taken, "tie": True,
+                                "sent": {str(r): s.sent for r, s in zip(members, sizes)},
+                                "received": {str(r): s.received for r, s in zip(members, sizes)}}
+    return _mismatch("all_to_all.totals", view, match, members, message, evidence, completed)
 
 
-def _pairs_finding(view: GroupView, match: CollectiveMatch, bad: list[tuple[int, int, int, int]]) -> Finding:
+def _pairs_finding(view: GroupView, match: CollectiveMatch, bad: list[tuple[int, int, int, int]],
+                   completed: bool) -> Finding:
     """Mismatched (sender, receiver, sent, taken) pairs: the member in every one of them is
     the suspect (its splits disagree with each peer's), else both ends of each."""
     in_all = set.intersection(*({src, dst} for src, dst, _, _ in bad))
@@ -279,11 +261,29 @@ def _pairs_finding(view: GroupView, match: CollectiveMatch, bad: list[tuple[int,
     message = (f"all_to_all split mismatch at {entry.op} #{match.seq} in {group_text(view.group.name, view.group.desc)}"
                f": {shown}{more}" + (f"; {ranks_text(suspects)} disagrees with every peer it exchanges with"
                                       if len(suspects) == 1 else ""))
-    evidence = {"pairs": [{"src": src, "dst": dst, "sent": sent, "received": taken} for src, dst, sent, taken in bad],
-                "tie": len(suspects) > 1}
-    return new_finding("size_mismatch", "all_to_all.split_pairs", view, op=entry.op, collective_seq_id=match.seq,
-                       p2p_seq_id=None, ranks=view.group.ranks, suspect_ranks=suspects, message=message,
-                       evidence=evidence, waiting_ranks=_waiting(match), age_ns=oldest_created(match))
+    evidence: dict[str, Any] = {"pairs": [{"src": src, "dst": dst, "sent": sent, "received": taken}
+                                          for src, dst, sent, taken in bad], "tie": len(suspects) > 1}
+    return _mismatch("all_to_all.split_pairs", view, match, suspects, message, evidence, completed)
+
+
+def _mismatch(rule: str, view: GroupView, match: CollectiveMatch, suspects: tuple[int, ...], message: str,
+              evidence: dict[str, Any], completed: bool) -> Finding:
+    """The rule's finding. Where every member `completed` the all_to_all (in dumps that say
+    when ops finish) the job went on past it: it holds nobody up and names no suspect, a
+    warning (the sizes are what they are) that leaves a job with nothing else wrong
+    inconclusive. A rank that left out an earlier all_to_all of the group makes such a
+    mismatch too (its sizes are its peers' next ones), and is named where the members do
+    block."""
+    if completed:
+        message += "; every member completed it and went on, so it holds no rank up"
+        evidence.pop("tie")
+        evidence["completed_by_all"] = True
+        evidence["next_step"] = ("compare the split sizes rank(s) {suspects} passed to this all_to_all (what they send "
+                                 "in all must be what they receive) and look for an earlier all_to_all one of them left out")
+    return new_finding("size_mismatch", rule, view, op=match.first_entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
+                       ranks=view.group.ranks, suspect_ranks=() if completed else suspects, message=message,
+                       evidence=evidence, waiting_ranks=_waiting(match), age_ns=oldest_created(match),
+                       severity="warning" if completed else None)
 
 
 def _waiting(match: CollectiveMatch) -> tuple[int, ...]:
