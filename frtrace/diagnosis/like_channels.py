@@ -29,6 +29,9 @@ class LeftOut(NamedTuple):
     went_on: int  # that op's place among the rank's P2P ops in the group (RankStream.p2p)
     like_ranks: int  # how many like ranks agree on it
     ops: int = 1  # ops left out: one, or a whole batch's (one P2P number)
+    # Left out of the batch the rank waits in, which it posted without them (short_batch):
+    # the op it "went on to" is that batch's, which its like ranks post beside them.
+    in_batch: bool = False
 
 
 # Reads a rank's newest P2P ops in a group: (the group, the rank, how many) -> its ops.
@@ -38,8 +41,11 @@ OpsOf = Callable[[GroupView, int, int], P2POps]
 def left_out_at(family: Iterable[GroupView], group: GroupView, rank: int, ops_of: OpsOf) -> Optional[LeftOut]:
     """left_out of the rank's newest ops in `group` against those of the ranks at its
     place in the other groups of `family` (more of theirs: they may have gone further)."""
-    likes = [ops_of(sibling, like, LIKE_HISTORY_P2P_OPS) for sibling, like in _like_members(family, group, rank)]
-    return left_out(ops_of(group, rank, HISTORY_P2P_OPS), likes)
+    return left_out(ops_of(group, rank, HISTORY_P2P_OPS), _likes(family, group, rank, ops_of))
+
+
+def _likes(family: Iterable[GroupView], group: GroupView, rank: int, ops_of: OpsOf) -> list[P2POps]:
+    return [ops_of(sibling, like, LIKE_HISTORY_P2P_OPS) for sibling, like in _like_members(family, group, rank)]
 
 
 def _like_members(family: Iterable[GroupView], group: GroupView, rank: int) -> list[tuple[GroupView, int]]:
@@ -60,14 +66,10 @@ def left_out(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
     """The op the rank left out where its like ranks posted it (see module docstring);
     None where its ops are theirs, a part of theirs (it has not got so far), or differ
     otherwise, or where the like ranks disagree."""
-    likes = [ops for ops in likes if len(ops)]
-    if not len(mine) or not likes:
+    aligned = _aligned(mine, likes)
+    if aligned is None:
         return None
-    # Start where every one of them holds whole batches: a wrapped buffer may keep only
-    # the end of its oldest batch.
-    start = max(ops.seqs[0] for ops in (mine, *likes)) + 1
-    mine, likes = mine.since(start), [ops.since(start) for ops in likes]
-    reference = max(likes, key=len)  # the one that got furthest
+    mine, likes, reference = aligned
     at = _first_difference(mine, reference)
     if at is None or at < MIN_OPS_IN_STEP:
         return None  # as a rule: a rank waiting for others has not got as far as its like ranks
@@ -90,10 +92,21 @@ def left_out(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
     return LeftOut(reference.channels[start], mine.seqs[start], mine.first + start, len(likes), skipped)
 
 
+def _aligned(mine: P2POps, likes: list[P2POps]) -> Optional[tuple[P2POps, list[P2POps], P2POps]]:
+    """(mine, likes, the like ranks' ops that got furthest), each from the first number
+    every one of them holds whole (a wrapped buffer may keep only the end of its oldest
+    batch); None when the rank or every like rank holds nothing."""
+    likes = [ops for ops in likes if len(ops)]
+    if not len(mine) or not likes:
+        return None
+    start = max(ops.seqs[0] for ops in (mine, *likes)) + 1
+    mine, likes = mine.since(start), [ops.since(start) for ops in likes]
+    return mine, likes, max(likes, key=len)
+
+
 def short_batch_at(family: Iterable[GroupView], group: GroupView, rank: int, ops_of: OpsOf) -> Optional[LeftOut]:
     """short_batch of the rank's newest ops in `group` against its like ranks' (as left_out_at)."""
-    likes = [ops_of(sibling, like, LIKE_HISTORY_P2P_OPS) for sibling, like in _like_members(family, group, rank)]
-    return short_batch(ops_of(group, rank, HISTORY_P2P_OPS), likes)
+    return short_batch(ops_of(group, rank, HISTORY_P2P_OPS), _likes(family, group, rank, ops_of))
 
 
 def short_batch(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
@@ -102,12 +115,10 @@ def short_batch(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
     is posted whole, its ops recorded together, so the rank posted it without them. (Its
     ops are otherwise a part of theirs, which left_out reads as a rank behind them.) None
     when its newest batch is theirs, or more than MAX_BATCH_LEFT_OUT ops are missing."""
-    likes = [ops for ops in likes if len(ops)]
-    if not len(mine) or not likes:
+    aligned = _aligned(mine, likes)
+    if aligned is None:
         return None
-    start = max(ops.seqs[0] for ops in (mine, *likes)) + 1
-    mine, likes = mine.since(start), [ops.since(start) for ops in likes]
-    reference = max(likes, key=len)
+    mine, likes, reference = aligned
     end = len(mine)
     if end < MIN_OPS_IN_STEP or len(reference) <= end or _first_difference(mine, reference) is not None:
         return None
@@ -121,7 +132,7 @@ def short_batch(mine: P2POps, likes: list[P2POps]) -> Optional[LeftOut]:
     if not all(ops.seqs[:read] == reference.seqs[:read] and ops.channels[:read] == reference.channels[:read]
                for ops in likes):
         return None  # some like rank has not got through that batch, or posted another
-    return LeftOut(reference.channels[end], newest, mine.first + end - 1, len(likes), missing)
+    return LeftOut(reference.channels[end], newest, mine.first + end - 1, len(likes), missing, in_batch=True)
 
 
 def _batch_start(ops: P2POps, at: int) -> int:

@@ -108,23 +108,21 @@ def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle:
     skipped that step, and the pair it now waits in meets its partner, which waits in the
     step it left out (a pipeline's stages run programs of their own, so no ring consensus
     can say). None when no member, or more than one, is so found."""
-    found: list[tuple[int, GroupView, LeftOut, P2PMatch, Entry, bool]] = []
+    found: list[tuple[int, GroupView, LeftOut, P2PMatch, Entry]] = []
     views = facts.device.views
     for group_id in sorted({p.pair.group_id for p in ordered}):
         view = views[group_id]
+        family = facts.siblings_of(view).family
         for rank in sorted(set(cycle) & set(view.group.ranks)):
-            family = facts.siblings_of(view).family
-            left_out = left_out_at(family, view, rank, _stream_ops)
-            in_batch = left_out is None
-            left_out = left_out or short_batch_at(family, view, rank, _stream_ops)
+            left_out = left_out_at(family, view, rank, _stream_ops) or short_batch_at(family, view, rank, _stream_ops)
             posted = next((p.pair for p in ordered if p.pair.group_id == group_id and rank in (p.pair.src, p.pair.dst)),
                           None)
             entry = None if posted is None else (posted.send if posted.src == rank else posted.recv)
             if left_out is not None and posted is not None and entry is not None:
-                found.append((rank, view, left_out, posted, entry, in_batch))
+                found.append((rank, view, left_out, posted, entry))
     if len({rank for rank, *_ in found}) != 1:
         return None
-    rank, view, left_out, posted, entry, in_batch = found[0]
+    rank, view, left_out, posted, entry = found[0]
     other = posted.dst if posted.src == rank else posted.src
     group = group_text(view.group.name, view.group.desc)
     op, src, dst = left_out.channel
@@ -143,7 +141,7 @@ def _member_that_left_out_a_step(facts: Facts, ordered: list[PostedPair], cycle:
         p2p_ends=P2PEnds(posted.src, posted.dst, posted.src, posted.dst),
         # It went past the step (linking then reads it as no victim of the pair it waits in).
         went_past={rank: WentPast(view.streams[rank].p2p[left_out.went_on], view.group.id, left_out.like_ranks, True,
-                                  in_batch)},
+                                  left_out.in_batch)},
     )
 
 
