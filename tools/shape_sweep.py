@@ -21,6 +21,7 @@ import itertools
 import random
 import sys
 from pathlib import Path
+from typing import Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -64,10 +65,15 @@ def main() -> int:
     parser.add_argument("--part", default="0/1", help="K/N: the K-th of N interleaved shares of the jobs")
     args = parser.parse_args()
     part, parts = (int(x) for x in args.part.split("/"))
+    return run_jobs(label_params for index, label_params in enumerate(jobs(args.seed)) if index % parts == part)
+
+
+def run_jobs(labelled: Iterable[tuple[str, dict]]) -> int:
+    """Generate each (label, generate's arguments) job, judge it against its truth, print
+    each wrong verdict and then `right N/M`; 1 when any was wrong (tools/stall_sweep.py
+    runs its jobs through this too)."""
     right = total = refused = 0
-    for index, (label, params) in enumerate(jobs(args.seed)):
-        if index % parts != part:
-            continue
+    for label, params in labelled:
         try:
             job = generate(**params)
         except ValueError:  # a fault this shape has no op for (e.g. a pipeline group's collective in a ring)
