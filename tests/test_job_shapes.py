@@ -186,6 +186,29 @@ def test_an_only_active_interleaved_pipeline_pairs_its_batches_of_one_op_in_orde
     assert_truth(tmp_path, synth_job)
 
 
+@pytest.mark.parametrize("world, pp, culprit, seed, lookahead", [
+    (16, 4, 3, 40, 0), (32, 8, 17, 442, 0),
+    (16, 4, 11, 349, 2),  # by age alone, the next stage was named
+])
+def test_an_only_active_pipeline_circle_is_blamed_on_the_stage_whose_numbering_fell_behind(tmp_path, world, pp,
+                                                                                           culprit, seed, lookahead):
+    # A stage left a recv out, then waits in a later one; its pipeline's stages each wait
+    # in a recv from the next, a circle in which every finding blames a neighbour and only
+    # the ops' ages told them apart: the oldest blamed another stage. The TP partner's
+    # pipeline plays the same program: there the culprit's like rank waits in the same recv
+    # one number further on, while the peers both wait on stand alike. Its numbering fell
+    # behind, so it left one out.
+    synth_job = generate(world, tp=2, pp=pp, steps=3, vchunks=2, p2p="plain", timing=True, seed=seed,
+                         lookahead=lookahead, only_active=True, **FAITHFUL,
+                         fault=Fault("p2p_unmatched", rank=culprit, group="pp", step=1 + seed % 2))
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    report = assert_truth(tmp_path, synth_job)
+    root = next(f for f in report["findings"] if f["root_cause"] and f["suspect_ranks"])
+    assert root["evidence"]["fell_behind"]["rank"] == culprit
+    assert "deadlock_circle_ranks" not in root["evidence"]
+    assert f"rank {culprit} left one op out" in root["message"]
+
+
 @pytest.mark.parametrize("p2p", ["plain", "batched", "mixed"])
 @pytest.mark.parametrize("fault", [None, Fault("in_flight", rank=1, group="dp", step=2)])
 def test_only_active_interleaved_pipelines_of_plain_and_batched_ops_are_no_fault(tmp_path, p2p, fault):
@@ -340,8 +363,9 @@ def test_an_only_active_tp_skip_circle_names_the_rank_blamed_in_two_groups(tmp_p
 
 
 @pytest.mark.parametrize("world,tp,pp,culprit,seed,lookahead,named", [
-    (16, 2, 4, 11, 349, 2, 13),  # the oldest op is the next stage's: another rank of the circle is named
-    (32, 2, 4, 10, 285, 0, 10),  # the oldest op is the culprit's
+    # One pipeline: no like rank elsewhere shows whose numbering fell behind.
+    (8, 1, 8, 1, 137, 2, 4),  # the oldest op is another stage's: another rank of the circle is named
+    (8, 1, 8, 7, 120, 2, 7),  # the oldest op is the culprit's
 ])
 def test_a_deadlock_circle_told_apart_only_by_age_says_so(tmp_path, world, tp, pp, culprit, seed, lookahead, named):
     """Only-active dumps of an interleaved pipeline with plain sends and recvs: the finished

@@ -13,7 +13,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, Iterator, Optional, Sequence
 
-from frtrace.diagnosis.finding import Finding
+from frtrace.diagnosis.finding import Finding, LikeRankAhead
 from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits, waits_of
 from frtrace.match.analysis import Analysis
@@ -29,6 +29,7 @@ from frtrace.match.matcher import (
 from frtrace.model import Entry, Family, family_of
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import blocked_entries
+from frtrace.wording import group_text, op_text
 
 
 @dataclass(slots=True)
@@ -138,6 +139,7 @@ def _finished_by_one(view: GroupView, seq: int) -> bool:
 
 
 MAX_P2P_SKIPPED = 4  # P2P ops a rank may have left out where a like rank ran them (a step is one or two)
+MAX_SIBLINGS_ASKED = 64  # sibling groups read for a like rank (a job's pipelines are many alike)
 
 
 @dataclass(slots=True)
@@ -306,6 +308,42 @@ class Facts:
                 return blocked
         return None
 
+    def like_rank_posted_more_p2p(self, view: GroupView, rank: int) -> Optional[LikeRankAhead]:
+        """Where `rank` is blocked in a send or recv of `view`'s group, waiting on one peer:
+        a like rank (in its place in a sibling group) blocked in the same op with a higher
+        P2P number (up to MAX_P2P_SKIPPED higher), whose peer (in the place of the rank's)
+        is blocked in the same op of the same number as the rank's peer. The two peers
+        posted the same ops, so the like rank's op of the rank's number was fed as the
+        rank's would be: the rank's numbering fell behind by ops it left out (or the like
+        rank added; with one sibling the dumps cannot say which). None when nothing shows
+        that."""
+        blocked = self.blocked_entry.get(rank)
+        peers = self.waits.on.get(rank, frozenset())
+        if blocked is None or not blocked.is_p2p or blocked.p2p_seq_id is None or len(peers) != 1:
+            return None
+        (peer,) = peers
+        peer_blocked = self.blocked_entry.get(peer)
+        members = view.group.ranks
+        if (peer_blocked is None or not peer_blocked.is_p2p or peer not in members
+                or not self._in_group(blocked, rank, view) or not self._in_group(peer_blocked, peer, view)):
+            return None
+        position, peer_position = members.index(rank), members.index(peer)
+        for sibling in self.siblings_of(view).views[:MAX_SIBLINGS_ASKED]:
+            ranks = sibling.group.ranks
+            if sibling.group.id == view.group.id or max(position, peer_position) >= len(ranks):
+                continue
+            like, like_peer = ranks[position], ranks[peer_position]
+            theirs, their_peer = self.blocked_entry.get(like), self.blocked_entry.get(like_peer)
+            if (theirs is None or their_peer is None or not theirs.is_p2p or theirs.op != blocked.op
+                    or theirs.p2p_seq_id is None or (their_peer.op, their_peer.p2p_seq_id) != (
+                        peer_blocked.op, peer_blocked.p2p_seq_id)
+                    or not self._in_group(theirs, like, sibling) or not self._in_group(their_peer, like_peer, sibling)):
+                continue
+            ahead = theirs.p2p_seq_id - blocked.p2p_seq_id
+            if 0 < ahead <= MAX_P2P_SKIPPED:
+                return LikeRankAhead(rank, op_text(blocked), like, group_text(sibling.group.name, sibling.group.desc), ahead)
+        return None
+
     def _work_finished_before(self, view: GroupView, rank: int, pending: Optional[Entry]) -> Optional[int]:
         """The number of the last work the rank finished in the group, by its pg_status,
         where it enqueued nothing after it, or only the collective `pending` (the op it is
@@ -334,6 +372,9 @@ class Facts:
             return ()
         match = dumped.index.at.get((view.group.id, seq))
         return tuple(rank for rank in ranks if rank in match.calls) if match is not None else ()
+
+    def _in_group(self, entry: Entry, rank: int, view: GroupView) -> bool:
+        return self.analysis.layout.group_of(entry.pg_name, rank) == view.group.id
 
     def _group_of(self, entry: Entry, rank: int) -> Optional[GroupView]:
         gid = self.analysis.layout.group_of(entry.pg_name, rank)

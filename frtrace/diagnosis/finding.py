@@ -44,6 +44,18 @@ class WentPast:
     in_batch: bool = False
 
 
+class LikeRankAhead(NamedTuple):
+    """A rank blocked in a send or recv whose like rank in a sibling group is blocked in
+    the same op `ahead` P2P numbers further on, their peers standing alike
+    (`Facts.like_rank_posted_more_p2p`): the rank left ops out."""
+
+    rank: int
+    op: str  # the op both are blocked in, as the rank numbered it, in words
+    like_rank: int
+    like_group: str  # the sibling group, in words
+    ahead: int
+
+
 @dataclass(eq=False, slots=True)
 class Finding:
     kind: str
@@ -79,6 +91,9 @@ class Finding:
     # this one was made its root as the oldest (linking._circle_root): any of them may have
     # started it.
     circle: tuple[int, ...] = ()
+    # When this circle's root was told from the others by its suspect's numbering having
+    # fallen behind a like rank's (linking._circle_root), that evidence.
+    fell_behind: Optional[LikeRankAhead] = None
     caused_by: Optional["Finding"] = None  # the root cause this finding follows from
     link: Optional[str] = None  # "blocked" (its ranks wait in the root) | "same_suspects"
 
@@ -104,6 +119,8 @@ class Finding:
             text += TIE_NOTE
         if self.went_past:
             text += "; " + "; ".join(_went_past_texts(self.went_past))
+        if self.fell_behind is not None and self.caused_by is None:
+            text += "; " + _fell_behind_text(self.fell_behind)
         if self.circle and self.caused_by is None:
             text += (f" (findings that wait on each other in a circle blame {ranks_text(self.circle)} alike; this op"
                      f" is the oldest of theirs, and any of those ranks may have started it)")
@@ -119,6 +136,8 @@ class Finding:
         if self.went_past:
             evidence.pop("tie_broken_by", None)
             evidence["went_past"] = {str(rank): _went_past_evidence(past) for rank, past in sorted(self.went_past.items())}
+        if self.fell_behind is not None and self.caused_by is None:
+            evidence["fell_behind"] = self.fell_behind._asdict()
         if self.circle and self.caused_by is None:
             evidence["deadlock_circle_ranks"] = list(self.circle)
         root = self.caused_by
@@ -165,6 +184,13 @@ def _went_past_text(ranks: list[int], past: WentPast) -> str:
     if past.confirmed:
         return text + f" (ranks like {they if one else 'them'} issue that after this op: {they} skipped it)"
     return text + f" (ranks like {they if one else 'them'} issued this op there)"
+
+
+def _fell_behind_text(behind: LikeRankAhead) -> str:
+    count = "one op" if behind.ahead == 1 else f"{behind.ahead} ops"
+    return (f"rank {behind.rank} waits in {behind.op}, numbered {count} short of rank {behind.like_rank}, which plays "
+            f"its part in {behind.like_group} and waits in the same op on a peer that stands where rank "
+            f"{behind.rank}'s does: rank {behind.rank} left {count} out")
 
 
 def _went_past_evidence(past: WentPast) -> dict[str, Any]:
