@@ -204,3 +204,26 @@ def test_a_device_stall_in_another_stage_says_nothing_of_where_an_op_comes_in_th
     _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
     assert job.truth["suspect_ranks"] == list(culprits)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", named)
+
+
+@pytest.mark.parametrize("tp, group, seed, culprits", [
+    (4, "tp", 471, (10, 12)),  # a stall in each stage: the stage-1 culprit's recv from stage 0 never finished
+    (2, "pp", 745, (14, 15)),  # both TP ranks of a stage: their recvs from stage 0 never finished
+])
+def test_a_recv_whose_like_ranks_finished_theirs_is_not_blamed_on_its_sender(tp, group, seed, culprits):
+    # Two GPUs stop completing work (16 ranks, PP 2, only-active dumps). A culprit of
+    # stage 1 holds its recv from stage 0 unfinished, and its sender waits in a recv from
+    # it: a circle of two findings, "the sender never posted its send" and "the culprit
+    # never posted its own", that only the ops' ages told apart: the older named the
+    # sender. The sender's like rank in a sibling pipeline waits in the same op of the same
+    # number, and its partner there finished its recv of that number (its pg_status says
+    # so): the send was posted, and the culprit's recv is what never finished.
+    job = generate(world_size=16, tp=tp, pp=2, steps=3, timing=True, p2p="plain", only_active=True, seed=seed,
+                   fault=Fault("gpu_error", rank=culprits[0], group=group, step=1 + seed % 2, ranks=culprits),
+                   **FAITHFUL)
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert job.truth["suspect_ranks"] == list(culprits)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", culprits)
+    belied = [f for f in diagnosis.findings if f.partner_posted is not None]
+    assert belied and all(f.p2p_ends is not None and f.p2p_ends.posted_by in culprits for f in belied)
+    assert all("it is rank" in f.message and "op that never finished" in f.message for f in belied)

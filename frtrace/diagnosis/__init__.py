@@ -37,10 +37,10 @@ from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
 from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
-from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRankAhead, P2PEnds, WentPast
+from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRanksSay, P2PEnds, WentPast
 from frtrace.diagnosis.frontier import frontiers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
-from frtrace.diagnosis.linking import FellBehind, WentPastJudge, link_consequences
+from frtrace.diagnosis.linking import LikeRanksJudge, WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
 from frtrace.diagnosis.p2p import posted_pairs, unmatched_p2p
 from frtrace.diagnosis.peerless_p2p import blocked_in_peerless_p2p
@@ -101,7 +101,7 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
-    link_consequences(findings, went_past, facts.waits, _fell_behind_judge(facts))
+    link_consequences(findings, went_past, facts.waits, _like_ranks_judge(facts))
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)
@@ -111,15 +111,19 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
     return conclude(facts, findings)
 
 
-def _fell_behind_judge(facts: Facts) -> FellBehind:
-    """Of a P2P finding in a circle: whether the rank that never posted the partner op
-    is blocked in its group with a numbering fallen behind a like rank's
-    (`Facts.like_rank_posted_more_p2p`)."""
-    def judge(finding: Finding) -> Optional[LikeRankAhead]:
+def _like_ranks_judge(facts: Facts) -> LikeRanksJudge:
+    """Of a P2P finding in a circle: whether the rank that never posted the partner op is
+    blocked with a numbering fallen behind a like rank's (`Facts.like_rank_posted_more_p2p`),
+    and whether its like rank, standing where it does, posted that partner
+    (`Facts.like_partner_posted`)."""
+    def judge(finding: Finding) -> LikeRanksSay:
         ends = finding.p2p_ends
-        if finding.kind != "p2p_unmatched" or ends is None or finding.group_id is None or ends.missing_on < 0:
-            return None
-        return facts.like_rank_posted_more_p2p(facts.device.views[finding.group_id], ends.missing_on)
+        if (finding.kind != "p2p_unmatched" or ends is None or finding.group_id is None or ends.missing_on < 0
+                or finding.p2p_seq_id is None):
+            return LikeRanksSay()
+        view = facts.device.views[finding.group_id]
+        return LikeRanksSay(facts.like_rank_posted_more_p2p(view, ends.missing_on),
+                            facts.like_partner_posted(view, ends.posted_by, ends.missing_on, finding.p2p_seq_id))
 
     return judge
 

@@ -13,7 +13,7 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any, Iterator, Optional, Sequence
 
-from frtrace.diagnosis.finding import Finding, LikeRankAhead
+from frtrace.diagnosis.finding import Finding, LikePartnerPosted, LikeRankAhead
 from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits, waits_of
 from frtrace.match.analysis import Analysis
@@ -343,6 +343,50 @@ class Facts:
             if 0 < ahead <= MAX_P2P_SKIPPED:
                 return LikeRankAhead(rank, op_text(blocked), like, group_text(sibling.group.name, sibling.group.desc), ahead)
         return None
+
+    def like_partner_posted(self, view: GroupView, holder: int, absent: int, number: int) -> Optional[LikePartnerPosted]:
+        """Where `absent` never posted the partner of `holder`'s send or recv #`number` in
+        `view`'s group (a group of sends and recvs only): a like rank of the holder (in its
+        place in a sibling group) finished its op of that number, by its pg_status there,
+        while the like rank of `absent` is blocked in the very op `absent` is blocked in, of
+        the same number. That like rank posted the partner, so `absent`, standing where it
+        does, posted it too: the holder's op is what never finished. None when nothing
+        shows that."""
+        blocked = self.blocked_entry.get(absent)
+        members = view.group.ranks
+        if (blocked is None or not blocked.is_p2p or blocked.p2p_seq_id is None or holder not in members
+                or absent not in members or not self._in_group(blocked, absent, view) or self.collectives_of(view)):
+            return None
+        position, absent_position = members.index(holder), members.index(absent)
+        for sibling in self.siblings_of(view).views[:MAX_SIBLINGS_ASKED]:
+            ranks = sibling.group.ranks
+            if max(position, absent_position) >= len(ranks) or self.collectives_of(sibling):
+                continue
+            like, like_absent = ranks[position], ranks[absent_position]
+            theirs = self.blocked_entry.get(like_absent)
+            if (theirs is None or (theirs.is_p2p, theirs.op, theirs.p2p_seq_id) != (True, blocked.op, blocked.p2p_seq_id)
+                    or not self._in_group(theirs, like_absent, sibling)):
+                continue
+            finished = self._p2p_work_finished(sibling, like)
+            if finished is not None and finished >= number:
+                return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
+        return None
+
+    def _p2p_work_finished(self, view: GroupView, rank: int) -> Optional[int]:
+        """The number of the last send or recv the rank finished in a group of sends and
+        recvs only, by its pg_status (which counts a group's works, P2P ones by their P2P
+        number); None where unknown, or where the rank is blocked in the group's op of that
+        number or an earlier one."""
+        stream = view.streams.get(rank)
+        dump = self._dumps.get(rank) if stream is not None else None
+        status = dump.pg_status.get(stream.pg_id) if dump is not None and stream is not None and stream.pg_id is not None else None
+        if status is None or status.last_completed is None:
+            return None
+        blocked = self.blocked_entry.get(rank)
+        if (blocked is not None and blocked.is_p2p and blocked.p2p_seq_id is not None
+                and blocked.p2p_seq_id <= status.last_completed and self._in_group(blocked, rank, view)):
+            return None
+        return status.last_completed
 
     def _work_finished_before(self, view: GroupView, rank: int, pending: Optional[Entry]) -> Optional[int]:
         """The number of the last work the rank finished in the group, by its pg_status,

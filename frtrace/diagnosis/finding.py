@@ -56,6 +56,24 @@ class LikeRankAhead(NamedTuple):
     ahead: int
 
 
+class LikePartnerPosted(NamedTuple):
+    """For a send or recv whose partner a rank never posted: the like ranks (in the
+    holder's and that rank's places in a sibling group) where the holder's like rank
+    finished its op of that number while the other stands where that rank does
+    (`Facts.like_partner_posted`): the partner was posted, the holder's op never finished."""
+
+    like_holder: int
+    like_absent: int
+    like_group: str  # the sibling group, in words
+
+
+class LikeRanksSay(NamedTuple):
+    """What the like ranks in sibling groups say of a P2P finding of a deadlock circle."""
+
+    fell_behind: Optional[LikeRankAhead] = None  # of its suspect
+    partner_posted: Optional[LikePartnerPosted] = None  # against its "never posted"
+
+
 @dataclass(eq=False, slots=True)
 class Finding:
     kind: str
@@ -94,6 +112,8 @@ class Finding:
     # When this circle's root was told from the others by its suspect's numbering having
     # fallen behind a like rank's (linking._circle_root), that evidence.
     fell_behind: Optional[LikeRankAhead] = None
+    # Set by linking for a P2P finding of a circle whose "never posted" like ranks belie.
+    partner_posted: Optional[LikePartnerPosted] = None
     caused_by: Optional["Finding"] = None  # the root cause this finding follows from
     link: Optional[str] = None  # "blocked" (its ranks wait in the root) | "same_suspects"
 
@@ -119,6 +139,8 @@ class Finding:
             text += TIE_NOTE
         if self.went_past:
             text += "; " + "; ".join(_went_past_texts(self.went_past))
+        if self.partner_posted is not None and self.p2p_ends is not None:
+            text += _partner_posted_text(self.partner_posted, self.p2p_ends)
         if self.fell_behind is not None and self.caused_by is None:
             text += "; " + _fell_behind_text(self.fell_behind)
         if self.circle and self.caused_by is None:
@@ -138,6 +160,8 @@ class Finding:
             evidence["went_past"] = {str(rank): _went_past_evidence(past) for rank, past in sorted(self.went_past.items())}
         if self.fell_behind is not None and self.caused_by is None:
             evidence["fell_behind"] = self.fell_behind._asdict()
+        if self.partner_posted is not None:
+            evidence["partner_posted"] = self.partner_posted._asdict()
         if self.circle and self.caused_by is None:
             evidence["deadlock_circle_ranks"] = list(self.circle)
         root = self.caused_by
@@ -191,6 +215,13 @@ def _fell_behind_text(behind: LikeRankAhead) -> str:
     return (f"rank {behind.rank} waits in {behind.op}, numbered {count} short of rank {behind.like_rank}, which plays "
             f"its part in {behind.like_group} and waits in the same op on a peer that stands where rank "
             f"{behind.rank}'s does: rank {behind.rank} left {count} out")
+
+
+def _partner_posted_text(posted: LikePartnerPosted, ends: P2PEnds) -> str:
+    return (f", or so its dump suggests: rank {posted.like_absent}, in rank {ends.missing_on}'s place in "
+            f"{posted.like_group}, waits in the same op as rank {ends.missing_on} and posted the partner of rank "
+            f"{posted.like_holder}'s op of this number, which finished; rank {ends.missing_on} likely posted it too, "
+            f"and it is rank {ends.posted_by}'s op that never finished")
 
 
 def _went_past_evidence(past: WentPast) -> dict[str, Any]:

@@ -16,19 +16,19 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Callable, Optional
 
-from frtrace.diagnosis.finding import Finding, LikeRankAhead, WentPast
+from frtrace.diagnosis.finding import Finding, LikeRanksSay, WentPast
 from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits
 
 # Each (finding, absent ranks to judge) -> {rank: WentPast} for those that went past its op,
 # in order: asked all at once, so that the questions can be answered side by side.
 WentPastJudge = Callable[[list[tuple[Finding, tuple[int, ...]]]], list[dict[int, WentPast]]]
-# A finding of a circle -> where its suspect's P2P numbering fell behind a like rank's
-# (Facts.like_rank_posted_more_p2p), if it did.
-FellBehind = Callable[[Finding], Optional[LikeRankAhead]]
+# A finding of a circle -> what like ranks in sibling groups say of it (LikeRanksSay).
+LikeRanksJudge = Callable[[Finding], LikeRanksSay]
 Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
 # The rule of a device stall: ranks holding an op their peers finished and went past.
 STALL_RULE = "frontier.stuck_on_device"
+NOTHING_SAID = LikeRanksSay()
 
 
 def _root_priority(finding: Finding) -> int:
@@ -145,7 +145,7 @@ def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders
 
 
 def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge] = None,
-                      waits: Optional[Waits] = None, fell_behind: Optional[FellBehind] = None) -> None:
+                      waits: Optional[Waits] = None, like_ranks: Optional[LikeRanksJudge] = None) -> None:
     """Mark which findings are roots and which follow from them (see module docstring)."""
     candidates = [f for f in findings if kind_row(f.kind).root_priority is not None]
     blocking = [f for f in candidates if kind_row(f.kind).blocks_peers and f.absent_ranks]
@@ -155,17 +155,19 @@ def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge
         holders = _holders(blocking, candidates, gone_past, waits)
         for finding, gone in gone_past.items():
             finding.went_past = gone
-    for finding, (root, link) in _causes(candidates, blocking, holders, fell_behind).items():
+    for finding, (root, link) in _causes(candidates, blocking, holders, like_ranks).items():
         finding.caused_by, finding.link = root, link
 
 
-def _circle_root(circle: list[Finding], fell_behind: Optional[FellBehind] = None) -> Finding:
+def _circle_root(circle: list[Finding], like_ranks: Optional[LikeRanksJudge] = None) -> Finding:
     """The root of findings that wait on each other in a circle (a deadlock). The
     narrowest story wins: one rank to blame beats a whole half of the job. Then the rank
     the circle blames most often: a rank that broke the program (skipped one op, issued
     another) turns up in a finding for each. An op the sibling groups all issued is
-    surely part of the program. Then a finding whose suspect's P2P numbering fell behind
-    a like rank's that its peer keeps pace with (`fell_behind`): it left ops out."""
+    surely part of the program. Then what like ranks in sibling groups say (`like_ranks`):
+    a finding whose "never posted" they belie comes last (the like rank of its suspect,
+    standing where it does, posted that op); a finding whose suspect's P2P numbering fell
+    behind its like rank's, while its peer keeps pace, first (it left ops out)."""
     # A pair of ranks' two channels count once: a rank stuck elsewhere leaves both its send
     # to a peer and its recv from it unposted, one story told twice.
     blamed = Counter(rank for rank, _ in {(rank, _told(finding)) for finding in circle for rank in finding.suspect_ranks})
@@ -173,14 +175,17 @@ def _circle_root(circle: list[Finding], fell_behind: Optional[FellBehind] = None
     def support(finding: Finding) -> int:
         return max((blamed[rank] for rank in finding.suspect_ranks), default=0)
 
-    behind = {f: fell_behind(f) for f in circle} if fell_behind is not None else {}
+    said = {f: like_ranks(f) for f in circle} if like_ranks is not None else {}
+    for finding, say in said.items():
+        finding.partner_posted = say.partner_posted
 
-    def weight(finding: Finding) -> tuple[int, int, int, bool, bool]:
+    def weight(finding: Finding) -> tuple[int, int, int, bool, bool, bool]:
+        say = said.get(finding, NOTHING_SAID)
         return (len(finding.suspect_ranks), -support(finding), _circle_priority(finding), not finding.siblings_issued_it,
-                behind.get(finding) is None)
+                say.partner_posted is not None, say.fell_behind is None)
 
     root = min(circle, key=lambda f: (weight(f), f.age_ns))
-    root.fell_behind = behind.get(root)
+    root.fell_behind = said.get(root, NOTHING_SAID).fell_behind
     # Only the age told the root from findings that blame other ranks: say so (the report
     # names the circle, the confidence drops). The oldest op is where a circle most often
     # starts, not always.
@@ -198,11 +203,11 @@ def _told(finding: Finding) -> object:
 
 
 def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held],
-            fell_behind: Optional[FellBehind] = None) -> dict[Finding, tuple[Finding, str]]:
+            like_ranks: Optional[LikeRanksJudge] = None) -> dict[Finding, tuple[Finding, str]]:
     """finding -> (its root cause, how: "same_suspects" or "blocked")."""
     roots = [f for f in candidates if f not in holders]
     cause = _same_suspects(blocking, holders, roots)
-    cause.update(_blocked(blocking, holders, roots, set(roots) | set(cause), fell_behind))
+    cause.update(_blocked(blocking, holders, roots, set(roots) | set(cause), like_ranks))
     return cause
 
 
@@ -225,7 +230,7 @@ def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots:
 
 
 def _blocked(blocking: list[Finding], holders: dict[Finding, Held], roots: list[Finding],
-             resolved: set[Finding], fell_behind: Optional[FellBehind] = None) -> dict[Finding, tuple[Finding, str]]:
+             resolved: set[Finding], like_ranks: Optional[LikeRanksJudge] = None) -> dict[Finding, tuple[Finding, str]]:
     """The findings left, each blocked in the settled finding that holds most of its
     ranks, settled in waves from the roots (`resolved`); where none is ready, the
     findings wait on each other in a circle, whose root joins `roots`."""
@@ -235,7 +240,7 @@ def _blocked(blocking: list[Finding], holders: dict[Finding, Held], roots: list[
     while pending:
         ready = [f for f in pending if any(g in resolved for g, _ in holders[f])]
         if not ready:
-            best = _circle_root(_source_circle(pending, parents, resolved), fell_behind)
+            best = _circle_root(_source_circle(pending, parents, resolved), like_ranks)
             roots.append(best)
             ready = [best]
         for finding in ready:
