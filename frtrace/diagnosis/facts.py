@@ -324,15 +324,10 @@ class Facts:
         (peer,) = peers
         peer_blocked = self.blocked_entry.get(peer)
         members = view.group.ranks
-        if (peer_blocked is None or not peer_blocked.is_p2p or peer not in members
+        if (peer_blocked is None or not peer_blocked.is_p2p or peer not in members or rank not in members
                 or not self._in_group(blocked, rank, view) or not self._in_group(peer_blocked, peer, view)):
             return None
-        position, peer_position = members.index(rank), members.index(peer)
-        for sibling in self.siblings_of(view).views[:MAX_SIBLINGS_ASKED]:
-            ranks = sibling.group.ranks
-            if sibling.group.id == view.group.id or max(position, peer_position) >= len(ranks):
-                continue
-            like, like_peer = ranks[position], ranks[peer_position]
+        for sibling, (like, like_peer) in self._like_ranks_in_siblings(view, (rank, peer)):
             theirs, their_peer = self.blocked_entry.get(like), self.blocked_entry.get(like_peer)
             if (theirs is None or their_peer is None or not theirs.is_p2p or theirs.op != blocked.op
                     or theirs.p2p_seq_id is None or (their_peer.op, their_peer.p2p_seq_id) != (
@@ -357,20 +352,24 @@ class Facts:
         if (blocked is None or not blocked.is_p2p or blocked.p2p_seq_id is None or holder not in members
                 or absent not in members or not self._in_group(blocked, absent, view) or self.collectives_of(view)):
             return None
-        position, absent_position = members.index(holder), members.index(absent)
-        for sibling in self.siblings_of(view).views[:MAX_SIBLINGS_ASKED]:
-            ranks = sibling.group.ranks
-            if max(position, absent_position) >= len(ranks) or self.collectives_of(sibling):
-                continue
-            like, like_absent = ranks[position], ranks[absent_position]
+        for sibling, (like, like_absent) in self._like_ranks_in_siblings(view, (holder, absent)):
             theirs = self.blocked_entry.get(like_absent)
-            if (theirs is None or (theirs.is_p2p, theirs.op, theirs.p2p_seq_id) != (True, blocked.op, blocked.p2p_seq_id)
+            if (self.collectives_of(sibling) or theirs is None or (theirs.is_p2p, theirs.op, theirs.p2p_seq_id) != (True, blocked.op, blocked.p2p_seq_id)
                     or not self._in_group(theirs, like_absent, sibling)):
                 continue
             finished = self._p2p_work_finished(sibling, like)
             if finished is not None and finished >= number:
                 return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
         return None
+
+    def _like_ranks_in_siblings(self, view: GroupView, ranks: tuple[int, ...]) -> Iterator[tuple[GroupView, tuple[int, ...]]]:
+        """(sibling group, the ranks in the places of `ranks` there) for up to
+        MAX_SIBLINGS_ASKED sibling groups of `view`'s that have those places."""
+        positions = [view.group.ranks.index(rank) for rank in ranks]
+        for sibling in self.siblings_of(view).views[:MAX_SIBLINGS_ASKED]:
+            members = sibling.group.ranks
+            if max(positions) < len(members):
+                yield sibling, tuple(members[position] for position in positions)
 
     def _p2p_work_finished(self, view: GroupView, rank: int) -> Optional[int]:
         """The number of the last send or recv the rank finished in a group of sends and
