@@ -227,3 +227,22 @@ def test_a_recv_whose_like_ranks_finished_theirs_is_not_blamed_on_its_sender(tp,
     belied = [f for f in diagnosis.findings if f.partner_posted is not None]
     assert belied and all(f.p2p_ends is not None and f.p2p_ends.posted_by in culprits for f in belied)
     assert all("it is rank" in f.message and "op that never finished" in f.message for f in belied)
+
+
+@pytest.mark.parametrize("only_active", [False, True])
+@pytest.mark.parametrize("world, tp, pp, culprits", [(16, 2, 2, (10, 15)), (16, 4, 2, (3, 8))])
+def test_two_hosts_that_stop_at_once_are_named_without_their_victims(world, tp, pp, culprits, only_active):
+    # Two hosts stop issuing at once (NVRx's LOCK_GIL), each at the step's collective of its
+    # own DP group: a root finding each. Neither issued the job-wide all_reduce either, nor
+    # did their DP peers, which wait in the DP collective: an even split whose free ranks
+    # (waiting nowhere) are the two culprits, each blamed by a different root. It was read
+    # as a root of its own, blaming every rank that had not arrived.
+    synth_job = generate(world, tp=tp, pp=pp, steps=3, timing=True, only_active=only_active, seed=3,
+                         fault=Fault("hang", rank=culprits[0], group="dp", step=1, ranks=culprits), **FAITHFUL)
+    _, diagnosis = analyse_dicts(dict(synth_job.dumps), render=False)
+    assert synth_job.truth["suspect_ranks"] == list(culprits)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", culprits)
+    roots = [f for f in diagnosis.findings if f.is_root and f.suspect_ranks]
+    assert sorted(r for f in roots for r in f.suspect_ranks) == list(culprits)
+    job_wide = [f for f in diagnosis.findings if f.pg_desc == "default_pg" and f.kind == "not_issued"]
+    assert job_wide and all(f.link == "same_suspects" for f in job_wide)

@@ -730,7 +730,26 @@ def test_gpu_error_leaves_the_culprits_holding_what_peers_completed(culprits, p2
     status = job.dumps[5]["pg_status"][str(held[0]["pg_id"])]
     assert status["last_enqueued_collective"] > status["last_completed_collective"]
     with pytest.raises(ValueError):
-        generate(16, 4, 2, fault=Fault("hang", ranks=(1, 2)))
+        generate(16, 4, 2, fault=Fault("skip_op", ranks=(1, 2)))
+
+
+@pytest.mark.parametrize("only_active", [False, True])
+def test_several_hosts_that_stop_issuing_each_stop_at_their_own_groups_collective(only_active):
+    # As NVRx's LOCK_GIL stops two hosts at once: each culprit issues nothing from the
+    # step's DP collective of its own DP group on; the peers of each wait in it.
+    job = generate(16, 2, 2, steps=3, only_active=only_active, timing=True,
+                   fault=Fault("hang", rank=10, group="dp", step=1, ranks=(10, 15)), **FAITHFUL)
+    t = job.truth
+    assert (t["status"], t["fault_kind"], t["suspect_ranks"]) == ("faults", "not_issued", [10, 15])
+    for culprit in (10, 15):
+        (dp_name, dp), = [(n, json.loads(g["ranks"])) for n, g in job.dumps[culprit]["pg_config"].items()
+                          if g["desc"] == "dp" and culprit in json.loads(g["ranks"])]
+        held = {e["collective_seq_id"] for e in _entries(job.dumps[culprit]) if e["process_group"][0] == dp_name}
+        # Every other member waits in one DP collective the culprit never issued.
+        waiting = {peer: {e["collective_seq_id"] for e in _entries(job.dumps[peer])
+                          if e["process_group"][0] == dp_name and e["state"] != "completed"} - held
+                   for peer in set(dp) - {culprit}}
+        assert all(len(seqs) == 1 for seqs in waiting.values()) and len(set.union(*waiting.values())) == 1
 
 
 @pytest.mark.parametrize("p2p", ["batched", "mixed"])

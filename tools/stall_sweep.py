@@ -2,12 +2,15 @@
 """A synthetic sweep of device stalls on two ranks at once, as NVRx's gpu_error injects them.
 
     python tools/stall_sweep.py --seed 1
+    python tools/stall_sweep.py --seed 1 --kind hang   # two hosts that stop issuing (LOCK_GIL)
 
 Two random ranks of a 16-rank job stop completing GPU work from one step on (our
 generator's `gpu_error` with two culprits): three layouts (TP 2 x PP 2, TP 2 x PP 4,
 TP 4 x PP 2), the step's first collective of the TP, DP or PP group, plain and batched
 P2P, whole dumps and dumps of only active entries, groups made in one order or each
-rank in its own with hashed names: 72 jobs. Prints each verdict that is not the truth
+rank in its own with hashed names: 72 jobs. With `--kind hang` the two hosts stop
+issuing instead, each at that collective of its own group (NVRx's LOCK_GIL). Prints each
+verdict that is not the truth
 and, last, `right N/M` (tools/shape_sweep.py's run_jobs). A tool, not a test (a minute
 or two); the cases it found are tests in tests/test_only_active_siblings.py and
 tests/test_rules.py.
@@ -33,7 +36,7 @@ from frtrace.util import fold_ranks
 LAYOUTS = [(16, 2, 2), (16, 2, 4), (16, 4, 2)]  # (world, tp, pp)
 
 
-def jobs(seed: int) -> Iterator[tuple[str, dict]]:
+def jobs(seed: int, kind: str = "gpu_error") -> Iterator[tuple[str, dict]]:
     """(label, generate's arguments) of every job, the random draws made in one order."""
     rng = random.Random(seed)
     for (world, tp, pp), group, p2p, only_active, order in itertools.product(
@@ -44,14 +47,17 @@ def jobs(seed: int) -> Iterator[tuple[str, dict]]:
                  f"{'only-active' if only_active else 'whole'} {order} seed {job_seed}")
         yield label, dict(world_size=world, tp=tp, pp=pp, steps=3, timing=True, p2p=p2p, only_active=only_active,
                           seed=job_seed, pg_order=order, hashed_names=order == "rotated",
-                          fault=Fault("gpu_error", rank=culprits[0], group=group, step=1 + job_seed % 2, ranks=culprits),
+                          fault=Fault(kind, rank=culprits[0], group=group, step=1 + job_seed % 2, ranks=culprits),
                           **FAITHFUL)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    return run_jobs(jobs(parser.parse_args().seed))
+    parser.add_argument("--kind", choices=("gpu_error", "hang"), default="gpu_error",
+                        help="GPUs that stop completing work, or hosts that stop issuing (NVRx's LOCK_GIL)")
+    args = parser.parse_args()
+    return run_jobs(jobs(args.seed, args.kind))
 
 
 if __name__ == "__main__":

@@ -220,13 +220,22 @@ def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots:
     partial = [f for f in blocking if set(f.absent_ranks) - waited[f]]
     for finding in sorted(partial, key=lambda f: (len(waited[f]), _root_priority(f), f.age_ns)):
         free = set(finding.absent_ranks) - waited[finding]
-        same = [r for r in roots if free <= set(r.suspect_ranks)
-                and (not _same_place(r, finding) or _stalled_before(r, finding))]
+        others = [r for r in roots if not _same_place(r, finding) or _stalled_before(r, finding)]
+        same = [r for r in others if free <= set(r.suspect_ranks)] or _blaming_together(others, free)
         if same:
-            cause[finding] = (min(same, key=lambda r: (_root_priority(r), r.age_ns)), "same_suspects")
+            cause[finding] = (min(same, key=lambda r: (-len(free & set(r.suspect_ranks)), _root_priority(r), r.age_ns)),
+                              "same_suspects")
         else:
             roots.append(finding)
     return cause
+
+
+def _blaming_together(roots: list[Finding], free: set[int]) -> list[Finding]:
+    """The roots that blame some of `free`, where together they blame them all (two ranks
+    that stopped at once, each the root of its own group's finding, leave a job-wide op
+    both never issued); empty where they do not."""
+    blaming = [r for r in roots if free & set(r.suspect_ranks)]
+    return blaming if blaming and free <= set().union(*(r.suspect_ranks for r in blaming)) else []
 
 
 def _blocked(blocking: list[Finding], holders: dict[Finding, Held], roots: list[Finding],

@@ -54,6 +54,9 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
 
 * `hang`: the culprit stops issuing anything just before its first plain collective of the
   group in that step (stuck in host code). not_issued; its peers wait in collective #k.
+  With several culprits (`Fault.ranks`, as NVRx's LOCK_GIL stops two hosts at once), each
+  stops so at that collective of its own group of the family; suspects are the culprits
+  (one that waits behind another before it gets there shows as a victim).
 * `missing_dump_hang`: the same, and the culprit's dump is absent. missing_dump.
 * `skip_op`: the culprit skips the step's *last* plain collective of the group and carries on,
   to block later in another group. not_issued. (The last one, so that the culprit's next
@@ -176,6 +179,7 @@ FAULT_KINDS = (
     "skip_ring_step",
 )
 GROUP_KINDS = ("tp", "pp", "cp", "dp", "default")
+SEVERAL_CULPRITS = ("gpu_error", "hang")  # fault kinds that take several culprit ranks (`Fault.ranks`)
 # Fault kind -> the DESIGN.md section 3 finding kind an analyzer should report.
 _DIAGNOSIS = {
     "hang": "not_issued", "skip_op": "not_issued", "stuck": "stuck", "extra_op": "extra_op",
@@ -214,7 +218,7 @@ class Fault:
     group: str = "tp"
     step: int = 1
     straggler_ms: float = 50.0
-    ranks: tuple = ()  # several culprits (gpu_error only); empty: just `rank`
+    ranks: tuple = ()  # several culprits (SEVERAL_CULPRITS only); empty: just `rank`
     ring_step: int = -1  # skip_ring_step: which of the first layer's forward ring steps (-1: the last)
     last_op: bool = False  # hang, mismatches: at the step's last plain collective of the group (backward)
 
@@ -880,8 +884,8 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) 
     for rank in fault.culprits():
         if not 0 <= rank < world.world:
             raise ValueError(f"fault rank {rank} is outside the world (size {world.world})")
-    if len(fault.culprits()) > 1 and kind != "gpu_error":
-        raise ValueError("several culprit ranks are only supported for gpu_error")
+    if len(fault.culprits()) > 1 and kind not in SEVERAL_CULPRITS:
+        raise ValueError(f"several culprit ranks are only supported for {' and '.join(SEVERAL_CULPRITS)}")
     if kind in ("missing_dump", "straggler"):  # healthy programs
         return _Injected(delete_dump=kind == "missing_dump",
                          straggler=culprit if kind == "straggler" else -1)
@@ -891,6 +895,8 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) 
         return _stall_gpus(world, progs, starts, fault)
     if kind == "in_flight":
         return _in_flight(world, progs, fault, steps)
+    if kind == "hang" and len(fault.culprits()) > 1:
+        return _hang_several(world, progs, starts, fault)
     group = world.group_of(culprit, fault.group)
     ops = progs[culprit] = list(progs[culprit])  # the culprit's program becomes its own
     step = range(starts[culprit][fault.step], starts[culprit][fault.step + 1])
@@ -919,6 +925,20 @@ def _stall_gpus(world: _World, progs: list, starts: dict, fault: Fault) -> _Inje
             if op.kind == _COLL:
                 info.seq = _coll_seq_before(progs[rank], first, op.group) + 1
     return info
+
+
+def _hang_several(world: _World, progs: list, starts: dict, fault: Fault) -> _Injected:
+    """hang with several culprits (NVRx's LOCK_GIL: hosts that stop issuing at once): each
+    culprit issues nothing from the step's target collective of its own group of the
+    family on. Returns the first culprit's op."""
+    first: Optional[_Injected] = None
+    for rank in fault.culprits():
+        ops = progs[rank] = list(progs[rank])
+        step = range(starts[rank][fault.step], starts[rank][fault.step + 1])
+        info = _edit_collective(world, ops, step, world.group_of(rank, fault.group), "hang", fault.last_op)
+        first = first or info
+    assert first is not None
+    return first
 
 
 def _in_flight(world: _World, progs: list, fault: Fault, steps: int) -> _Injected:
@@ -1406,6 +1426,12 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
         truth.update(status="healthy", suspect_ranks=[], warned_ranks=[rank], lateness_ms=fault.straggler_ms,
                      description=f"healthy job, but rank {rank} issues every operation "
                                  f"{fault.straggler_ms:g} ms late")
+    elif kind == "hang" and len(fault.culprits()) > 1:
+        culprits = list(fault.culprits())
+        truth.update(suspect_ranks=culprits,
+                     description=f"ranks {_fold(culprits)} stopped issuing at once, each at the step's "
+                                 f"{fault.group} collective of its own group (the first: {info.op} #{info.seq} "
+                                 f"in {gtext}); their peers wait in those")
     elif kind in ("hang", "missing_dump_hang"):
         gone = " and its dump is missing" if info.delete_dump else ""
         truth["description"] = (f"rank {rank} never issued {info.op} #{info.seq} (collective_seq_id "
@@ -1856,7 +1882,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--lookahead", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--version", default="2.10")
-    parser.add_argument("--fault-ranks", type=int, nargs="+", help="several culprits (gpu_error)")
+    parser.add_argument("--fault-ranks", type=int, nargs="+", help="several culprits (gpu_error, hang)")
     parser.add_argument("--p2p", choices=P2P_MODES, default="plain", help="batch_isend_irecv pipeline ops")
     parser.add_argument("--coalesced-events", choices=COALESCED_EVENTS, default="batch")
     parser.add_argument("--watchdog-ms", type=float, help="discovered times as watchdog polls of this period")
