@@ -26,7 +26,7 @@ from frtrace.match.matcher import (
     Signature,
     batch_signature,
 )
-from frtrace.model import Entry, Family, family_of
+from frtrace.model import Entry, Family, PgStatus, family_of
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.standing import blocked_entries
 from frtrace.wording import group_text, op_text
@@ -376,9 +376,7 @@ class Facts:
         recvs only, by its pg_status (which counts a group's works, P2P ones by their P2P
         number); None where unknown, or where the rank is blocked in the group's op of that
         number or an earlier one."""
-        stream = view.streams.get(rank)
-        dump = self._dumps.get(rank) if stream is not None else None
-        status = dump.pg_status.get(stream.pg_id) if dump is not None and stream is not None and stream.pg_id is not None else None
+        status = self._pg_status(view, rank)
         if status is None or status.last_completed is None:
             return None
         blocked = self.blocked_entry.get(rank)
@@ -391,14 +389,19 @@ class Facts:
         """The number of the last work the rank finished in the group, by its pg_status,
         where it enqueued nothing after it, or only the collective `pending` (the op it is
         blocked in, of this group); None where that does not hold or is unknown."""
-        stream = view.streams.get(rank)
-        pg_id = stream.pg_id if stream is not None else None
-        dump = self._dumps.get(rank) if pg_id is not None else None
-        status = dump.pg_status.get(pg_id) if dump is not None and pg_id is not None else None
+        status = self._pg_status(view, rank)
         if status is None or status.last_completed is None:
             return None
         enqueued = status.last_completed if pending is None else pending.collective_seq_id
         return status.last_completed if status.last_enqueued == enqueued else None
+
+    def _pg_status(self, view: GroupView, rank: int) -> Optional[PgStatus]:
+        """The rank's pg_status entry for `view`'s group (under its own pg_id), if dumped."""
+        stream = view.streams.get(rank)
+        dump = self._dumps.get(rank)
+        if stream is None or stream.pg_id is None or dump is None:
+            return None
+        return dump.pg_status.get(stream.pg_id)
 
     @property
     def _dumps(self) -> dict[int, RankDump]:

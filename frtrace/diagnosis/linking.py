@@ -1,12 +1,13 @@
 """Across groups: which findings are root causes and which follow from them.
 
 Takes the findings of the per-group rules, a judge of whether absent ranks went past
-an op, and one of whether a P2P finding's suspect fell behind a like rank; sets each finding's `went_past`, `caused_by` and `link`. A rank that never
-issued an op because it is waiting in another group's unfinished op is a victim (a TP
-hang stalls DP, which stalls the pipeline's P2P), unless it went past the op (ranks
-like it issued the op where it issued something else); a rank that is waiting nowhere,
-or went past, is where the trouble starts, and every finding it is absent from is one
-story. Findings that wait on each other in a circle (a desync deadlock) get their most
+an op, and one of what like ranks in sibling groups say of a P2P finding of a circle;
+sets each finding's `went_past`, `caused_by` and `link` (and a circle's `partner_posted`
+and its root's `fell_behind`). A rank that never issued an op because it is waiting in
+another group's unfinished op is a victim (a TP hang stalls DP, which stalls the
+pipeline's P2P), unless it went past the op (ranks like it issued the op where it issued
+something else); a rank that is waiting nowhere, or went past, is where the trouble
+starts, and every finding it is absent from is one story. Findings that wait on each other in a circle (a desync deadlock) get their most
 fundamental member as the root (one whose suspect's P2P numbering fell behind a like
 rank's, where a sibling pipeline shows it), else their oldest.
 """
@@ -221,8 +222,8 @@ def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots:
     for finding in sorted(partial, key=lambda f: (len(waited[f]), _root_priority(f), f.age_ns)):
         free = set(finding.absent_ranks) - waited[finding]
         others = [r for r in roots if not _same_place(r, finding) or _stalled_before(r, finding)]
-        same = [r for r in others if free <= set(r.suspect_ranks)] or _blaming_together(others, free)
-        if same:
+        same = _blaming_together(others, free)
+        if same:  # one root that blames them all comes first: it blames the most of them
             cause[finding] = (min(same, key=lambda r: (-len(free & set(r.suspect_ranks)), _root_priority(r), r.age_ns)),
                               "same_suspects")
         else:
@@ -231,9 +232,9 @@ def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots:
 
 
 def _blaming_together(roots: list[Finding], free: set[int]) -> list[Finding]:
-    """The roots that blame some of `free`, where together they blame them all (two ranks
-    that stopped at once, each the root of its own group's finding, leave a job-wide op
-    both never issued); empty where they do not."""
+    """The roots that blame some of `free`, where together they blame them all: one root,
+    or several (two ranks that stopped at once, each the root of its own group's finding,
+    leave a job-wide op both never issued); empty where they do not."""
     blaming = [r for r in roots if free & set(r.suspect_ranks)]
     return blaming if blaming and free <= set().union(*(r.suspect_ranks for r in blaming)) else []
 

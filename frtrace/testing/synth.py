@@ -936,7 +936,8 @@ def _hang_several(world: _World, progs: list, starts: dict, fault: Fault) -> _In
         ops = progs[rank] = list(progs[rank])
         step = range(starts[rank][fault.step], starts[rank][fault.step + 1])
         info = _edit_collective(world, ops, step, world.group_of(rank, fault.group), "hang", fault.last_op)
-        first = first or info
+        if first is None:
+            first = info
     assert first is not None
     return first
 
