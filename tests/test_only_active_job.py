@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import analyse_dicts, run_cli, write_job
+from helpers import analyse_dicts, job, run_cli, write_job
 
+from frtrace.report.render import render_json
 from frtrace.testing.inject import inject_at, only_active
 from frtrace.testing.synth import Fault, generate
 
@@ -226,3 +227,85 @@ def test_a_wrapped_ring_of_batches_with_no_number_missing_holds_its_p2p_order():
     _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in only_active(wrapped(dumps)).items()},
                                  render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (0,))
+
+
+# Groups named as torch names them (its count of groups made so far): two TP pairs, two
+# DP pairs, one more pair on ranks 2 and 3, and an expert group of all four. Each rank numbers the groups it joins in
+# that order (0 is the default group), as ProcessGroupNCCL counts the groups a process makes.
+_PAIRS = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3)), "3": ("dp", (0, 2)),
+          "4": ("dp", (1, 3)), "5": ("mp", (2, 3)), "6": ("ep", (0, 1, 2, 3))}
+
+
+def _numbered_as_torch_does(dump: dict) -> dict:
+    local = {name: pg_id for pg_id, name in enumerate(sorted(dump["pg_config"], key=int))}
+    job_wide = {str(pg_id): name for pg_id, name in enumerate(_PAIRS)}
+    for record in dump["entries"]:
+        record["pg_id"] = local[record["process_group"][0]]
+    dump["pg_status"] = {str(local[job_wide[key]]): status for key, status in dump["pg_status"].items()}
+    return dump
+
+
+def _gpu_of_rank_3_stalls(queued: bool = True, late_ms: float = 0.0) -> dict:
+    """Rank 3's GPU stops in its TP all_reduce #4, which its partner rank 2 finished; its
+    host queued two more ops behind it (the DP and the third pair's), which rank 1 and
+    rank 2 wait in (or, `queued` False, issued nothing more). Rank 3 issues each op
+    `late_ms` after the others. Whole dumps, written as NCCL writes them."""
+    def program(tp: str, dp: str, last: list) -> list:
+        return [f"all_reduce@{tp}", f"all_reduce@{dp}", "all_to_all@6"] * 3 + last
+
+    behind = [("all_reduce@4", {"state": "scheduled"}), ("all_reduce@5", {"state": "scheduled"})] if queued else []
+    steps = {
+        0: program("1", "3", ["all_reduce@1", "all_reduce@3", "all_reduce@1"]),
+        1: program("1", "4", ["all_reduce@1", ("all_reduce@4", {"state": "started"})]),
+        2: program("2", "3", ["all_reduce@2", "all_reduce@3", ("all_reduce@5", {"state": "started"})]),
+        3: program("2", "4", [("all_reduce@2", {"state": "started"})] + behind),
+    }
+    return {rank: _numbered_as_torch_does(dump) for rank, dump in job(steps, groups=_PAIRS, late_ms={3: late_ms}).items()}
+
+
+def _only_active_entries(dumps: dict) -> dict:
+    return {rank: dict(dump, entries=[e for e in dump["entries"] if e["state"] != "completed"])
+            for rank, dump in dumps.items()}
+
+
+def test_only_active_dumps_that_show_no_gap_are_known_by_their_unlike_sizes():
+    # Each rank keeps a run of records with no gap (its op, and those queued behind it),
+    # so no single dump shows the setting; but dumps that start past record 0 hold as many
+    # entries as the ring buffer does, one size for the job, and these hold 1 and 3. Read
+    # as ring buffers, rank 3's queued ops were left out as if its dump did not reach back
+    # to them although it holds them, and nobody was named.
+    dumps = _only_active_entries(_gpu_of_rank_3_stalls())
+    assert all(_gapless(dump["entries"]) and dump["entries"][0]["record_id"] > 0 for dump in dumps.values())
+    _, diagnosis = analyse_dicts(dumps)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,))
+    assert not [f for f in diagnosis.findings if f.rule == "frontier.unknown_members"]
+    root = next(f for f in diagnosis.findings if f.is_root)
+    assert (root.kind, root.suspect_ranks) == ("not_issued", (3,)) and "queued behind" in root.message
+
+
+def test_ring_buffers_of_unlike_sizes_holding_finished_ops_are_read_as_ring_buffers():
+    # Ring buffers of one job hold one size; were one rank's set smaller, its dump still
+    # holds finished ops, which no dump of only active entries does: its older ops fell
+    # off, and the verdict is the whole dumps'.
+    dumps = _gpu_of_rank_3_stalls()
+    kept = {0: 5, 1: 4, 2: 6, 3: 7}
+    cut = {rank: dict(dump, entries=dump["entries"][-kept[rank]:]) for rank, dump in dumps.items()}
+    assert len({len(d["entries"]) for d in cut.values()}) == 4
+    analysis, diagnosis = analyse_dicts(cut)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,))
+    report = json.loads(render_json(analysis, diagnosis))
+    assert report["inputs"]["ranks_only_active"] == []
+    assert report["inputs"]["ranks_wrapped"] == [0, 1, 2, 3]
+
+
+def test_only_active_dumps_of_one_op_each_are_read_as_such_and_place_each_ranks_groups():
+    # Every rank holds the one op it waits in: one size for all, but a ring buffer that
+    # small (one entry, where torch keeps 2,000) holding nothing finished is no ring.
+    # Each rank's entry tells one pg_id, at its group's place in the order of the names,
+    # as torch numbers them: together they show the order, which places the groups a rank
+    # holds no op of in its pg_status (rank 2 finished TP #4; rank 3 issued no DP #4).
+    dumps = _only_active_entries(_gpu_of_rank_3_stalls(queued=False))
+    assert all(len(dump["entries"]) == 1 and dump["entries"][0]["record_id"] > 0 for dump in dumps.values())
+    _, diagnosis = analyse_dicts(dumps)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,))
+    assert not [f for f in diagnosis.findings if f.rule == "frontier.unknown_members" or 2 in f.suspect_ranks]

@@ -117,10 +117,10 @@ class RankStream:
             return "not_issued"
         if self.finished is not None and seq <= self.finished:
             return "finished"
-        if self.only_active and self.left_queued and self.finished is not None:
-            # Past what it finished: had it enqueued the op, its whole dump would hold it
-            # (it keeps unfinished ops), queued behind the op the rank is blocked in; or it
-            # never issued it. Either way its GPU never got it.
+        if self.only_active and self.left_queued and (self.finished is not None or self.enqueued is not None):
+            # Past what it finished (maybe nothing yet): had it enqueued the op, its whole
+            # dump would hold it (it keeps unfinished ops), queued behind the op the rank is
+            # blocked in; or it never issued it. Either way its GPU never got it.
             return "not_issued"
         if self.only_active and not self.left_queued and self.first_seq is None and not self.uncertain:
             # It holds no collective of the group and its pg_status does not place it: had
@@ -487,9 +487,14 @@ def _named_in_creation_order(own: Mapping[int, Mapping[int, int]], groups_of: Ma
     takes an id at least its place among them). Where their entries tell them, every
     rank's own ids must grow with its groups' names and none may come before its place;
     and some rank must tell two ids besides the default one, or nothing shows the order.
-    A job whose ranks made their groups in orders of their own (or whose names are
-    hashed) shows it on some rank, and no id is read from the order anywhere."""
+    Ranks that each tell one (dumps of only active entries, one op a rank) show it when
+    every such id is exactly its group's place, for two groups or more: a group made out
+    of its name's order puts some rank's id off its place. A job whose ranks made their
+    groups in orders of their own (or whose names are hashed) shows it on some rank, and
+    no id is read from the order anywhere."""
     shown = False
+    at_place: set[int] = set()
+    off_place = False
     for rank, ids in own.items():
         numbers = _creation_numbers(groups_of.get(rank, ()), names)
         if numbers is None or not set(ids) <= set(numbers):
@@ -498,8 +503,13 @@ def _named_in_creation_order(own: Mapping[int, Mapping[int, int]], groups_of: Ma
         by_name = sorted(ids, key=place.__getitem__)
         if any(ids[a] >= ids[b] for a, b in zip(by_name, by_name[1:])) or any(ids[g] < place[g] for g in ids):
             return False
-        shown = shown or sum(pg_id != DEFAULT_PG_ID for pg_id in ids.values()) >= 2
-    return shown
+        told = [gid for gid, pg_id in ids.items() if pg_id != DEFAULT_PG_ID]
+        shown = shown or len(told) >= 2
+        if len(told) == 1 and ids[told[0]] == place[told[0]]:
+            at_place.add(told[0])
+        elif len(told) == 1:
+            off_place = True
+    return shown or (len(at_place) >= 2 and not off_place)
 
 
 def _created_between(key: int, ids: Mapping[int, int], groups: Sequence[int], names: Mapping[int, str],

@@ -84,8 +84,34 @@ def status_past_held_work(dump: RankDump) -> bool:
 
 def only_active_job(dumps: Sequence[RankDump]) -> bool:
     """The job's dumps keep only active entries: a job-wide setting, so one dump showing it
-    (gaps in its record ids) speaks for all, even those whose few entries show no gap."""
-    return any(map(keeps_only_active, dumps))
+    (gaps in its record ids) speaks for all, even those whose few entries show no gap; and
+    so do wrapped dumps of unlike sizes (`rings_of_unlike_sizes`)."""
+    return any(map(keeps_only_active, dumps)) or rings_of_unlike_sizes(dumps)
+
+
+# torch keeps 2,000 entries by default (TORCH_NCCL_TRACE_BUFFER_SIZE); jobs that change it
+# raise it. Wrapped dumps all holding fewer, none of them anything finished, are not rings.
+SMALLEST_RING = 64
+
+
+def rings_of_unlike_sizes(dumps: Sequence[RankDump]) -> bool:
+    """Dumps that start past record 0 each hold as many entries as the ring buffer does
+    (TORCH_NCCL_TRACE_BUFFER_SIZE, set for the whole job): wrapped dumps holding different
+    numbers of entries, or all fewer than SMALLEST_RING, while no dump of the job holds
+    anything finished, kept only their active entries. Each may still be one run of
+    records with no gap: a rank's op and those its host queued behind it."""
+    sizes = {len(dump.entries) for dump in dumps
+             if dump.entries and not dump.unreadable_entries and dump.writer == "c10d"
+             and dump.entries.value("record_id", 0) > 0}
+    if not sizes or (len(sizes) == 1 and max(sizes) >= SMALLEST_RING):
+        return False
+    # The backend last: it is read off every op name.
+    return (not any(dump.backend == "gloo" for dump in dumps if dump.entries)
+            and not any(_holds_finished(dump) for dump in dumps if dump.entries))
+
+
+def _holds_finished(dump: RankDump) -> bool:
+    return any(static.state == "completed" for static in dump.entries.statics_in_use())
 
 
 def blocked_at(entries: Sequence[Entry]) -> int:
