@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import analyse_dicts, job, run_cli, write_job
+from helpers import analyse_dicts, entry, job, run_cli, write_job
 
 from frtrace.report.render import render_json
 from frtrace.testing.inject import inject_at, only_active
@@ -309,3 +309,40 @@ def test_only_active_dumps_of_one_op_each_are_read_as_such_and_place_each_ranks_
     _, diagnosis = analyse_dicts(dumps)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,))
     assert not [f for f in diagnosis.findings if f.rule == "frontier.unknown_members" or 2 in f.suspect_ranks]
+
+
+_DP_PAIR = {"0": ("default_pg", (0, 1)), "2": ("dp", (0, 1))}
+
+
+def _dp_dump(records: list) -> dict:
+    """A dump of only active entries of a two-rank DP job, without pg_status to settle them."""
+    config = {name: {"name": name, "desc": desc, "ranks": str(list(ranks))} for name, (desc, ranks) in _DP_PAIR.items()}
+    return {"version": "2.10", "pg_config": config, "pg_status": {}, "comm_lib_version": "2.27.5", "entries": records}
+
+
+def _dp_op(record: int, op: str, seq: int, **fields) -> dict:
+    return entry(seq, op, record_id=record, pg=("2", "dp"), pg_id=1, frames=(), **{"state": "scheduled", **fields})
+
+
+def test_the_last_op_a_ring_kept_of_a_finished_batch_is_read_as_finished():
+    # A coalesced batch's ops never finish on their own (recorded without events); rank
+    # 0's ring kept only the last op of batch #3 (records 9 and 10 fell off, its marker,
+    # 12, finished and was left out), and then batch #5, whose marker (25) is gone too.
+    # #5 finished after #3 in the group's order, so #3 did. Read as unfinished, it made
+    # a healthy job inconclusive, as if rank 1 (whose ring no longer holds #3) hung.
+    dumps = {0: _dp_dump([_dp_op(11, "allreduce_coalesced", 3),
+                          _dp_op(23, "all_reduce", 5), _dp_op(24, "all_reduce", 5)]),
+             1: _dp_dump([_dp_op(23, "all_reduce", 5), _dp_op(24, "all_reduce", 5)])}
+    _, diagnosis = analyse_dicts(dumps)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("healthy", ()), diagnosis.verdict
+
+
+def test_an_op_behind_one_that_only_timed_out_is_not_read_as_finished():
+    # torch's watchdog retires an op that timed out as well as one that finished: a later
+    # op retired but never completed says nothing of the one before it.
+    from frtrace.load.loader import normalise_dump
+
+    for later, settled in (({"state": "completed"}, True), ({"retired": True}, False)):
+        dump = normalise_dump(_dp_dump([_dp_op(11, "all_reduce", 3), _dp_op(13, "all_reduce", 4, **later)]),
+                              0, "rank_0", "pickle")
+        assert dump.entries[0].completed is settled, later

@@ -246,7 +246,31 @@ def finished_settlements(entries: Sequence[Entry], pg_status: dict[int, PgStatus
             finished = bool(numbering) and entry.collective_seq_id <= status.last_completed
         if finished:
             changes[i] = entry._replace(retired=True)
+    changes.update(_collectives_behind_finished_ones(entries, changes))
     return changes
+
+
+def _collectives_behind_finished_ones(entries: tuple[Entry, ...], changes: dict[int, Entry]) -> dict[int, Entry]:
+    """Position -> settled entry for collectives that never started while a later
+    collective of their group, by number, finished: a group's work finishes in order. So
+    the last op a ring buffer kept of a batch (its others fell off the ring; none of a
+    batch's ops ever looks finished) is read as finished when a later batch of its group
+    was, even where pg_status cannot say (a group whose numbering it cannot tell)."""
+    newest_finished: dict[int, int] = {}
+    for i, entry in enumerate(entries):
+        # Settled here, or finished by its own record; not by a `retired` flag alone, which
+        # torch's watchdog also sets on an op that timed out.
+        finished = i in changes or entry.state == "completed" or bool(entry.time_completed_ns)
+        entry = changes.get(i, entry)
+        if not entry.is_p2p and finished and isinstance(entry.collective_seq_id, int):
+            newest_finished[entry.pg_id] = max(entry.collective_seq_id, newest_finished.get(entry.pg_id, -1))
+    settled = {}
+    for i, entry in enumerate(entries):
+        entry = changes.get(i, entry)
+        if (not entry.is_p2p and not entry.name.is_coalesced_marker and isinstance(entry.collective_seq_id, int)
+                and entry.collective_seq_id < newest_finished.get(entry.pg_id, -1) and not _has_own_state(entry)):
+            settled[i] = entry._replace(retired=True)
+    return settled
 
 
 def _counts_collectives(status: PgStatus, p2p: list[int], collectives: list[int]) -> Optional[bool]:
