@@ -5,8 +5,10 @@ job FAULT) naming the late ranks and their typical lateness, from `time_created_
 collectives every member issued alike and finished. Creation times are host wall clocks
 (one clock per host, NTP apart between hosts); no per-rank offset is fitted, since the
 only other times a dump holds, `time_discovered_*`, are watchdog ticks (about 100 ms,
-each rank with its own phase) and would invent lateness rather than remove it. Dumps
-whose times are not on a wall clock (the CUPTI monitor's native clock) get no verdict.
+each rank with its own phase) and would invent lateness rather than remove it. They do
+bound it: a rank's peers wait for it at least as long as it is late (`_waited_for`), so a
+host clock set apart from the others' makes no straggler. Dumps whose times are not on a
+wall clock (the CUPTI monitor's native clock) get no verdict.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
     if len(typical) < 3:
         return []
     late = _consistently_late(typical, lateness)
+    late = _waited_for(facts, typical, late)
     if not late:
         return []
     worst = max(typical[r] for r in late)
@@ -100,6 +103,43 @@ def _consistently_late(typical: dict[int, float], lateness: dict[int, array[floa
         r for r, ms in typical.items()
         if ms >= threshold and 3 * sum(x >= threshold / 2 for x in lateness[r]) >= 2 * len(lateness[r])
     )
+
+
+def _waited_for(facts: Facts, typical: dict[int, float], late: list[int]) -> list[int]:
+    """Those of `late` whose peers waited for them as long as their lateness says, where
+    their own clocks tell: a collective cannot finish before its last member issued it,
+    so the members on time wait at least as long as it is late, and each reads that wait
+    on its own clock (when it created the op, when its watchdog saw it finish). A host
+    clock set apart from the others makes its ranks look as late as the offset at every
+    collective while nobody waits for them. At each collective a rank's lateness is
+    capped by the longest wait of any other member (not capped where some wait is not
+    known); a rank stays late when the median of that reaches half its lateness, and
+    STRAGGLER_MIN_MS."""
+    allowed: dict[int, list[float]] = {rank: [] for rank in late}
+    # The narrowest groups first, until each rank has a group's sample: a straggler is
+    # late in every group, and a job-wide group's collectives hold every rank's entry.
+    views = sorted((view for view in facts.device.views if allowed.keys() & view.streams.keys()),
+                   key=lambda view: len(view.streams))
+    for view in views:
+        wanted = {rank for rank in allowed.keys() & view.streams.keys()
+                  if len(allowed[rank]) < STRAGGLER_SAMPLE_PER_GROUP}
+        if not wanted:
+            continue
+        for match in _recent_clean(facts.collectives_of(view), facts.reliable):
+            times = {r: (entries[0].time_created_ns, entries[0].time_completed_ns) for r, entries in match.calls.items()}
+            asked = wanted & times.keys()
+            if not asked or len(times) < 2:
+                continue
+            on_time = _on_time([made for made, _ in times.values()])
+            waits = sorted(((done - made) / 1e6, r) for r, (made, done) in times.items() if made and done)
+            for rank in asked:
+                late_ms = (times[rank][0] - on_time) / 1e6
+                others = [wait for wait, r in waits[-2:] if r != rank]
+                known = len(waits) - (rank in {r for _, r in waits}) == len(times) - 1
+                allowed[rank].append(min(late_ms, others[-1]) if known and others else late_ms)
+    return [rank for rank in late
+            if len(allowed[rank]) < STRAGGLER_MIN_SAMPLES
+            or statistics.median(allowed[rank]) >= max(STRAGGLER_MIN_MS, typical[rank] / 2)]
 
 
 def _recent_clean(matches: list[CollectiveMatch], reliable: bool) -> list[CollectiveMatch]:

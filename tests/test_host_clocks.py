@@ -1,0 +1,45 @@
+"""Creation times are read on each host's own clock: a host whose clock is set apart
+from the others' makes its ranks look late (or early) by the offset at every collective.
+A straggler's peers wait for it, and each reads that wait on its own clock; ranks whose
+peers never waited that long are not reported late, however far their clocks are off."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import analyse_dicts
+
+from frtrace.testing.synth import Fault, generate
+
+_TIME_FIELDS = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
+
+
+def _on_a_clock_set_apart(dumps: dict, ranks: tuple[int, ...], offset_s: float) -> dict:
+    """The dumps with every time of `ranks` (on a host of their own) read `offset_s` later."""
+    offset_ns = int(offset_s * 1e9)
+    for rank in ranks:
+        for entry in dumps[rank]["entries"]:
+            for field in _TIME_FIELDS:
+                if entry.get(field):
+                    entry[field] += offset_ns
+    return dumps
+
+
+def _stragglers(dumps: dict) -> tuple[str, list[tuple[int, ...]]]:
+    _, diagnosis = analyse_dicts(dumps)
+    return diagnosis.status, [f.suspect_ranks for f in diagnosis.findings if f.kind == "straggler"]
+
+
+@pytest.mark.parametrize("offset_s", [2.0, 60.0])
+def test_a_host_whose_clock_is_ahead_makes_no_straggler_of_a_healthy_job(offset_s):
+    job = generate(8, 2, 1, steps=6, timing=True, seed=2, coalesced_events="marker", watchdog_ms=100.0)
+    assert job.truth["status"] == "healthy"
+    dumps = _on_a_clock_set_apart(dict(job.dumps), (3,), offset_s)
+    assert _stragglers(dumps) == ("healthy", [])
+
+
+@pytest.mark.parametrize("offset_s", [0.0, 60.0])
+def test_a_straggler_is_still_named_beside_a_host_whose_clock_is_ahead(offset_s):
+    job = generate(8, 2, 1, steps=6, timing=True, seed=2, coalesced_events="marker", watchdog_ms=100.0,
+                   fault=Fault("straggler", rank=5, straggler_ms=250.0))
+    dumps = _on_a_clock_set_apart(dict(job.dumps), (3,), offset_s)
+    assert _stragglers(dumps) == ("healthy", [(5,)])
