@@ -132,10 +132,12 @@ def _waited_for(facts: Facts, typical: dict[int, float], late: list[int]) -> lis
                 continue
             on_time = _on_time([made for made, _ in times.values()])
             waits = sorted(((done - made) / 1e6, r) for r, (made, done) in times.items() if made and done)
+            waited = {r for _, r in waits}
             for rank in asked:
                 late_ms = (times[rank][0] - on_time) / 1e6
+                # The longest wait of another member, where every other member's is known.
                 others = [wait for wait, r in waits[-2:] if r != rank]
-                known = len(waits) - (rank in {r for _, r in waits}) == len(times) - 1
+                known = len(waited - {rank}) == len(times) - 1
                 allowed[rank].append(min(late_ms, others[-1]) if known and others else late_ms)
     return [rank for rank in late
             if len(allowed[rank]) < STRAGGLER_MIN_SAMPLES

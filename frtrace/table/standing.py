@@ -85,8 +85,8 @@ def status_past_held_work(dump: RankDump) -> bool:
 def only_active_job(dumps: Sequence[RankDump]) -> bool:
     """The job's dumps keep only active entries: a job-wide setting, so one dump showing it
     (gaps in its record ids) speaks for all, even those whose few entries show no gap; and
-    so do wrapped dumps of unlike sizes (`rings_of_unlike_sizes`)."""
-    return any(map(keeps_only_active, dumps)) or rings_of_unlike_sizes(dumps)
+    so do wrapped dumps whose sizes no ring buffer has (`sizes_say_only_active`)."""
+    return any(map(keeps_only_active, dumps)) or sizes_say_only_active(dumps)
 
 
 # torch keeps 2,000 entries by default (TORCH_NCCL_TRACE_BUFFER_SIZE); jobs that change it
@@ -94,7 +94,7 @@ def only_active_job(dumps: Sequence[RankDump]) -> bool:
 SMALLEST_RING = 64
 
 
-def rings_of_unlike_sizes(dumps: Sequence[RankDump]) -> bool:
+def sizes_say_only_active(dumps: Sequence[RankDump]) -> bool:
     """Dumps that start past record 0 each hold as many entries as the ring buffer does
     (TORCH_NCCL_TRACE_BUFFER_SIZE, set for the whole job): wrapped dumps holding different
     numbers of entries, or all fewer than SMALLEST_RING, while no dump of the job holds
