@@ -101,7 +101,8 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
-    link_consequences(findings, went_past, facts.waits, _like_ranks_judge(facts))
+    link_consequences(findings, went_past, facts.waits, _like_ranks_judge(facts),
+                      frozenset(facts.analysis.layout.ranks_missing))
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)

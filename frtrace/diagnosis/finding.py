@@ -115,7 +115,9 @@ class Finding:
     # Set by linking for a P2P finding of a circle whose "never posted" like ranks belie.
     partner_posted: Optional[LikePartnerPosted] = None
     caused_by: Optional["Finding"] = None  # the root cause this finding follows from
-    link: Optional[str] = None  # "blocked" (its ranks wait in the root) | "same_suspects"
+    # "blocked" (its ranks wait in the root) | "same_suspects" | "unseen" (it blames only
+    # ranks without a dump, while the root blames ranks whose dumps show what they did)
+    link: Optional[str] = None
 
     def __post_init__(self) -> None:
         kind_row(self.kind)  # an unregistered kind fails here, where the rule made it
@@ -130,7 +132,7 @@ class Finding:
 
     @property
     def suspect_ranks(self) -> tuple[int, ...]:
-        return () if self.link == "blocked" else self.own_suspects
+        return () if self.link in ("blocked", "unseen") else self.own_suspects
 
     @property
     def message(self) -> str:
@@ -148,8 +150,13 @@ class Finding:
                      f" is the oldest of theirs, and any of those ranks may have started it)")
         if self.caused_by is not None:
             where = _root_place(self.caused_by)
-            text += (f" — a consequence: they are stuck in {where}" if self.link == "blocked"
-                     else f" — the same rank(s) as the root cause in {where}")
+            if self.link == "blocked":
+                text += f" — a consequence: they are stuck in {where}"
+            elif self.link == "unseen":
+                text += (f" — which may follow from the root cause in {where}: {ranks_text(self.own_suspects)} left "
+                         "no dump to show where they wait")
+            else:
+                text += f" — the same rank(s) as the root cause in {where}"
         return text
 
     @property

@@ -146,8 +146,10 @@ def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders
 
 
 def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge] = None,
-                      waits: Optional[Waits] = None, like_ranks: Optional[LikeRanksJudge] = None) -> None:
-    """Mark which findings are roots and which follow from them (see module docstring)."""
+                      waits: Optional[Waits] = None, like_ranks: Optional[LikeRanksJudge] = None,
+                      undumped: frozenset[int] = frozenset()) -> None:
+    """Mark which findings are roots and which follow from them (see module docstring).
+    `undumped`: the ranks without a usable dump."""
     candidates = [f for f in findings if kind_row(f.kind).root_priority is not None]
     blocking = [f for f in candidates if kind_row(f.kind).blocks_peers and f.absent_ranks]
     holders = _holders(blocking, candidates, {}, waits)
@@ -158,6 +160,26 @@ def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge
             finding.went_past = gone
     for finding, (root, link) in _causes(candidates, blocking, holders, like_ranks).items():
         finding.caused_by, finding.link = root, link
+    _unseen_behind_seen(candidates, undumped)
+
+
+def _unseen_behind_seen(candidates: list[Finding], undumped: frozenset[int]) -> None:
+    """A root that blames only ranks without a dump, for ops they never joined, says no
+    more than that nobody saw them: where they wait is unknown. When other roots blame
+    ranks whose dumps show what they did, and decide them, it is read as following from
+    those ("unseen"): a rank stuck behind them leaves its peers waiting the same way, and
+    a dump lost besides proves nothing against it. Alone, it stays the root (a host that
+    hung hard enough to write no dump)."""
+    roots = [f for f in candidates if f.caused_by is None and f.own_suspects]
+    # Only a root that decides its suspects, not an even split blamed on the ranks that
+    # did not arrive: with a hung rank's dump lost, the ranks stuck behind it can split
+    # a two-member group that way.
+    seen = [f for f in roots if not set(f.own_suspects) <= undumped and not f.tie]
+    if not seen:
+        return
+    for finding in roots:
+        if set(finding.own_suspects) <= undumped:
+            finding.caused_by, finding.link = seen[0], "unseen"
 
 
 def _circle_root(circle: list[Finding], like_ranks: Optional[LikeRanksJudge] = None) -> Finding:

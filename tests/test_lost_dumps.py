@@ -1,0 +1,47 @@
+"""A rank whose dump is missing shows nothing of where it waits. Its peers waiting for it
+in an op it never joined blame it only when nothing else explains the stop (a host that
+hung hard enough to write no dump); beside a root cause the other dumps show, it follows
+from that one, since a rank stuck behind a hang leaves its peers waiting the same way."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import analyse_dicts
+
+from frtrace.testing.synth import Fault, generate
+
+
+def _tp_hang_at_rank_5():
+    return generate(16, 2, 4, steps=3, seed=0, fault=Fault("hang", rank=5, group="tp"), timing=True,
+                    coalesced_events="marker", watchdog_ms=100.0, pg_status="work")
+
+
+@pytest.mark.parametrize("lost", [0, 3, 6, 7])
+def test_a_dump_lost_beside_a_hang_makes_no_suspect(lost):
+    dumps = {rank: dump for rank, dump in _tp_hang_at_rank_5().dumps.items() if rank != lost}
+    _, diagnosis = analyse_dicts(dumps)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (5,)), diagnosis.verdict
+    unseen = [f for f in diagnosis.findings if f.link == "unseen"]
+    assert unseen and all(f.own_suspects == (lost,) and f.caused_by is not None for f in unseen)
+    assert all("left no dump to show where they wait" in f.message for f in unseen)
+
+
+@pytest.mark.parametrize("culprit", [2, 5, 11])
+def test_a_host_that_hung_and_wrote_no_dump_is_still_named(culprit):
+    job = generate(16, 2, 4, steps=3, seed=1, fault=Fault("missing_dump_hang", rank=culprit, group="tp"), timing=True,
+                   coalesced_events="marker", watchdog_ms=100.0, pg_status="work")
+    assert culprit not in job.dumps
+    _, diagnosis = analyse_dicts(dict(job.dumps))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (culprit,)), diagnosis.verdict
+
+
+def test_a_hung_host_without_a_dump_is_kept_beside_an_even_split_it_caused():
+    # Rank 6 hung in the pipeline and wrote no dump; ranks stuck behind it split a
+    # two-member DP group, whose finding blames the rank that did not arrive. That split
+    # decides nothing, so it does not make rank 6's finding follow from it.
+    job = generate(8, 2, 2, steps=3, seed=592, timing=False, p2p="batched", pg_order="rotated", hashed_names=True,
+                   coalesced_events="marker", watchdog_ms=100.0, bubble_ms=100.0, pg_status="work",
+                   fault=Fault("missing_dump_hang", rank=6, group="pp", step=2))
+    _, diagnosis = analyse_dicts(dict(job.dumps))
+    assert diagnosis.status == "faults" and 6 in diagnosis.suspect_ranks, diagnosis.verdict
+    assert any(f.tie and f.is_root for f in diagnosis.findings)
