@@ -23,7 +23,7 @@ def test_a_dump_lost_beside_a_hang_makes_no_suspect(lost):
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (5,)), diagnosis.verdict
     unseen = [f for f in diagnosis.findings if f.link == "unseen"]
     assert unseen and all(f.own_suspects == (lost,) and f.caused_by is not None for f in unseen)
-    assert all("left no dump to show where they wait" in f.message for f in unseen)
+    assert all("left no dump to show where it waits" in f.message for f in unseen)
 
 
 @pytest.mark.parametrize("culprit", [2, 5, 11])

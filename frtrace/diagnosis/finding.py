@@ -153,8 +153,9 @@ class Finding:
             if self.link == "blocked":
                 text += f" — a consequence: they are stuck in {where}"
             elif self.link == "unseen":
+                they = "it waits" if len(self.own_suspects) == 1 else "they wait"
                 text += (f" — which may follow from the root cause in {where}: {ranks_text(self.own_suspects)} left "
-                         "no dump to show where they wait")
+                         f"no dump to show where {they}")
             else:
                 text += f" — the same rank(s) as the root cause in {where}"
         return text
