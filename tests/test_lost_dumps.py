@@ -45,3 +45,28 @@ def test_a_hung_host_without_a_dump_is_kept_beside_an_even_split_it_caused():
     _, diagnosis = analyse_dicts(dict(job.dumps))
     assert diagnosis.status == "faults" and 6 in diagnosis.suspect_ranks, diagnosis.verdict
     assert any(f.tie and f.is_root for f in diagnosis.findings)
+
+
+@pytest.mark.parametrize("lost", [3, 7])
+def test_a_ring_step_skipped_towards_a_rank_without_a_dump_is_still_seen(lost):
+    # Rank 5 skips a ring step of its context-parallel ring; the ring partner whose dump
+    # is lost would have shown the recv it waits in. The ring peers' ops alone show rank
+    # 5's ops running ahead of theirs, and the lost rank is no suspect.
+    job = generate(16, 2, 4, steps=3, seed=0, ring=True, p2p="batched", timing=True, coalesced_events="marker",
+                   watchdog_ms=100.0, bubble_ms=100.0, pg_status="work",
+                   fault=Fault("skip_ring_step", rank=5, group="cp", step=1))
+    _, diagnosis = analyse_dicts({rank: dump for rank, dump in job.dumps.items() if rank != lost})
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (5,)), diagnosis.verdict
+    root = next(f for f in diagnosis.findings if f.is_root and f.suspect_ranks)
+    assert root.rule == "p2p.skipped_ring_step" and f"rank {lost}, the other end, left no dump" in root.message
+
+
+def test_a_pipeline_is_no_ring_to_judge_a_rank_by_when_its_partner_left_no_dump():
+    # Rank 3 hung and wrote no dump; the pipeline's stages (whose ops may look alike)
+    # are not ring peers, so the stage that waits on rank 3 is not judged against them.
+    job = generate(24, 2, 3, steps=3, seed=667, timing=False, p2p="mixed", lookahead=2, coalesced_events="marker",
+                   watchdog_ms=100.0, bubble_ms=100.0, pg_status="work",
+                   fault=Fault("missing_dump_hang", rank=3, group="tp", step=1))
+    _, diagnosis = analyse_dicts(dict(job.dumps))
+    assert not [f for f in diagnosis.findings if f.rule == "p2p.skipped_ring_step"]
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3,)), diagnosis.verdict

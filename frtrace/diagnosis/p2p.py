@@ -2,9 +2,11 @@
 both ends that nothing else holds up.
 
 Takes `Facts`; returns `p2p_unmatched` findings, one per (group, src, dst) channel,
-naming the rank that posted its op and the one that never posted the partner; and for
-each closed cycle of posted pairs (`Waits.closed_cycles`), a mismatch between the ends
-(in a ring, the rank that skipped a step: `not_issued`), or a note that they are in flight.
+naming the rank that posted its op and the one that never posted the partner (and in a
+ring, where that one left no dump, whether the ring peers show the poster skipped a step);
+and for each closed cycle of posted pairs (`Waits.closed_cycles`), a mismatch between the
+ends (in a ring, the rank that skipped a step: `not_issued`), or a note that they are in
+flight.
 """
 
 from __future__ import annotations
@@ -42,7 +44,41 @@ def unmatched_p2p(facts: Facts) -> list[Finding]:
                 continue
             reported.add((pair.src, pair.dst))
             findings.append(_unmatched(view, pair))
+            if pair.src in view.no_dump or pair.dst in view.no_dump:
+                skipped = _shifted_holder(facts, view, pair)
+                if skipped is not None:
+                    findings.append(skipped)
     return findings
+
+
+def _shifted_holder(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[Finding]:
+    """Where the other end left no dump, the ring's consensus can still judge the end
+    that posted: when its ops from the one it waits in are what its ring peers issue
+    some ops later (and not what they issue there), it skipped a ring step (as
+    _shifted_member finds with both ends seen)."""
+    present = pair.send or pair.recv
+    assert present is not None
+    holder, absent = (pair.src, pair.dst) if pair.send else (pair.dst, pair.src)
+    seq = present.p2p_seq_id
+    if absent not in view.no_dump or not isinstance(seq, int) or not _is_ring(view):
+        return None
+    consensus = _RingConsensus.of(facts, view, range(max(1, seq - RING_WINDOW), seq + RING_WINDOW + MAX_SKIP + 1))
+    if consensus is None or not consensus.unanimous_before(seq) or consensus.lines_up(holder, seq):
+        return None
+    shift = consensus.skipped(holder, seq)
+    if not shift:
+        return None
+    group = group_text(view.group.name, view.group.desc)
+    return new_finding(
+        "not_issued", "p2p.skipped_ring_step", view, op=present.op, collective_seq_id=None, p2p_seq_id=seq,
+        ranks=(holder, absent), suspect_ranks=(holder,), absent_ranks=(holder,),
+        message=(f"rank {holder} skipped a ring step in {group}: its {shape_text(present)} at p2p #{seq} and the ops "
+                 f"it queued after it are what its ring peers issue {shift} P2P op{'s' if shift > 1 else ''} later, "
+                 f"so it is that far short of them (rank {absent}, the other end, left no dump)"),
+        evidence={"skipped_p2p_ops": shift, "ring_peers_compared": consensus.voters, "no_dump_ranks": [absent]},
+        waiting_ranks=(holder,), age_ns=present.time_created_ns, anchor=present,
+        p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
+    )
 
 
 def _unmatched(view: GroupView, pair: P2PMatch) -> Finding:
@@ -67,6 +103,24 @@ def _unmatched(view: GroupView, pair: P2PMatch) -> Finding:
         waiting_ranks=(holder,), age_ns=present.time_created_ns, absent_ranks=known, anchor=present,
         p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent), call_entries={"peer_call_site": present} if site else {},
     )
+
+
+def _is_ring(view: GroupView, recent: int = 64) -> bool:
+    """Whether the group's sends and recvs go round a ring of three members or more: each
+    member sends to one peer and receives from another (context-parallel attention),
+    where a pipeline's middle stages send both ways. Read off each member's newest
+    `recent` P2P ops."""
+    if len(view.group.ranks) < 3:
+        return False
+    both = False
+    for stream in view.streams.values():
+        ops = stream.p2p[max(0, len(stream.p2p) - recent):]
+        sent_to = {op.name.local_dst for op in ops if op.name.op == "send"}
+        received_from = {op.name.local_src for op in ops if op.name.op == "recv"}
+        if len(sent_to) > 1 or len(received_from) > 1 or -1 in sent_to | received_from:
+            return False
+        both = both or (len(sent_to) == len(received_from) == 1 and sent_to != received_from)
+    return both
 
 
 # --------------------------------------------------------------------------- posted pairs
