@@ -1,7 +1,8 @@
 """Across groups: which findings are root causes and which follow from them.
 
 Takes the findings of the per-group rules, a judge of whether absent ranks went past
-an op, and one of what like ranks in sibling groups say of a P2P finding of a circle;
+an op, one of what like ranks in sibling groups say of a P2P finding of a circle, and
+the ranks without a dump;
 sets each finding's `went_past`, `caused_by` and `link` (and a circle's `partner_posted`
 and its root's `fell_behind`). A rank that never issued an op because it is waiting in
 another group's unfinished op is a victim (a TP hang stalls DP, which stalls the
@@ -9,7 +10,8 @@ pipeline's P2P), unless it went past the op (ranks like it issued the op where i
 something else); a rank that is waiting nowhere, or went past, is where the trouble
 starts, and every finding it is absent from is one story. Findings that wait on each other in a circle (a desync deadlock) get their most
 fundamental member as the root (one whose suspect's P2P numbering fell behind a like
-rank's, where a sibling pipeline shows it), else their oldest.
+rank's, where a sibling pipeline shows it), else their oldest. A root that blames only
+ranks without a dump follows from roots the dumps decide (`unseen`).
 """
 
 from __future__ import annotations
