@@ -44,10 +44,9 @@ def unmatched_p2p(facts: Facts) -> list[Finding]:
                 continue
             reported.add((pair.src, pair.dst))
             findings.append(_unmatched(view, pair))
-            if pair.src in view.no_dump or pair.dst in view.no_dump:
-                skipped = _shifted_holder(facts, view, pair)
-                if skipped is not None:
-                    findings.append(skipped)
+            skipped = _shifted_holder(facts, view, pair)
+            if skipped is not None:
+                findings.append(skipped)
     return findings
 
 
@@ -62,19 +61,14 @@ def _shifted_holder(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[F
     seq = present.p2p_seq_id
     if absent not in view.no_dump or not isinstance(seq, int) or not _is_ring(view):
         return None
-    consensus = _RingConsensus.of(facts, view, range(max(1, seq - RING_WINDOW), seq + RING_WINDOW + MAX_SKIP + 1))
-    if consensus is None or not consensus.unanimous_before(seq) or consensus.lines_up(holder, seq):
+    consensus = _RingConsensus.around(facts, view, seq, seq)
+    shift = 0 if consensus is None else consensus.ran_ahead(holder, seq)
+    if consensus is None or not shift:
         return None
-    shift = consensus.skipped(holder, seq)
-    if not shift:
-        return None
-    group = group_text(view.group.name, view.group.desc)
     return new_finding(
         "not_issued", "p2p.skipped_ring_step", view, op=present.op, collective_seq_id=None, p2p_seq_id=seq,
         ranks=(holder, absent), suspect_ranks=(holder,), absent_ranks=(holder,),
-        message=(f"rank {holder} skipped a ring step in {group}: its {shape_text(present)} at p2p #{seq} and the ops "
-                 f"it queued after it are what its ring peers issue {shift} P2P op{'s' if shift > 1 else ''} later, "
-                 f"so it is that far short of them (rank {absent}, the other end, left no dump)"),
+        message=_ran_ahead_text(view, holder, present, shift) + f" (rank {absent}, the other end, left no dump)",
         evidence={"skipped_p2p_ops": shift, "ring_peers_compared": consensus.voters, "no_dump_ranks": [absent]},
         waiting_ranks=(holder,), age_ns=present.time_created_ns, anchor=present,
         p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
@@ -223,8 +217,13 @@ def _shifted(consensus: _RingConsensus, ends: _Ends) -> list[tuple[int, Entry, t
     """(rank, its op, the other end, P2P ops it skipped) of the members whose ops from the
     one they wait in are what their ring peers issue later, where the peers agree before."""
     return [(rank, entry, other, shift) for rank, (entry, other) in sorted(ends.items())
-            if consensus.unanimous_before(entry.p2p_seq_id) and not consensus.lines_up(rank, entry.p2p_seq_id)
-            and (shift := consensus.skipped(rank, entry.p2p_seq_id))]
+            if (shift := consensus.ran_ahead(rank, entry.p2p_seq_id))]
+
+
+def _ran_ahead_text(view: GroupView, rank: int, entry: Entry, shift: int) -> str:
+    return (f"rank {rank} skipped a ring step in {group_text(view.group.name, view.group.desc)}: its "
+            f"{shape_text(entry)} at p2p #{entry.p2p_seq_id} and the ops it queued after it are what its ring peers "
+            f"issue {shift} P2P op{'s' if shift > 1 else ''} later, so it is that far short of them")
 
 
 def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cycle: list[int]) -> Optional[Finding]:
@@ -235,22 +234,18 @@ def _shifted_member(facts: Facts, view: GroupView, ordered: list[PostedPair], cy
     if not ends:
         return None
     seqs = [entry.p2p_seq_id for entry, _ in ends.values()]
-    consensus = _RingConsensus.of(facts, view, range(max(1, min(seqs) - RING_WINDOW), max(seqs) + RING_WINDOW + MAX_SKIP + 1))
+    consensus = _RingConsensus.around(facts, view, min(seqs), max(seqs))
     if consensus is None:
         return None
     shifted = _shifted(consensus, ends)
     if len(shifted) != 1:
         return None
     rank, entry, other, shift = shifted[0]
-    group = group_text(view.group.name, view.group.desc)
     pair = next(p.pair for p in ordered if rank in (p.pair.src, p.pair.dst) and p.pair.group_id == view.group.id)
     return new_finding(
         "not_issued", "p2p.skipped_ring_step", view, op=entry.op, collective_seq_id=None, p2p_seq_id=entry.p2p_seq_id,
         ranks=tuple(cycle), suspect_ranks=(rank,), absent_ranks=(rank,),
-        message=(f"rank {rank} skipped a ring step in {group}: its {shape_text(entry)} at p2p #{entry.p2p_seq_id} "
-                 f"and the ops it queued after it are what its ring peers issue {shift} P2P op"
-                 f"{'s' if shift > 1 else ''} later, so it is that far short of them; rank {other[0]} waits in "
-                 f"the {other[1].op} it pairs with"),
+        message=_ran_ahead_text(view, rank, entry, shift) + f"; rank {other[0]} waits in the {other[1].op} it pairs with",
         evidence={"skipped_p2p_ops": shift, "ring_peers_compared": consensus.voters, "cycle_ranks": list(cycle)},
         waiting_ranks=tuple(r for r in cycle if r != rank), age_ns=min(p.age_ns for p in ordered), anchor=other[1],
         p2p_ends=P2PEnds(pair.src, pair.dst, pair.src, pair.dst),
@@ -285,9 +280,8 @@ def _mismatched_pair(facts: Facts, view: GroupView, posted: PostedPair, cycle: l
     assert send is not None and recv is not None
     kind = _difference(pair)
     assert kind is not None
-    window = range(max(1, min(send.p2p_seq_id, recv.p2p_seq_id) - RING_WINDOW),
-                   max(send.p2p_seq_id, recv.p2p_seq_id) + RING_WINDOW + MAX_SKIP + 1)
-    consensus = _RingConsensus.of(facts, view, window)
+    consensus = _RingConsensus.around(facts, view, min(send.p2p_seq_id, recv.p2p_seq_id),
+                                      max(send.p2p_seq_id, recv.p2p_seq_id))
     odd = consensus.odd_end(pair) if consensus is not None else None
     group = group_text(view.group.name, view.group.desc)
     ends = f"send {pair.src}->{pair.dst} (p2p #{send.p2p_seq_id}) and recv (p2p #{recv.p2p_seq_id}) in {group}"
@@ -364,6 +358,12 @@ class _RingConsensus:
                     signatures[rank] = _signatures_by_seq(stream.p2p, window)
         return cls(signatures) if len(signatures) >= 3 else None
 
+    @classmethod
+    def around(cls, facts: Facts, view: GroupView, low: int, high: int) -> Optional["_RingConsensus"]:
+        """`of` the numbers from RING_WINDOW before `low` to as far past `high` as a member
+        that skipped MAX_SKIP ops reaches."""
+        return cls.of(facts, view, range(max(1, low - RING_WINDOW), high + RING_WINDOW + MAX_SKIP + 1))
+
     def majority(self, seq: int) -> Optional[P2PSignature]:
         votes = Counter(s[seq] for s in self.signatures.values() if seq in s)
         if not votes:
@@ -405,6 +405,13 @@ class _RingConsensus:
         mine = self.signatures.get(rank, {})
         return all(mine[k] == expected for k in range(seq, seq + RING_WINDOW)
                    if k in mine and (expected := self.majority(k)) is not None)
+
+    def ran_ahead(self, rank: int, seq: int) -> int:
+        """P2P ops the rank skipped before `seq`: where the peers agree before it, its ops from
+        `seq` on are not theirs there but what they issue that many ops later; 0 otherwise."""
+        if not self.unanimous_before(seq) or self.lines_up(rank, seq):
+            return 0
+        return self.skipped(rank, seq)
 
     def skipped(self, rank: int, seq: int) -> int:
         """By how many P2P ops the rank's ops from `seq` on run ahead of its peers' (it

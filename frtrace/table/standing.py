@@ -63,7 +63,7 @@ def status_past_held_work(dump: RankDump) -> bool:
     # without reading every entry's code (this runs for every gapless dump, in the workers).
     if not dump.pg_status or entries.static_row(0).state == "completed":
         return False
-    if any(static.state == "completed" for static in entries.statics_in_use()):
+    if _holds_finished(dump):
         return False
     newest_collective: dict[int, int] = {}
     newest_p2p: dict[int, int] = {}
@@ -111,6 +111,7 @@ def sizes_say_only_active(dumps: Sequence[RankDump]) -> bool:
 
 
 def _holds_finished(dump: RankDump) -> bool:
+    """Some entry of the dump says its op completed (read off the distinct static rows)."""
     return any(static.state == "completed" for static in dump.entries.statics_in_use())
 
 
