@@ -42,7 +42,8 @@ def divergences(facts: Facts) -> list[Finding]:
         if matches[index].disagreement is not None:
             findings.extend(mismatch(view, matches, index, siblings, past))
         else:
-            findings.extend(gap(view, matches, index) or [absence(facts, view, matches, index, siblings)])
+            found = gap(view, matches, index) or absence(facts, view, matches, index, siblings)
+            findings.extend(found if isinstance(found, list) else [found] if found is not None else [])
     return findings
 
 
@@ -353,13 +354,16 @@ def gap(view: GroupView, matches: list[CollectiveMatch], index: int) -> list[Fin
     )]
 
 
-def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index: int, siblings: Siblings) -> Finding:
+def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index: int,
+            siblings: Siblings) -> Optional[Finding]:
     """Some members issued op #seq and others never did: the majority waits for the rest
     (`not_issued`), or a minority went ahead (`extra_op`). On an even split, an op every
     sibling group issued belongs to the program, so whoever lacks it is behind; else
     ranks that did not arrive because they wait in another op for the ranks that did
     issue it (a deadlock the others caused by going ahead) are not behind, the others
-    went ahead. Ranks waiting in another op for something else are merely held up."""
+    went ahead. Ranks waiting in another op for something else are merely held up.
+    None where the minority that issued it only looks ahead: the rest hold it queued
+    behind the op they are in (their programs have it; their GPUs are not there yet)."""
     match = matches[index]
     issued, missing = match.issued, match.not_issued
     have = siblings.any_ran(match.seq)
@@ -368,6 +372,8 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     ahead = (tie and not have and all(rank in elsewhere for rank in missing)
              and all(facts.waits.closure([rank]) & set(issued) for rank in missing))
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
+        if len(facts.queued_at(view, match.seq, missing)) == len(missing):
+            return never_issued(facts, view, match, tie, have) if tie else None
         return went_ahead(view, match, tie)
     return never_issued(facts, view, match, tie, have)
 

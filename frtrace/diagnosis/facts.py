@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from frtrace.diagnosis.finding import Finding, LikePartnerPosted, LikeRankAhead
 from frtrace.diagnosis.kinds import kind as kind_row
@@ -176,7 +176,9 @@ class Facts:
         # it is blocked in the same op as its whole dump says.
         blocked = blocked_entries(analysis.device_dumps) if analysis.reliable else {}
         index = analysis.device.index
-        divergence_at = {view.group.id: _first_divergence(index.collectives_of.get(view.group.id, []), analysis.reliable)
+        behind = _BehindOnDevice(analysis, blocked)
+        divergence_at = {view.group.id: _first_divergence(index.collectives_of.get(view.group.id, []), analysis.reliable,
+                                                          behind)
                          for view in analysis.device.views}
         return cls(analysis, analysis.reliable, analysis.device, analysis.device_dumps, blocked,
                    dict(families), divergence_at)
@@ -433,13 +435,61 @@ class Facts:
         return Siblings(family, view.group.id, self.index, self._step_memo)
 
 
-def _first_divergence(matches: list[CollectiveMatch], reliable: bool) -> Optional[int]:
+def _first_divergence(matches: list[CollectiveMatch], reliable: bool,
+                      behind: Callable[[CollectiveMatch], bool] = lambda match: False) -> Optional[int]:
     for index, match in enumerate(matches):
         if match.disagreement is not None:
             return index
-        if match.not_issued and not took_part_unrecorded(match, reliable):
+        if match.not_issued and not took_part_unrecorded(match, reliable) and not behind(match):
             return index
     return None
+
+
+class _BehindOnDevice:
+    """Whether the members a collective's device-view match lacks are only behind on the
+    device, not in their programs: each holds the op, alike, queued in its whole dump,
+    behind a collective it is blocked in and that some other member of that collective
+    finished. That member could not have finished it without them, so their part of it
+    is done; their dumps show it unfinished because they were taken before it ended on
+    their side, or because their GPU stopped there (a device stall,
+    `frontier.stuck_on_device`'s question). Either way their programs agree; read so only
+    where they outnumber the ranks that finished those ops (a stall of fewer GPUs than
+    ranks dumped a moment later stays the divergence it looks like on the device)."""
+
+    def __init__(self, analysis: Analysis, blocked: dict[int, Entry]) -> None:
+        self.whole = analysis.matches.index
+        self.device = analysis.device.index
+        self.layout = analysis.layout
+        self.blocked = blocked
+        self.queued_anything = analysis.matches is not analysis.device
+
+    def __call__(self, match: CollectiveMatch) -> bool:
+        if not self.queued_anything:
+            return False
+        held = self.whole.at.get((match.group_id, match.seq))
+        if held is None or held.disagreement is not None:
+            return False
+        finishers: set[int] = set()
+        for rank in match.not_issued:
+            finished = self._finished_by_others(match.group_id, match.seq, rank) if rank in held.calls else ()
+            if not finished:
+                return False
+            finishers.update(finished)
+        return len(match.not_issued) > len(finishers)
+
+    def _finished_by_others(self, group_id: int, seq: int, rank: int) -> tuple[int, ...]:
+        """The other members that finished the collective `rank` is blocked in (none when
+        it is blocked in no collective, or in this group's op `seq` or a later one)."""
+        entry = self.blocked.get(rank)
+        if entry is None or entry.is_p2p:
+            return ()
+        blocked_group = self.layout.group_of(entry.pg_name, rank)
+        if blocked_group is None or (blocked_group == group_id and entry.collective_seq_id >= seq):
+            return ()
+        there = self.device.at.get((blocked_group, entry.collective_seq_id))
+        if there is None or rank not in there.calls:
+            return ()
+        return tuple(r for r in there.completed_ranks if r != rank)
 
 
 def unfinished(matches: list[CollectiveMatch]) -> Iterator[CollectiveMatch]:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from frtrace.diagnosis.facts import Facts, Siblings, new_finding, oldest_created, unfinished
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView, RankStream
+from frtrace.model import Entry
 from frtrace.table.rank_dump import RankDump
 from frtrace.wording import call_site, duration_text, group_text, groups_text, ranks_text
 
@@ -334,13 +335,61 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
     for view in full.views:
         matches = full.index.collectives_of.get(view.group.id, [])
         finished = _newest_finished(view, matches)
+        first_split: Optional[Finding] = None
         for match in unfinished(matches):
-            done = set(match.completed_ranks) | set(match.finished_unseen)
+            done = tuple(sorted(set(match.completed_ranks) | set(match.finished_unseen)))
             holders = tuple(r for r in match.issued if r not in done)
-            if holders and any(finished.get(r, -1) > match.seq for r in done):
-                findings.append(_stuck_on_device(view, match, holders, tuple(sorted(done))))
+            if not holders or not done:
+                continue
+            went_on = any(finished.get(r, -1) > match.seq for r in done)
+            if went_on and _stall_explains(facts, holders, done):
+                first_split = _stuck_on_device(view, match, holders, done)
                 break
+            if first_split is None:
+                first_split = _dumped_at_other_moments(view, match, holders, done, went_on, facts.blocked_entry)
+        if first_split is not None:
+            findings.append(first_split)
     return findings
+
+
+def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...]) -> bool:
+    """Whether a device stall of `holders` explains an op they hold unfinished and `done`
+    finished, better than dumps taken at different moments (the holders' before the op
+    ended on their side) do. A stalled rank holds up its peers: the ranks that finished
+    the op would wait in the next one that needs it, so at least one of them waits in some
+    op; and it is a fault of the holders' GPUs, so they are no more than the ranks that
+    finished it (more holders than finishers ask more GPUs to fail at one op than ranks
+    to have been dumped a moment later)."""
+    return len(holders) <= len(done) and any(rank in facts.blocked_entry for rank in done)
+
+
+def _dumped_at_other_moments(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...],
+                             went_on: bool, blocked: dict[int, Entry]) -> Finding:
+    """Some members hold the op unfinished where others finished it, and no device stall
+    is shown (`_stall_explains`, or the finishers `went_on` to finish nothing later in the
+    group): each rank's dump is a picture of its own moment, and the holders' may have
+    been taken before the op ended on their side. A note that blames nobody: nothing
+    here shows a hang (an op some member finished was not stuck on the network)."""
+    entry = match.calls[holders[0]][0]
+    one = len(holders) == 1
+    idle = tuple(rank for rank in done if rank not in blocked)
+    if not went_on:
+        why = f"{'it' if len(done) == 1 else 'they'} finished nothing of the group after it"
+    elif len(idle) == len(done):
+        why = f"{'it waits' if len(done) == 1 else 'they wait'} in no op, so nothing waits for {'it' if one else 'them'}"
+    else:
+        why = "more members hold it than finished it"
+    return new_finding(
+        "in_flight", "frontier.dumped_at_other_moments", view, severity="info", op=entry.op, collective_seq_id=match.seq,
+        p2p_seq_id=None, ranks=tuple(sorted(holders + done)), suspect_ranks=(),
+        message=(f"{ranks_text(holders)} still {'holds' if one else 'hold'} {entry.op} #{match.seq} of "
+                 f"{group_text(view.group.name, view.group.desc)} unfinished, which {ranks_text(done)} finished; {why}: "
+                 f"the dumps cannot tell a GPU that stopped from {'a dump' if one else 'dumps'} taken a moment "
+                 "before the op ended there (each rank dumps at its own moment)"),
+        evidence={"holding_ranks": list(holders), "finished_ranks": list(done), "idle_finished_ranks": list(idle),
+                  "finished_a_later_op": went_on, "states": sorted({match.calls[r][0].state for r in holders})},
+        waiting_ranks=(), age_ns=oldest_created(match),
+    )
 
 
 def _newest_finished(view: GroupView, matches: list[CollectiveMatch]) -> dict[int, int]:

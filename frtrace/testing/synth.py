@@ -87,7 +87,9 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
   suspects are the culprits.
 * `in_flight` (not a fault): the job is dumped while every group of the culprit's family
   (`Fault.group`: all the dp groups, say) is in the step's first plain collective of the
-  group, every member in it, none done. Like `stuck`, judged by age (below).
+  group, every member in it, none done. Like `stuck`, judged by age (below). `Fault.dumped_late`:
+  ranks whose dumps were taken a moment later, once the op had ended: every op they had issued
+  finished (still no fault, no suspect).
 * `skip_ring_step` (group "cp", with `ring=True`): the culprit leaves out one ring step of the
   step's first forward attention layer (`Fault.ring_step`, -1 the last), its send and its recv,
   and goes on. NCCL pairs a channel's ops in order, so its later ring ops pair with its
@@ -221,6 +223,9 @@ class Fault:
     ranks: tuple = ()  # several culprits (SEVERAL_CULPRITS only); empty: just `rank`
     ring_step: int = -1  # skip_ring_step: which of the first layer's forward ring steps (-1: the last)
     last_op: bool = False  # hang, mismatches: at the step's last plain collective of the group (backward)
+    # in_flight: ranks dumped a moment later than the rest, once the op had ended: every op
+    # they had issued finished (each rank dumps at its own moment).
+    dumped_late: tuple = ()
 
     def culprits(self) -> tuple:
         return tuple(sorted(set(self.ranks))) if self.ranks else (self.rank,)
@@ -884,6 +889,8 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) 
     for rank in fault.culprits():
         if not 0 <= rank < world.world:
             raise ValueError(f"fault rank {rank} is outside the world (size {world.world})")
+    if fault.dumped_late and kind != "in_flight":
+        raise ValueError("dumped_late ranks are only for in_flight (a healthy job dumped mid-op)")
     if len(fault.culprits()) > 1 and kind not in SEVERAL_CULPRITS:
         raise ValueError(f"several culprit ranks are only supported for {' and '.join(SEVERAL_CULPRITS)}")
     if kind in ("missing_dump", "straggler"):  # healthy programs
@@ -1246,13 +1253,14 @@ class _DumpBuilder:
     def __init__(self, world: _World, run: _Run, *, timing: bool, buffer_size: int, version: str,
                  rng: random.Random, coalesced_events: str = "batch", watchdog_ms: Optional[float] = None,
                  pg_status: str = "collectives", only_active: bool = False, stalled: Optional[dict] = None,
-                 seed: int = 0, timeout_ms: int = TIMEOUT_MS, pg_order: str = "same"):
+                 seed: int = 0, timeout_ms: int = TIMEOUT_MS, pg_order: str = "same", dumped_late: tuple = ()):
         self.world, self.run = world, run
         self.timeout_ms = timeout_ms
         self.rotated = pg_order == "rotated"
         self.timing, self.buffer_size, self.version = timing, buffer_size, version
         self.coalesced_events, self.pg_status_mode, self.only_active = coalesced_events, pg_status, only_active
         self.stalled = stalled or {}
+        self.dumped_late = frozenset(dumped_late)
         # Per-rank wall-clock skew (up to +-1.5 ms) and the id of the thread that enqueues.
         self.offset = [rng.randrange(-1_500_000, 1_500_000) for _ in range(world.world)]
         self.thread_id = [str(139_600_000_000_000 + rng.randrange(0, 10**12)) for _ in range(world.world)]
@@ -1271,7 +1279,8 @@ class _DumpBuilder:
         """(time_discovered_started_ns, time_discovered_completed_ns, duration_ms) of op i."""
         timing, completed = self.timing, state == "completed"
         started_ns = completed_ns = duration = None
-        finish = self.run.t_end[rank][i] + offset
+        # An op the simulation never finished, on a rank dumped after it ended: a moment later.
+        finish = (self.run.t_end[rank][i] or t0 - offset + 1_000_000) + offset
         if self.period:  # watchdog ticks; the end event always exists, the start one needs timing
             if timing and state != "scheduled":
                 started_ns = self._tick(rank, t0 + 20_000)
@@ -1290,7 +1299,7 @@ class _DumpBuilder:
         world, run = self.world, self.run
         ops, issued = run.progs[rank], run.issued[rank]
         # The op the rank is blocked in: the simulation's, or where its GPU stopped (gpu_error).
-        front = min(run.done[rank], self.stalled.get(rank, len(ops)))
+        front = issued if rank in self.dumped_late else min(run.done[rank], self.stalled.get(rank, len(ops)))
         t_issue = run.t_issue[rank]
         my_groups = world.groups_of(rank, self.rotated)
         pg_of = {g.idx: pg for pg, g in enumerate(my_groups)}
@@ -1544,7 +1553,7 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
     builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng,
                            coalesced_events=coalesced_events, watchdog_ms=watchdog_ms, pg_status=pg_status,
                            only_active=only_active, stalled=info.stalled, seed=seed, timeout_ms=timeout_ms,
-                           pg_order=pg_order)
+                           pg_order=pg_order, dumped_late=fault.dumped_late if fault is not None else ())
     present = [r for r in range(world_size) if not (info.delete_dump and fault is not None and r == fault.rank)]
     params = {"steps": steps, "timing": timing, "with_frames": with_frames, "buffer_size": buffer_size,
               "lookahead": lookahead, "seed": seed, "version": version, "p2p": p2p,
