@@ -87,3 +87,21 @@ def test_a_gpu_that_stopped_while_its_peers_went_on_and_wait_is_still_a_fault(cu
         (job.truth["status"], tuple(job.truth["suspect_ranks"]))
     assert any(f.rule == "frontier.stuck_on_device" for f in diagnosis.findings)
     assert not any(f.rule == MOMENTS for f in diagnosis.findings)
+
+
+@pytest.mark.parametrize("late", [(0,), (6,), (2, 9), tuple(range(1, 16))])
+def test_a_rank_dumped_late_whose_own_group_ids_are_unknown_is_not_blamed(late):
+    """Groups made in an order of each rank's own (hashed names) and only active entries:
+    a rank dumped after the op ended holds nothing, so its rows of pg_status cannot be
+    placed by its entries. A row that may be the group's (it enqueued no more than the
+    group's newest op) says it finished the op its peers are still in: it is no longer
+    read as having never joined them. (A rank that stopped issuing keeps being named:
+    test_job_shapes.py, test_pg_status_is_read_under_the_ranks_own_pg_ids.)"""
+    job = generate(16, 4, 1, steps=3, fault=Fault("in_flight", rank=3, group="tp", step=1, dumped_late=late),
+                   only_active=True, pg_order="rotated", hashed_names=True, timing=True, seed=47,
+                   watchdog_ms=100.0, pg_status="work")
+    assert all(not job.dumps[rank]["entries"] for rank in late)
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert diagnosis.status in ("healthy", "inconclusive")
+    assert diagnosis.suspect_ranks == ()
+    assert not any(f.severity == "error" or f.kind in ("not_issued", "extra_op") for f in diagnosis.findings)

@@ -109,6 +109,10 @@ class RankStream:
     # The device view left out ops of the group that the rank queued behind the one it is
     # blocked in (it held some of the group's collectives in its whole dump).
     left_queued: bool = False
+    # Where the rank's own pg_id for the group is unknown: the most any of its pg_status
+    # rows that may be the group's says it finished (`_finished_unplaced`). None when no
+    # row may be.
+    finished_unplaced: Optional[int] = None
 
     def absence(self, seq: int) -> str:
         """Why the rank holds no entry for collective `seq`: "not_issued", "finished"
@@ -125,6 +129,10 @@ class RankStream:
         if self.only_active and not self.left_queued and self.first_seq is None and not self.uncertain:
             # It holds no collective of the group and its pg_status does not place it: had
             # it finished the op, so would its peers, still in it; it never joined them.
+            # Unless a row of its pg_status that may be the group's says it finished that
+            # far: each rank dumps at its own moment, and its peers' dumps may be older.
+            if self.finished_unplaced is not None and self.finished_unplaced >= seq:
+                return "unknown"
             return "not_issued"
         if self.first_seq is None and not self.only_active and not self.uncertain and self._issued_before(seq):
             # It holds sends and recvs of the group but none of its collectives: its newest
@@ -569,12 +577,39 @@ def _read_pg_status(streams: dict[int, RankStream], group: Group, dumps: dict[in
     # A member whose pg_status mixes numberings shows the group runs P2P work too, even when
     # no dump holds a P2P op of it any more (dumps of only active entries leave them out).
     has_p2p = has_p2p or any(mixes_numberings(status) for status in statuses.values())
+    unplaced = [rank for rank, member in streams.items() if member.pg_id is None and rank in group.ranks]
+    if unplaced and not has_p2p:
+        newest = _newest_number(streams.values(), statuses.values())
+        for rank in unplaced:
+            dump = dumps.get(rank)
+            if dump is not None and newest is not None:
+                streams[rank].finished_unplaced = _finished_unplaced(dump, own_ids.get(rank, {}), newest)
     for rank, status in statuses.items():
         member = streams[rank]
         if (has_p2p and not _newest_is_collective(member)) or mixes_numberings(status):
             continue
         member.enqueued = status.last_enqueued  # -1: it enqueued none
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
+
+
+def _newest_number(streams: Iterable[RankStream], statuses: Iterable[PgStatus]) -> Optional[int]:
+    """The newest collective number of a group that any member holds or its pg_status says
+    it enqueued."""
+    held = [stream.last_seq for stream in streams if stream.last_seq is not None]
+    enqueued = [status.last_enqueued for status in statuses if status.last_enqueued is not None]
+    return max(held + enqueued, default=None)
+
+
+def _finished_unplaced(dump: RankDump, placed: dict[int, int], newest: int) -> Optional[int]:
+    """The most the rank finished by any pg_status row of its dump that may be the row of
+    a group whose newest number is `newest`: a row no other of its groups is placed on
+    (`placed`: group id -> pg_id) that enqueued no more than that (a row past it is
+    another group's, one with more collectives); None when no row may be."""
+    taken = set(placed.values())
+    done = [status.last_completed for pg_id, status in dump.pg_status.items()
+            if pg_id not in taken and status.last_completed is not None
+            and status.last_enqueued is not None and status.last_enqueued <= newest]
+    return max(done, default=None)
 
 
 def _first_pg_id(stream: RankStream) -> Optional[int]:

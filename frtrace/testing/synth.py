@@ -1583,8 +1583,8 @@ def _judge_by_age(truth: dict, world: _World, run: _Run, builder: "_DumpBuilder"
             entries = builder(rank)["entries"]
             created = [e["time_created_ns"] for e in entries
                        if e["process_group"][0] == group.name and e["collective_seq_id"] == seq and not e["is_p2p"]]
-            newest = max(t or 0 for e in entries for t in (e["time_created_ns"], e["time_discovered_started_ns"],
-                                                            e["time_discovered_completed_ns"]))
+            newest = max((t or 0 for e in entries for t in (e["time_created_ns"], e["time_discovered_started_ns"],
+                                                             e["time_discovered_completed_ns"])), default=0)
             if created:
                 age = max(age, newest - min(created))
         oldest = max(oldest, age)
