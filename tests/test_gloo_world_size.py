@@ -103,3 +103,23 @@ def test_a_family_missing_a_dumped_rank_invents_no_rank(tmp_path):
     steps[6] = [op for op in steps[6] if "@5" not in op]
     report, _ = report_of(tmp_path, gloo_job(steps, groups=mesh_groups()))
     assert report["inputs"]["world_size"] == 8 and report["inputs"]["ranks_missing"] == []
+
+
+@pytest.mark.parametrize("hang", [True, False], ids=["hung", "healthy"])
+@pytest.mark.parametrize("lost", [0, 1, 3, 5])
+def test_a_mesh_without_the_dump_of_a_rank_below_the_top_keeps_its_size(tmp_path, lost, hang):
+    # Rank 7 left a dump, so the files say 8 ranks. The dp group of the lost rank shows one
+    # member, a rank short; the lost rank itself completes it. It used to be read as short
+    # of a rank beyond the files (rank 11 next to rank 7), which made a 12-rank job of
+    # ranks 8-11 that never existed and named them as ranks without a dump.
+    steps = {r: mesh_program(r, barrier=not hang) for r in range(8)}
+    if hang:
+        steps[lost] = steps[lost][:4]  # never issues its third tp all_reduce
+    dumps = gloo_job(steps, groups=mesh_groups())
+    del dumps[lost]
+    report, _ = report_of(tmp_path, dumps)
+    assert report["inputs"]["world_size"] == 8 and report["inputs"]["ranks_missing"] == [lost]
+    assert report["inputs"]["world_size_source"] == "files"
+    assert {r for f in report["findings"] for r in f["ranks"]} <= set(range(8))
+    expected = ("faults", [lost]) if hang else ("inconclusive", [])
+    assert (report["status"], report["suspect_ranks"]) == expected

@@ -286,13 +286,16 @@ def _fits(ranks: Ranks, candidate: int, usual_size: int, usual_stride: Optional[
     return offsets == {0} and (grown[-1] - grown[0]) <= usual_stride * (usual_size - 1)
 
 
-def _ranks_beyond_files(drafts: list[_Draft], world: int) -> Ranks:
+def _ranks_beyond_files(drafts: list[_Draft], world: int, absent: Iterable[int] = ()) -> Ranks:
     """Ranks at or above `world` that the shapes of entry-built groups call for: a family of
     sibling groups (same description, one of them at least of the usual size) that holds
     every rank with entries, where a group is short of the usual shape by exactly the
     ranks above `world` that would complete it (a 2x4 mesh whose rank 7 left no dump: tp
     [4,5,6] next to [0-3], dp [3] next to [0,4], [1,5], [2,6]). A family that misses a
-    rank with entries (its buffer wrapped past the group's ops) says nothing."""
+    rank with entries (its buffer wrapped past the group's ops) says nothing, and neither
+    does a group that one of the ranks below `world` without a usable dump (`absent`)
+    would complete (the same mesh without rank 3: dp [7] is short of rank 3, not of 11)."""
+    absent = tuple(absent)
     users = {r for draft in drafts if draft.source == "entries" for r in draft.ranks}
     by_desc: dict[str, list[_Draft]] = defaultdict(list)
     for draft in drafts:
@@ -308,7 +311,7 @@ def _ranks_beyond_files(drafts: list[_Draft], world: int) -> Ranks:
         reach = world + usual_size * (usual_stride or 1)
         for draft in siblings:
             short_by = usual_size - len(draft.ranks)
-            if short_by <= 0:
+            if short_by <= 0 or any(_fits(draft.ranks, r, usual_size, usual_stride) for r in absent):
                 continue
             fits = [r for r in range(world, reach) if _fits(draft.ranks, r, usual_size, usual_stride)]
             if len(fits) == short_by and fits == list(range(fits[0], fits[0] + len(fits) * (usual_stride or 1),
@@ -355,7 +358,8 @@ def build_layout(dumps: list[RankDump], failed_ranks: Iterable[int] = (), world_
     found_set = set(found)
     drafts = _draft_groups(_collect_facts(dumps, configs), world)
     if world_source == "files":
-        beyond = _ranks_beyond_files(drafts, world)
+        dumped = {d.rank for d in dumps}
+        beyond = _ranks_beyond_files(drafts, world, (r for r in range(world) if r not in dumped))
         if beyond:
             world, world_source = beyond[-1] + 1, "group_shapes"
             for draft in drafts:
