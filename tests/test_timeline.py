@@ -257,3 +257,16 @@ def test_perfetto_trace_processor_loads_it(trace, tmp_path):
         assert flows == 13
     finally:
         processor.close()
+
+
+def test_a_rank_whose_dump_holds_no_entry_gets_an_empty_process(tmp_path):
+    # A dump without collectives (includeCollectives=False), or one of only active
+    # entries whose every op finished, holds no entry: the trace's clock used to ask its
+    # newest time of nothing and stop the run.
+    dumps = nccl_hang_dumps()
+    dumps[1] = dict(dumps[1], entries=[])
+    trace = timeline(write_job(tmp_path / "dumps", dumps), tmp_path)
+    check_well_formed(trace)
+    assert process_names(trace)[2].startswith("rank 1")
+    assert events(trace, "X", pid=2) == []
+    assert len(events(trace, "X", pid=1)) > 0

@@ -212,10 +212,11 @@ def choose_ranks(analysis: Analysis, diagnosis: Diagnosis, ranks: Optional[Itera
 
 
 def _newest_ns(entries: EntryTable) -> int:
-    """The newest timestamp a rank wrote (of at least one entry): the closest thing to its
-    dump time. Read a field at a time: every rank's is needed, for the trace's clock."""
+    """The newest timestamp a rank wrote: the closest thing to its dump time (0 for a dump
+    that holds no entry: dumped without collectives, or only active ones, all finished).
+    Read a field at a time: every rank's is needed, for the trace's clock."""
     created = entries.field("time_created_ns")
-    newest: int = max(created)
+    newest: int = max(created, default=0)
     for name in ("time_started_ns", "time_completed_ns"):
         newest = max(newest, max(filter(None, entries.field(name)), default=newest))
     durations = entries.field("duration_ms")
