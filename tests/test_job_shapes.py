@@ -311,6 +311,24 @@ def test_a_job_dumped_while_every_rank_is_mid_collective_is_no_fault(tmp_path, w
     assert "cannot tell" in report["summary"]
 
 
+@pytest.mark.parametrize("world, tp, steps, seed, order, rank", [
+    (16, 4, 5, 461, "same", 9),
+    (8, 2, 2, 823, "rotated", 5),
+])
+def test_a_rank_in_an_op_its_whole_group_is_in_has_not_skipped_what_comes_after(world, tp, steps, seed, order, rank):
+    """An interleaved pipeline dumped while every TP group is in one collective, with ring
+    buffers of 30 entries: the first stage's ranks are in it, and the next stage waits for
+    the send that comes after it. The few steps a 30-entry buffer keeps are the end of the
+    pipeline's schedule, where backward receives follow without forward sends: read as the
+    rank's own past, they said it skipped the send (a FAULT naming every first-stage rank)."""
+    job = generate(world, tp, 2, steps=steps, timing=True, p2p="batched", seed=seed, pg_order=order,
+                   coalesced_events="marker", bubble_ms=100.0, buffer_size=30, vchunks=2,
+                   fault=Fault("in_flight", rank=rank, group="tp", step=1))
+    assert job.truth["status"] == "inconclusive"
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("inconclusive", ())
+    assert not any(f.facts.get("went_past") for f in diagnosis.findings)
+
 def test_the_same_op_past_its_timeout_is_a_hang(tmp_path):
     # The hosts queued more ops long enough after it (the timeout is 1 ms here): the dumps
     # show it outlived its timeout, so it is stuck, not in flight.

@@ -32,7 +32,7 @@ from frtrace.model import Entry, Family, OpName, family_of
 from frtrace.table.entry_table import EntryTable, StaticRow
 from frtrace.table.rank_dump import RankDump
 from frtrace.table.seq_map import RowList
-from frtrace.table.standing import keeps_only_active
+from frtrace.table.standing import blocked_at, keeps_only_active
 
 LIKENESS_WINDOW = 4  # ops two ranks must share before an op to be at the same place in the program
 
@@ -200,6 +200,28 @@ class Programs:
         self._partners: dict[int, dict[tuple[int, int], tuple[EntryTable, int]]] = {}
         self._p2p_seqs: dict[tuple[int, int], list[int]] = {}  # (group id, rank) -> p2p_seq_ids
         self._p2p_ops: dict[tuple[int, int, int], P2POps] = {}  # (group id, rank, count) -> see p2p_ops
+
+    # ---- where a rank stands
+
+    def in_flight_with_its_group(self, rank: int) -> bool:
+        """Whether the rank waits in a collective that every member of its group holds and
+        none has finished: the op is in flight (or stuck) for all of them alike, and the
+        ops that come after it in the rank's program are still to come."""
+        entries = self.entries.get(rank)
+        if not entries:
+            return False
+        position = blocked_at(entries)
+        if position >= len(entries):
+            return False
+        entry = entries[position]
+        group_id = self.layout.group_of(entry.pg_name, rank)
+        if entry.is_p2p or group_id is None:
+            return False
+        match = self.collectives.get((group_id, entry.collective_seq_id))
+        view = self.views.get(group_id)
+        return (match is not None and view is not None and not match.completed_ranks and not match.finished_unseen
+                and not match.not_issued and not match.no_dump and not match.out_of_window
+                and set(match.calls) >= set(view.group.ranks))
 
     # ---- positions
 

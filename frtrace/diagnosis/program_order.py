@@ -78,6 +78,11 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     for rank in unplaced + split:
         if op_token is not None:
             _add(found, rank, peers_in_its_op_say_skipped(program, rank, op_token))
+    # A rank in an op its whole group is in, unfinished everywhere, has not gone past
+    # anything: what comes after that op in its program is still to come. Its own past
+    # (a few steps in a ring buffer, another phase of a pipeline schedule) is not read.
+    unplaced = [r for r in unplaced if not program.in_flight_with_its_group(r)]
+    split = [r for r in split if not program.in_flight_with_its_group(r)]
     for rank in _at_most_history_ranks([r for r in unplaced if r not in found]):
         _add(found, rank, _whole_past_says_skipped(program, finding, rank, op_form))
     for rank in _at_most_history_ranks([r for r in split if r not in found]):
