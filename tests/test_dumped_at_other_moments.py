@@ -105,3 +105,18 @@ def test_a_rank_dumped_late_whose_own_group_ids_are_unknown_is_not_blamed(late):
     assert diagnosis.status in ("healthy", "inconclusive")
     assert diagnosis.suspect_ranks == ()
     assert not any(f.severity == "error" or f.kind in ("not_issued", "extra_op") for f in diagnosis.findings)
+
+
+@pytest.mark.parametrize("culprits, lost", [((0, 1), 2), ((0, 1), 3), ((8, 9), 11)])
+def test_members_without_a_dump_may_have_finished_the_op_a_stall_holds(culprits, lost):
+    """Two GPUs of one TP group of four stop; the dump of one of the two members that
+    finished the op is lost. Counted against the two stalled ranks, the one finisher left
+    made the stall read as dumps taken apart, and the verdict named the other finisher
+    beside the culprits. A member without a dump may have finished the op too."""
+    job = generate(16, 4, 2, steps=3, fault=Fault("gpu_error", rank=culprits[0], ranks=culprits, step=1, group="tp"),
+                   timing=True, seed=3, watchdog_ms=100.0, pg_status="work", only_active=True)
+    dumps = {rank: dump for rank, dump in dict(job.dumps).items() if rank != lost}
+    _, diagnosis = analyse_dicts(dumps, render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", culprits) == \
+        (job.truth["status"], tuple(job.truth["suspect_ranks"]))
+    assert any(f.rule == "frontier.stuck_on_device" for f in diagnosis.findings)

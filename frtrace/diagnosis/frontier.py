@@ -342,7 +342,7 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
             if not holders or not done:
                 continue
             went_on = any(finished.get(r, -1) > match.seq for r in done)
-            if went_on and _stall_explains(facts, holders, done):
+            if went_on and _stall_explains(facts, holders, done, match.no_dump):
                 first_split = _stuck_on_device(view, match, holders, done)
                 break
             if first_split is None:
@@ -352,15 +352,16 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
     return findings
 
 
-def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...]) -> bool:
+def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...], unseen: tuple[int, ...]) -> bool:
     """Whether a device stall of `holders` explains an op they hold unfinished and `done`
     finished, better than dumps taken at different moments (the holders' before the op
     ended on their side) do. A stalled rank holds up its peers: the ranks that finished
     the op would wait in the next one that needs it, so at least one of them waits in some
     op; and it is a fault of the holders' GPUs, so they are no more than the ranks that
     finished it (more holders than finishers ask more GPUs to fail at one op than ranks
-    to have been dumped a moment later)."""
-    return len(holders) <= len(done) and any(rank in facts.blocked_entry for rank in done)
+    to have been dumped a moment later). Members without a dump (`unseen`) may have
+    finished it too, and count with those that did."""
+    return len(holders) <= len(done) + len(unseen) and any(rank in facts.blocked_entry for rank in done)
 
 
 def _dumped_at_other_moments(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...],
