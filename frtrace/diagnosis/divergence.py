@@ -42,8 +42,9 @@ def divergences(facts: Facts) -> list[Finding]:
         if matches[index].disagreement is not None:
             findings.extend(mismatch(view, matches, index, siblings, past))
         else:
-            found = gap(view, matches, index) or absence(facts, view, matches, index, siblings)
-            findings.extend(found if isinstance(found, list) else [found] if found is not None else [])
+            skipped = gap(view, matches, index)
+            missing = None if skipped else absence(facts, view, matches, index, siblings)
+            findings.extend(skipped or ([missing] if missing is not None else []))
     return findings
 
 

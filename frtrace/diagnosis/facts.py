@@ -436,7 +436,9 @@ class Facts:
 
 
 def _first_divergence(matches: list[CollectiveMatch], reliable: bool,
-                      behind: Callable[[CollectiveMatch], bool] = lambda match: False) -> Optional[int]:
+                      behind: Callable[[CollectiveMatch], bool]) -> Optional[int]:
+    """Index of the first of `matches` its members disagree on, or that some never issued
+    (not counting members only `behind` on the device: `_BehindOnDevice`); None if none."""
     for index, match in enumerate(matches):
         if match.disagreement is not None:
             return index

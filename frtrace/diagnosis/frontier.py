@@ -105,9 +105,7 @@ def _siblings_in_the_same_op(siblings: Siblings, frontier: CollectiveMatch) -> l
 
 def _in_it_unfinished(match: CollectiveMatch, op: str) -> bool:
     """Every member issued `op` at this number, agreeing, and none has finished it."""
-    return (bool(match.calls) and match.unfinished and not match.completed_ranks and not match.finished_unseen
-            and not match.no_dump and not match.not_issued and not match.out_of_window
-            and match.disagreement is None and match.first_entry.op == op)
+    return match.held_by_all_unfinished and match.disagreement is None and match.first_entry.op == op
 
 
 def in_flight_like_its_siblings(view: GroupView, frontier: CollectiveMatch, sibling_names: list[str]) -> Finding:
@@ -335,7 +333,7 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
     for view in full.views:
         matches = full.index.collectives_of.get(view.group.id, [])
         finished = _newest_finished(view, matches)
-        first_split: Optional[Finding] = None
+        split: Optional[Finding] = None  # the group's oldest op some members finished and others hold
         for match in unfinished(matches):
             done = tuple(sorted(set(match.completed_ranks) | set(match.finished_unseen)))
             holders = tuple(r for r in match.issued if r not in done)
@@ -343,12 +341,12 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
                 continue
             went_on = any(finished.get(r, -1) > match.seq for r in done)
             if went_on and _stall_explains(facts, holders, done, match.no_dump):
-                first_split = _stuck_on_device(view, match, holders, done)
+                split = _stuck_on_device(view, match, holders, done)
                 break
-            if first_split is None:
-                first_split = _dumped_at_other_moments(view, match, holders, done, went_on, facts.blocked_entry)
-        if first_split is not None:
-            findings.append(first_split)
+            if split is None:
+                split = _dumped_at_other_moments(view, match, holders, done, went_on, facts.blocked_entry)
+        if split is not None:
+            findings.append(split)
     return findings
 
 

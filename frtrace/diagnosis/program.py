@@ -218,10 +218,7 @@ class Programs:
         if entry.is_p2p or group_id is None:
             return False
         match = self.collectives.get((group_id, entry.collective_seq_id))
-        view = self.views.get(group_id)
-        return (match is not None and view is not None and not match.completed_ranks and not match.finished_unseen
-                and not match.not_issued and not match.no_dump and not match.out_of_window
-                and set(match.calls) >= set(view.group.ranks))
+        return match is not None and match.held_by_all_unfinished
 
     # ---- positions
 

@@ -286,7 +286,7 @@ def _fits(ranks: Ranks, candidate: int, usual_size: int, usual_stride: Optional[
     return offsets == {0} and (grown[-1] - grown[0]) <= usual_stride * (usual_size - 1)
 
 
-def _ranks_beyond_files(drafts: list[_Draft], world: int, absent: Iterable[int] = ()) -> Ranks:
+def _ranks_beyond_files(drafts: list[_Draft], world: int, absent: Ranks) -> Ranks:
     """Ranks at or above `world` that the shapes of entry-built groups call for: a family of
     sibling groups (same description, one of them at least of the usual size) that holds
     every rank with entries, where a group is short of the usual shape by exactly the
@@ -295,7 +295,6 @@ def _ranks_beyond_files(drafts: list[_Draft], world: int, absent: Iterable[int] 
     rank with entries (its buffer wrapped past the group's ops) says nothing, and neither
     does a group that one of the ranks below `world` without a usable dump (`absent`)
     would complete (the same mesh without rank 3: dp [7] is short of rank 3, not of 11)."""
-    absent = tuple(absent)
     users = {r for draft in drafts if draft.source == "entries" for r in draft.ranks}
     by_desc: dict[str, list[_Draft]] = defaultdict(list)
     for draft in drafts:
@@ -359,7 +358,7 @@ def build_layout(dumps: list[RankDump], failed_ranks: Iterable[int] = (), world_
     drafts = _draft_groups(_collect_facts(dumps, configs), world)
     if world_source == "files":
         dumped = {d.rank for d in dumps}
-        beyond = _ranks_beyond_files(drafts, world, (r for r in range(world) if r not in dumped))
+        beyond = _ranks_beyond_files(drafts, world, tuple(r for r in range(world) if r not in dumped))
         if beyond:
             world, world_source = beyond[-1] + 1, "group_shapes"
             for draft in drafts:

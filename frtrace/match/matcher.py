@@ -195,6 +195,13 @@ class CollectiveMatch:
         return tuple(sorted(self.calls))
 
     @property
+    def held_by_all_unfinished(self) -> bool:
+        """Every member holds it (none is without an entry of it or a dump) and none has
+        finished it: in flight, or stuck, for the whole group alike."""
+        return (bool(self.calls) and self.unfinished and not self.completed_ranks and not self.finished_unseen
+                and not self.not_issued and not self.out_of_window and not self.no_dump)
+
+    @property
     def completed_ranks(self) -> tuple[int, ...]:
         if self._completed is None:
             self._completed = tuple(sorted(
@@ -600,7 +607,7 @@ def _newest_number(streams: Iterable[RankStream], statuses: Iterable[PgStatus]) 
     return max(held + enqueued, default=None)
 
 
-def _finished_unplaced(dump: RankDump, placed: dict[int, int], newest: int) -> Optional[int]:
+def _finished_unplaced(dump: RankDump, placed: Mapping[int, int], newest: int) -> Optional[int]:
     """The most the rank finished by any pg_status row of its dump that may be the row of
     a group whose newest number is `newest`: a row no other of its groups is placed on
     (`placed`: group id -> pg_id) that enqueued no more than that (a row past it is
