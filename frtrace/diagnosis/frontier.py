@@ -368,23 +368,27 @@ def _dumped_at_other_moments(view: GroupView, match: CollectiveMatch, holders: t
     is shown (`_stall_explains`, or the finishers `went_on` to finish nothing later in the
     group): each rank's dump is a picture of its own moment, and the holders' may have
     been taken before the op ended on their side. A note that blames nobody: nothing
-    here shows a hang (an op some member finished was not stuck on the network)."""
+    here shows a hang (an op some member finished was not stuck on the network). It says
+    the strongest reason: nothing waits for the holders; else the finishers stopped at the
+    op (a stall there looks the same); else too many holders for a stall."""
     entry = match.calls[holders[0]][0]
     one = len(holders) == 1
     idle = tuple(rank for rank in done if rank not in blocked)
-    if not went_on:
-        why = f"{'it' if len(done) == 1 else 'they'} finished nothing of the group after it"
-    elif len(idle) == len(done):
-        why = f"{'it waits' if len(done) == 1 else 'they wait'} in no op, so nothing waits for {'it' if one else 'them'}"
+    moment = (f"{'its dump was' if one else 'their dumps were'} most likely taken a moment before the op ended "
+              "there (each rank dumps at its own moment)")
+    if len(idle) == len(done):
+        why = f"{'it waits' if len(done) == 1 else 'they wait'} in no op, so nothing waits for {'it' if one else 'them'}: {moment}"
+    elif not went_on:
+        why = (f"{'it' if len(done) == 1 else 'they'} finished nothing of the group after it, so the dumps cannot "
+               f"tell a GPU that stopped there from {'a dump' if one else 'dumps'} taken a moment before the op "
+               "ended (each rank dumps at its own moment)")
     else:
-        why = "more members hold it than finished it"
+        why = f"more members hold it than finished it, too many GPUs to stop at one op: {moment}"
     return new_finding(
         "in_flight", "frontier.dumped_at_other_moments", view, severity="info", op=entry.op, collective_seq_id=match.seq,
         p2p_seq_id=None, ranks=tuple(sorted(holders + done)), suspect_ranks=(),
         message=(f"{ranks_text(holders)} still {'holds' if one else 'hold'} {entry.op} #{match.seq} of "
-                 f"{group_text(view.group.name, view.group.desc)} unfinished, which {ranks_text(done)} finished; {why}: "
-                 f"the dumps cannot tell a GPU that stopped from {'a dump' if one else 'dumps'} taken a moment "
-                 "before the op ended there (each rank dumps at its own moment)"),
+                 f"{group_text(view.group.name, view.group.desc)} unfinished, which {ranks_text(done)} finished; {why}"),
         evidence={"holding_ranks": list(holders), "finished_ranks": list(done), "idle_finished_ranks": list(idle),
                   "finished_a_later_op": went_on, "states": sorted({match.calls[r][0].state for r in holders})},
         waiting_ranks=(), age_ns=oldest_created(match),
