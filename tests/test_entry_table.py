@@ -80,6 +80,25 @@ def test_rows_written_over_and_taken_out_read_back_exactly(rows, others, data):
     assert _same(tuple(table.take(taken)), [expected[i] for i in taken])
 
 
+@settings(max_examples=200, deadline=None)
+@given(entries(), entries(), st.data())
+def test_the_static_rows_in_use_follow_writes_and_cross_processes(rows, others, data):
+    # statics_in_use is kept once found, and travels with a pickled table (a loader
+    # worker finds it): every write must drop it, and what arrives must be the sender's.
+    table = EntryTable.from_entries(rows)
+    expected = list(rows)
+    assert table.statics_in_use() == EntryTable.from_entries(expected).statics_in_use()
+    for other in others[: len(rows)]:
+        row = data.draw(st.integers(min_value=0, max_value=len(rows) - 1))
+        replacement = other._replace(index=expected[row].index)
+        table.replace({row: replacement})
+        expected[row] = replacement
+        assert table.statics_in_use() == EntryTable.from_entries(expected).statics_in_use()
+    arrived = pickle.loads(pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
+    assert arrived.statics_in_use() == EntryTable.from_entries(expected).statics_in_use()
+    assert list(dict.fromkeys(static.name for static in arrived.statics_in_use())) == arrived.static_values("name")
+
+
 def test_a_healthy_ranks_entries_take_a_few_bytes_each():
     rows = [Entry(i, i, "0", "default_pg", 0, i + 1, 0, i + 1, _NAMES[0], _SHAPES[0], "completed", True,
                   1_761_000_000_000_000_000 + 1000 * i, None, None, None, 600000, _FRAMES[1]) for i in range(2000)]

@@ -61,7 +61,8 @@ _COLUMN_OF = {Entry._fields[position]: k for k, position in enumerate(_OTHER_POS
 INT_RANGES = {code: (-(1 << (8 * array(code).itemsize - 1)), (1 << (8 * array(code).itemsize - 1)) - 1)
                for code in ("b", "h", "i", "q")}
 _FLOAT_NONE = -math.inf  # None in a float column that holds no -inf itself
-TABLE_FORMAT = 2  # of a pickled EntryTable (see EntryTable.__reduce__); 2: static rows are StaticRows
+TABLE_FORMAT = 3  # of a pickled EntryTable (see EntryTable.__reduce__); 2: static rows are StaticRows;
+# 3: with the codes in use
 _FEW_ROWS = 8  # up to this many rows are read one by one (see EntryTable.rows)
 
 
@@ -269,15 +270,18 @@ class EntryTable(Sequence[Entry]):
         self._length = len(codes)
         # See _read: the columns' containers, and (position, decode) of those that decode.
         self._readers: Optional[tuple[tuple[Values, ...], tuple[tuple[int, dict[Value, Value]], ...]]] = None
-        self._in_use: Optional[list[StaticRow]] = None  # see statics_in_use
+        self._in_use: Optional[list[int]] = None  # the codes entries hold: see statics_in_use
 
     # ---- building and transfer
 
-    def __reduce__(self) -> tuple[Callable[..., "EntryTable"], tuple[int, "array[int]", list[StaticRow], list[_Column]]]:
+    def __reduce__(self) -> tuple[Callable[..., "EntryTable"],
+                                  tuple[int, "array[int]", list[StaticRow], list[_Column], list[int]]]:
         # Tables cross from loader workers (and cluster workers) to the main process:
-        # arrays and the few static rows pickle at memory speed. The format number lets
-        # a reader refuse a table written by another version of this module.
-        return _table_from_parts, (TABLE_FORMAT, self._codes, self._statics, self._columns)
+        # arrays and the few static rows pickle at memory speed. The codes in use go
+        # along, found by the worker: the main process would read every entry's code.
+        # The format number lets a reader refuse a table written by another version of
+        # this module.
+        return _table_from_parts, (TABLE_FORMAT, self._codes, self._statics, self._columns, self._codes_in_use())
 
     def compact(self) -> None:
         """Store again, as compactly as they now allow, the columns `replace` turned into
@@ -292,7 +296,7 @@ class EntryTable(Sequence[Entry]):
         copies, and the matcher tells equal ops apart by identity first."""
         one_of = shared.values.setdefault  # (SharedValues.one_of, without a call in Python per value)
         self._statics = [StaticRow._make(map(one_of, static, static)) for static in self._statics]
-        self._static_code = self._in_use = None
+        self._static_code = None  # the codes in use stay: the rows are swapped one for one
 
     @classmethod
     def from_columns(cls, lists: Sequence[Sequence[Value]], codes: Optional[Sequence[int]] = None,
@@ -498,8 +502,11 @@ class EntryTable(Sequence[Entry]):
 
     def statics_in_use(self) -> list[StaticRow]:
         """The static rows entries hold, in the order they first appear."""
+        return list(map(self._statics.__getitem__, self._codes_in_use()))
+
+    def _codes_in_use(self) -> list[int]:
         if self._in_use is None:
-            self._in_use = list(map(self._statics.__getitem__, dict.fromkeys(self._codes)))
+            self._in_use = list(dict.fromkeys(self._codes))
         return self._in_use
 
     def static_row(self, row: int) -> StaticRow:
@@ -561,10 +568,13 @@ class EntryTable(Sequence[Entry]):
         return self._codes.itemsize * self._length + sum(column.nbytes() for column in self._columns)
 
 
-def _table_from_parts(version: int, codes: "array[int]", statics: list[StaticRow], columns: list[_Column]) -> EntryTable:
-    if version != TABLE_FORMAT:
+def _table_from_parts(version: int, codes: "array[int]", statics: list[StaticRow], columns: list[_Column],
+                      in_use: Optional[list[int]] = None) -> EntryTable:
+    if version != TABLE_FORMAT:  # (an older format passes no in_use)
         raise ValueError(f"entry table format {version}, this version reads {TABLE_FORMAT}")
-    return EntryTable(codes, list(statics), columns)
+    table = EntryTable(codes, list(statics), columns)
+    table._in_use = in_use
+    return table
 
 
 def _coded_statics(static_columns: Sequence[Sequence[Value]]) -> tuple["array[int]", list[StaticRow]]:
