@@ -143,8 +143,10 @@ def main(argv=None) -> int:
     matches = match(loaded.dumps, layout, dealt, processes=args.workers)
     analysis = finish_analysis(loaded, layout, matches)
     lap("match")
-    # As the command does (api.diagnose): the report's parts readied while forked rules run.
+    # As the command does (api.diagnose): the report's parts worked out in a forked child
+    # of their own, and readied (read back) while forked rules run.
     parts = ReportParts(analysis)
+    parts.work_out_apart(args.workers)
     diagnosis = diagnose(analysis, args.workers, meanwhile=parts.ready)
     lap("diagnose")
     report = render_json(analysis, diagnosis, parts)

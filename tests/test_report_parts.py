@@ -95,3 +95,40 @@ def test_the_dict_a_caller_is_given_is_its_own(tmp_path):
     report["inputs"]["ranks_found"].clear()
     report["matched"]["collectives"] = -1
     assert diagnosis.to_json() == before
+
+
+def _here_only(work, pid):
+    """`work`, refused in the process `pid` (this one), allowed in its forked children."""
+    def guarded(*args, **kwargs):
+        if os.getpid() == pid:
+            raise AssertionError("worked out in the main process")
+        return work(*args, **kwargs)
+    return guarded
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+def test_with_processes_to_spare_the_parts_are_worked_out_in_a_child_of_their_own(monkeypatch):
+    """The main process sets the pace of a many-core run once the files are read: with
+    processes to spare it works out none of the parts itself, and the reports are the
+    ones worked out in one process."""
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    analysis = _analysis()
+    here = _every_output(api.diagnose(analysis, processes=1))
+    for module, name in ((render, "_inputs"), (render, "_match_counts"), (render, "rank_standings")):
+        monkeypatch.setattr(module, name, _here_only(getattr(module, name), os.getpid()))
+    apart = api.diagnose(analysis, processes=8)
+    assert _every_output(apart) == here
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+def test_a_child_that_fails_to_work_out_the_parts_costs_time_not_the_report(monkeypatch):
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    analysis = _analysis("size_mismatch")
+    here = _every_output(api.diagnose(analysis, processes=1))
+
+    def dies(_analysis):
+        os._exit(3)
+    monkeypatch.setattr(render, "_parts_of", dies)
+    assert _every_output(api.diagnose(analysis, processes=8)) == here

@@ -18,7 +18,9 @@ from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind
 from frtrace.diagnosis.confidence import suspect_confidences
+from frtrace.diagnosis import side_by_side
 from frtrace.load.discovery import OTHER_GENERATION
+from frtrace.load.forked import Forked, may_fork
 from frtrace.load.layout import Layout
 from frtrace.match.analysis import Analysis
 from frtrace.model import LoadIssue
@@ -61,22 +63,28 @@ class ReportParts:
     the match counts and where each rank stands. Each is worked out when first read and
     kept, so that the outputs of one run (the report, `--ranks`, `--html`) work it out
     once; `ready()` works them all out, which api.diagnose has done while forked rules
-    run. Read, never changed: a report copies what it adds to."""
+    run, or `work_out_apart` in a forked child of its own. Read, never changed: a report
+    copies what it adds to."""
 
     def __init__(self, analysis: Analysis):
         self.analysis = analysis
+        self._apart: Optional[Forked[_Parts]] = None  # a child working them out, until read back
+        self._from_child: Optional[_Parts] = None
 
     @cached_property
     def inputs(self) -> dict[str, object]:
-        return _inputs(self.analysis)
+        done = self._worked_out_apart()
+        return done.inputs if done is not None else _inputs(self.analysis)
 
     @cached_property
     def matched(self) -> dict[str, int]:
-        return _match_counts(self.analysis)
+        done = self._worked_out_apart()
+        return done.matched if done is not None else _match_counts(self.analysis)
 
     @cached_property
     def standings(self) -> list[RankStanding]:
-        return rank_standings(self.analysis)
+        done = self._worked_out_apart()
+        return done.standings if done is not None else rank_standings(self.analysis)
 
     @classmethod
     def of(cls, analysis: Analysis, parts: Optional[ReportParts] = None) -> ReportParts:
@@ -88,9 +96,41 @@ class ReportParts:
         _ = self.inputs, self.matched, self.standings
         return self
 
+    def work_out_apart(self, processes: int) -> bool:
+        """Start working these parts out in a forked child, where a large job (as
+        side_by_side.FORK_FROM_ENTRIES counts) has `processes` to spare (may_fork): the
+        main process sets the pace of a many-core run once the files are read, and these
+        parts are some 0.3 s of its CPU at 4,096 ranks. Read back when first asked for
+        (`ready()`, soon: a child whose result fills the pipe lives on meanwhile, and
+        every page this process writes while it lives is copied); worked out here should
+        the child fail. Whether a child was started."""
+        entries = sum(len(dump.entries) for dump in self.analysis.load.dumps)
+        if self._apart is None and may_fork(processes) and entries >= side_by_side.FORK_FROM_ENTRIES:
+            self._apart = Forked.try_start(_parts_of, self.analysis)
+        return self._apart is not None
+
+    def _worked_out_apart(self) -> Optional[_Parts]:
+        """The child's parts (None: no child, or it failed), read back once."""
+        if self._apart is not None:
+            child, self._apart = self._apart, None
+            self._from_child = child.result()
+        return self._from_child
+
     def view(self, suspects: Iterable[int]) -> RankView:
         """The per-rank view with these `suspects` (rank_view)."""
         return rank_view(self.analysis, suspects, self.standings)
+
+
+class _Parts(NamedTuple):
+    """ReportParts' three parts, as a forked child sends them back."""
+
+    inputs: dict[str, object]
+    matched: dict[str, int]
+    standings: list[RankStanding]
+
+
+def _parts_of(analysis: Analysis) -> _Parts:
+    return _Parts(_inputs(analysis), _match_counts(analysis), rank_standings(analysis))
 
 
 def _inputs(analysis: Analysis) -> dict[str, object]:
