@@ -144,10 +144,9 @@ def main(argv=None) -> int:
     analysis = finish_analysis(loaded, layout, matches)
     lap("match")
     # As the command does (api.diagnose): the report's parts worked out in a forked child
-    # of their own, and readied (read back) while forked rules run.
+    # of their own, or readied while forked rules run.
     parts = ReportParts(analysis)
-    parts.work_out_apart(args.workers)
-    diagnosis = diagnose(analysis, args.workers, meanwhile=parts.ready)
+    diagnosis = diagnose(analysis, args.workers, meanwhile=None if parts.work_out_apart(args.workers) else parts.ready)
     lap("diagnose")
     report = render_json(analysis, diagnosis, parts)
     lap("render")

@@ -313,8 +313,8 @@ def diagnose(analysis: Analysis, *, processes: int = 1) -> Diagnosis:
     if processes < 1:
         raise InputError(f"processes must be 1 or more, not {processes}")
     parts = ReportParts(analysis)
-    parts.work_out_apart(processes)
-    return Diagnosis(analysis, run_rules(analysis, processes, meanwhile=parts.ready), parts)
+    meanwhile = None if parts.work_out_apart(processes) else parts.ready
+    return Diagnosis(analysis, run_rules(analysis, processes, meanwhile=meanwhile), parts)
 
 
 def _styler(color: bool) -> Optional[Callable[..., str]]:

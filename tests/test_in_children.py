@@ -123,3 +123,40 @@ def test_a_child_that_cannot_fork_its_part_computes_it_itself(monkeypatch):
     results = list(each_in_children(_share_facts, list(range(6))))
     assert [value for value, _, _ in results] == [3 * share for share in range(6)]
     assert len({pid for _, pid, _ in results[1:]}) == 1 and results[1][1] != os.getpid()
+
+
+def _megabytes(count: int) -> bytes:
+    return b"x" * (count << 20)
+
+
+def _gone(pid: int, within: float) -> bool:
+    """Whether the child `pid` exits within `within` seconds (left for its parent to reap)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "waitid"), reason="needs os.waitid")
+def test_a_spilling_child_is_gone_before_its_large_result_is_read():
+    """A pipe holds 64 KiB: a child sending more lives on until its parent reads it. One
+    that spills its result to a file is gone as soon as it is done, and the result is the
+    same."""
+    piped = forked.Forked.start(_megabytes, 2)
+    assert not _gone(piped.pid, 0.5)
+    assert piped.result() == _megabytes(2)
+    spilled = forked.Forked.start_spilling(_megabytes, 2)
+    assert _gone(spilled.pid, 10)
+    assert spilled.collect() == (_megabytes(2), None)
+    assert spilled.pid not in unreaped_children()
+
+
+def _dies(_: int) -> bytes:
+    os._exit(5)
+
+
+def test_a_spilling_child_that_dies_says_how():
+    assert forked.Forked.start_spilling(_dies, 1).collect() == (None, 5)
+    assert forked.Forked.try_start(_dies, 1, spilling=True).result() is None

@@ -132,3 +132,26 @@ def test_a_child_that_fails_to_work_out_the_parts_costs_time_not_the_report(monk
         os._exit(3)
     monkeypatch.setattr(render, "_parts_of", dies)
     assert _every_output(api.diagnose(analysis, processes=8)) == here
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked children need os.fork")
+def test_parts_never_read_leave_no_child_behind(monkeypatch):
+    """A caller that wants the verdict alone never reads the parts: once the diagnosis is
+    dropped, their child is reaped and its file closed."""
+    import gc
+
+    from helpers import unreaped_children
+    monkeypatch.setattr(side_by_side, "FORK_FROM_ENTRIES", 0)
+    monkeypatch.setattr(forked, "FORK_FROM_PROCESSES", 2)
+    analysis = _analysis()
+    open_files = len(os.listdir("/proc/self/fd"))
+    diagnosis = api.diagnose(analysis, processes=8)
+    child = diagnosis.parts._apart
+    assert child is not None and diagnosis.suspect_ranks == (5,)
+    pid = child.pid
+    del diagnosis, child
+    gc.collect()
+    with pytest.raises(ChildProcessError):  # waited for already
+        os.waitpid(pid, os.WNOHANG)
+    assert unreaped_children() == []
+    assert len(os.listdir("/proc/self/fd")) == open_files

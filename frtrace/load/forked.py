@@ -1,4 +1,5 @@
-"""Work done in a forked child process, its result sent back through a pipe.
+"""Work done in a forked child process, its result sent back through a pipe (or, with
+`start_spilling`, left in a temporary file).
 
 Takes a function and its arguments; `Forked.start` forks a child computing it and returns
 a handle, whose `collect()` returns `(result, None)`, or `(None, exit code)` when the
@@ -20,6 +21,7 @@ import faulthandler
 import io
 import os
 import pickle
+import tempfile
 from typing import Callable, Generic, Iterator, Optional, Sequence, TypeVar
 
 _Result = TypeVar("_Result")
@@ -43,12 +45,13 @@ class OwnResultUnpickler(pickle.Unpickler):
 class Forked(Generic[_Result]):
     """A forked child computing a function; `collect()` its result."""
 
-    __slots__ = ("pid", "_read_fd", "_waited")
+    __slots__ = ("pid", "_read_fd", "_waited", "_spilled")
 
-    def __init__(self, pid: Optional[int], read_fd: int) -> None:
+    def __init__(self, pid: Optional[int], read_fd: int, spilled: bool = False) -> None:
         self.pid = pid  # None: a child of another child (start_each), not ours to wait for
         self._read_fd = read_fd
         self._waited = pid is None
+        self._spilled = spilled  # read_fd is a file the child wrote (start_spilling), not a pipe
 
     @classmethod
     def start(cls, function: Callable[..., _Result], *args: object) -> Forked[_Result]:
@@ -77,10 +80,36 @@ class Forked(Generic[_Result]):
         return cls(pid, read_fd)
 
     @classmethod
-    def try_start(cls, function: Callable[..., _Result], *args: object) -> Optional[Forked[_Result]]:
-        """`start`, or None where the system will not fork (or has no os.fork at all)."""
+    def start_spilling(cls, function: Callable[..., _Result], *args: object) -> Forked[_Result]:
+        """`start`, the child writing its result to an unnamed temporary file rather than a
+        pipe, so that it is gone as soon as it is done, however late its result is read:
+        a pipe holds 64 KiB, and a child with more to send lives on until it is read,
+        while every page this process writes is copied for it. Raises OSError as `start`."""
+        with tempfile.TemporaryFile() as spill:
+            fd = os.dup(spill.fileno())
         try:
-            return cls.start(function, *args)
+            pid = os.fork()
+        except OSError:
+            os.close(fd)
+            raise
+        if pid == 0:  # the child: as in start
+            code = 1
+            try:
+                faulthandler.disable()
+                with open(fd, "wb", closefd=True) as out:
+                    pickle.dump(function(*args), out, protocol=pickle.HIGHEST_PROTOCOL)
+                code = 0
+            finally:
+                os._exit(code)
+        return cls(pid, fd, spilled=True)
+
+    @classmethod
+    def try_start(cls, function: Callable[..., _Result], *args: object,
+                  spilling: bool = False) -> Optional[Forked[_Result]]:
+        """`start` (`start_spilling` with `spilling`), or None where the system will not
+        fork (or has no os.fork at all)."""
+        try:
+            return cls.start_spilling(function, *args) if spilling else cls.start(function, *args)
         except (OSError, AttributeError):
             return None
 
@@ -124,6 +153,8 @@ class Forked(Generic[_Result]):
         died or sent nothing. Without `wait`, a child that sent its result and is still
         exiting is not waited for: a child of a large process takes milliseconds to give
         back its copy of the parent's memory, which `reap` waits for later."""
+        if self._spilled:
+            return self._collect_spilled()
         with open(self._read_fd, "rb", closefd=True) as pipe:
             payload = pipe.read()  # before waiting: a large result would fill the pipe
         if self.pid is None:  # its parent waits for it; a cut or missing result does not read back
@@ -134,6 +165,19 @@ class Forked(Generic[_Result]):
         self._waited = True
         exitcode = os.waitstatus_to_exitcode(status)
         if exitcode != 0 or not payload:
+            return None, exitcode
+        return OwnResultUnpickler(io.BytesIO(payload)).load(), None
+
+    def _collect_spilled(self) -> tuple[Optional[_Result], Optional[int]]:
+        """`collect` of a child that wrote its file (start_spilling): read once it is gone."""
+        assert self.pid is not None
+        _, status = os.waitpid(self.pid, 0)
+        self._waited = True
+        exitcode = os.waitstatus_to_exitcode(status)
+        os.lseek(self._read_fd, 0, os.SEEK_SET)  # the child's writes moved the offset both share
+        with open(self._read_fd, "rb", closefd=True) as spill:
+            payload = spill.read() if exitcode == 0 else b""
+        if not payload:
             return None, exitcode
         return OwnResultUnpickler(io.BytesIO(payload)).load(), None
 
@@ -156,6 +200,13 @@ class Forked(Generic[_Result]):
                 os.waitpid(self.pid, 0)
             except ChildProcessError:  # reaped already (by a test's stand-in, say)
                 pass
+
+    def discard(self) -> None:
+        """Give up on a result never read: the child reaped, its pipe or file closed."""
+        if self._read_fd >= 0:
+            os.close(self._read_fd)
+            self._read_fd = -1
+        self.reap()
 
 
 _Share = TypeVar("_Share")

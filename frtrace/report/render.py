@@ -100,14 +100,19 @@ class ReportParts:
         """Start working these parts out in a forked child, where a large job (as
         side_by_side.FORK_FROM_ENTRIES counts) has `processes` to spare (may_fork): the
         main process sets the pace of a many-core run once the files are read, and these
-        parts are some 0.3 s of its CPU at 4,096 ranks. Read back when first asked for
-        (`ready()`, soon: a child whose result fills the pipe lives on meanwhile, and
-        every page this process writes while it lives is copied); worked out here should
-        the child fail. Whether a child was started."""
+        parts are some 0.3 s of its CPU at 4,096 ranks. Read back when first asked for,
+        by the report (the child leaves its result in a file: see Forked.start_spilling);
+        worked out here should the child fail. Whether a child was started."""
         entries = sum(len(dump.entries) for dump in self.analysis.load.dumps)
         if self._apart is None and may_fork(processes) and entries >= side_by_side.FORK_FROM_ENTRIES:
-            self._apart = Forked.try_start(_parts_of, self.analysis)
+            self._apart = Forked.try_start(_parts_of, self.analysis, spilling=True)
         return self._apart is not None
+
+    def __del__(self) -> None:
+        # Parts never read (a caller that wanted the verdict alone): no child left unreaped.
+        child = getattr(self, "_apart", None)
+        if child is not None:
+            child.discard()
 
     def _worked_out_apart(self) -> Optional[_Parts]:
         """The child's parts (None: no child, or it failed), read back once."""
