@@ -7,7 +7,15 @@
 # --waits (where the main process waits for forked children after the last file).
 #
 #   SCALE=path/to/scale_cores.py [OLD=path/to/old/checkout] [SIZES="4096 16384"] [PS="16 8 4 2"] \
-#       [OLDPS="16"] [OUT=dir] benchmarks/many_cores.sh
+#       [OLDPS="16"] [ROUNDS=1] [OUT=dir] benchmarks/many_cores.sh
+#
+# With OLD, ROUNDS runs of the pair at each of OLDPS alternate old and new (one run of each
+# says little: the lent machine's own spread is about 10 %), and phases.py runs for both.
+# The lent machine gets the working tree only: put the old checkout and scale_cores.py in
+# a folder .git/info/exclude ignores and name it in the call's `carry`, e.g.
+#   mkdir -p .bench/old && git archive REV frtrace | tar -x -C .bench/old
+#   cp ../shared/tools/scale_cores.py .bench/ && git show REV:benchmarks/phases.py > .bench/phases_old.py
+# then OLD=$PWD/.bench/old SCALE=$PWD/.bench/scale_cores.py.
 #
 # Each run is started from /tmp with `python -P`, so PYTHONPATH alone says which checkout runs
 # (plain `python -m` from inside a checkout runs that checkout whatever PYTHONPATH says).
@@ -18,7 +26,7 @@ export PYTHONUNBUFFERED=1
 unset PYTHONDONTWRITEBYTECODE  # compile once, as an installed frtrace would be
 : "${SCALE:?SCALE=path to scale_cores.py}"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-PY=${PY:-python3}; SIZES=${SIZES:-"4096 16384"}; PS=${PS:-"16 8 4 2"}; OLDPS=${OLDPS:-16}
+PY=${PY:-python3}; SIZES=${SIZES:-"4096 16384"}; PS=${PS:-"16 8 4 2"}; OLDPS=${OLDPS:-16}; ROUNDS=${ROUNDS:-1}
 GENW=${GENW:-$(nproc)}; TOP=${PS%% *}
 SRC=$PWD; OLD=${OLD:-}
 nproc
@@ -33,7 +41,14 @@ for n in $SIZES; do
     --fault hang --fault-rank 5 --fault-step $((steps - 1)) --workers "$GENW" --truth /tmp/job$n.truth.json | tail -1
   echo "generated $n ranks in $((SECONDS - started)) s"
   $PY "$SCALE" "$SRC" /tmp/job$n $PS --out "$OUT/new_$n.jsonl"
-  [ -n "$OLD" ] && $PY "$SCALE" "$OLD" /tmp/job$n $OLDPS --out "$OUT/old_$n.jsonl"
+  if [ -n "$OLD" ]; then
+    for round in $(seq "$ROUNDS"); do
+      $PY "$SCALE" "$OLD" /tmp/job$n $OLDPS --out "$OUT/old_$n.jsonl" | sed 's/^/old /'
+      [ "$ROUNDS" -gt 1 ] && $PY "$SCALE" "$SRC" /tmp/job$n $OLDPS --out "$OUT/new_$n.jsonl" | sed 's/^/new /'
+    done
+    OLDPHASES=$OLD/benchmarks/phases.py; [ -f "$OLDPHASES" ] || OLDPHASES=$(dirname "$OLD")/phases_old.py
+    [ -f "$OLDPHASES" ] && PYTHONPATH=$OLD $PY -P "$OLDPHASES" /tmp/job$n --workers "$TOP" --waits > "$OUT/phases_old_$n.json"
+  fi
   PYTHONPATH=$SRC $PY -P "$SRC/benchmarks/phases.py" /tmp/job$n --workers "$TOP" --waits > "$OUT/phases_$n.json"
   cat "$OUT/phases_$n.json"; echo
   rm -rf /tmp/job$n
