@@ -16,9 +16,8 @@ from itertools import compress
 from typing import Any, Iterable, NamedTuple, Optional, Sequence, Union
 
 from frtrace._version import __version__
-from frtrace.diagnosis import Diagnosis, Finding, kind
+from frtrace.diagnosis import Diagnosis, Finding, kind, side_by_side
 from frtrace.diagnosis.confidence import suspect_confidences
-from frtrace.diagnosis import side_by_side
 from frtrace.load.discovery import OTHER_GENERATION
 from frtrace.load.forked import Forked, may_fork
 from frtrace.load.layout import Layout
