@@ -593,3 +593,23 @@ def test_a_stage_that_posted_its_newest_batch_short_of_one_op_is_named():
     # It went on to nothing after the op: it posted the batch's other op without it.
     assert "rank 7 posted send p2p #25 in group 10 (pp) without it" in finding.message
     assert "went on to" not in finding.message
+
+
+def test_a_finished_send_whose_number_meets_an_unfinished_collectives_is_no_proof_it_finished():
+    # A pipeline group runs batched sends and recvs and an all_reduce. pg_status keeps the
+    # number of the group's last finished work, a P2P number after a batch: here rank 5's
+    # row says 2 finished, its batch #2, while its dump holds all_reduce #2 started. Read as
+    # a collective number it said rank 5 finished #2, so that rank 7, whose dump is lost
+    # and who never issued #2, "took part"; rank 5 was then blamed for a dp op it queued.
+    job = generate(world_size=16, tp=2, pp=2, steps=3, timing=True, p2p="batched", seed=766, lookahead=2,
+                   buffer_size=60, fault=Fault("missing_dump_hang", rank=7, group="pp", step=1), **FAITHFUL)
+    status = job.dumps[5]["pg_status"]["2"]
+    held = [e for e in job.dumps[5]["entries"] if e["process_group"][1] == "pp" and not e["is_p2p"]
+            and e["profiling_name"].endswith("all_reduce")]
+    assert status["last_completed_collective"] == held[-1]["collective_seq_id"] == 2 and held[-1]["state"] == "started"
+    analysis, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (7,))
+    root = next(f for f in diagnosis.findings if f.is_root)
+    assert root.kind == "missing_dump" and root.collective_seq_id == 2
+    view = next(v for v in analysis.matches.views if v.group.desc == "pp" and 5 in v.group.ranks)
+    assert view.streams[5].finished is None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from helpers import analyse_dicts
 
+from frtrace.diagnosis.finding import Finding
+from frtrace.diagnosis.linking import _unseen_behind_seen
 from frtrace.testing.synth import Fault, generate
 
 
@@ -35,16 +37,33 @@ def test_a_host_that_hung_and_wrote_no_dump_is_still_named(culprit):
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (culprit,)), diagnosis.verdict
 
 
-def test_a_hung_host_without_a_dump_is_kept_beside_an_even_split_it_caused():
-    # Rank 6 hung in the pipeline and wrote no dump; ranks stuck behind it split a
-    # two-member DP group, whose finding blames the rank that did not arrive. That split
-    # decides nothing, so it does not make rank 6's finding follow from it.
+def test_a_hung_host_without_a_dump_is_named_alone_where_its_peer_waits_for_it():
+    # Rank 6 hung in the pipeline and wrote no dump; rank 4, its pipeline peer, waits in
+    # the all_reduce #3 rank 6 never issued. Rank 4's pg_status row for the group says 3
+    # finished, but that is its batch #3 of sends and recvs (the numberings meet), and
+    # read as the all_reduce it made rank 6 look as if it took part: ranks stuck behind
+    # then split a two-member DP group, and that even split named rank 4 beside rank 6.
     job = generate(8, 2, 2, steps=3, seed=592, timing=False, p2p="batched", pg_order="rotated", hashed_names=True,
                    coalesced_events="marker", watchdog_ms=100.0, bubble_ms=100.0, pg_status="work",
                    fault=Fault("missing_dump_hang", rank=6, group="pp", step=2))
     _, diagnosis = analyse_dicts(dict(job.dumps))
-    assert diagnosis.status == "faults" and 6 in diagnosis.suspect_ranks, diagnosis.verdict
-    assert any(f.tie and f.is_root for f in diagnosis.findings)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (6,)), diagnosis.verdict
+    root = next(f for f in diagnosis.findings if f.is_root and f.own_suspects)
+    assert (root.kind, root.pg_desc, root.collective_seq_id, root.waiting_ranks) == ("missing_dump", "pp", 3, (4,))
+
+
+def _root(kind: str, suspects: tuple[int, ...], tie: bool = False) -> Finding:
+    return Finding(kind, "test", "error", 1, "1", "dp", "all_reduce", 3, None, suspects, suspects, "", tie=tie)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_root_blaming_only_a_rank_without_a_dump_follows_only_from_a_root_that_decides(tie):
+    # A host that hung hard enough to write no dump leaves its peers waiting; a root that
+    # names ranks whose dumps show what they did explains it ("unseen"), but not an even
+    # split blamed on the ranks that did not arrive: that decides nothing.
+    lost, other = _root("missing_dump", (6,)), _root("not_issued", (4,), tie=tie)
+    _unseen_behind_seen([other, lost], frozenset({6}))
+    assert (lost.caused_by, lost.link) == ((None, None) if tie else (other, "unseen"))
 
 
 @pytest.mark.parametrize("lost", [3, 7])

@@ -593,10 +593,21 @@ def _read_pg_status(streams: dict[int, RankStream], group: Group, dumps: dict[in
                 streams[rank].finished_unplaced = _finished_unplaced(dump, own_ids.get(rank, {}), newest)
     for rank, status in statuses.items():
         member = streams[rank]
-        if (has_p2p and not _newest_is_collective(member)) or mixes_numberings(status):
+        if (has_p2p and (not _newest_is_collective(member) or _finished_past_unfinished(member, status))) \
+                or mixes_numberings(status):
             continue
         member.enqueued = status.last_enqueued  # -1: it enqueued none
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
+
+
+def _finished_past_unfinished(stream: RankStream, status: PgStatus) -> bool:
+    """pg_status says the rank finished up to the newest collective its dump holds of the
+    group, which the dump shows unfinished. A communicator finishes its work in order, and
+    an entry is marked finished no later than its row: the finished number is a send's or
+    recv's, of the other numbering (the two meet), and cannot be read against entries."""
+    newest = stream.collectives.last
+    return (newest is not None and status.last_completed is not None and status.last_completed >= newest
+            and not stream.collectives.completed_at(newest))
 
 
 def _newest_number(streams: Iterable[RankStream], statuses: Iterable[PgStatus]) -> Optional[int]:
