@@ -43,8 +43,10 @@ def divergences(facts: Facts) -> list[Finding]:
             findings.extend(mismatch(view, matches, index, siblings, past))
         else:
             skipped = gap(view, matches, index)
-            missing = None if skipped else absence(facts, view, matches, index, siblings)
-            findings.extend(skipped or ([missing] if missing is not None else []))
+            if skipped:
+                findings.extend(skipped)
+            elif (missing := absence(facts, view, matches, index, siblings)) is not None:
+                findings.append(missing)
     return findings
 
 

@@ -59,23 +59,11 @@ class Forked(Generic[_Result]):
         not fork (out of processes or memory). Needs os.fork."""
         read_fd, write_fd = os.pipe()
         try:
-            pid = os.fork()
+            pid = _fork_writing(function, args, write_fd, read_fd)
         except OSError:
             os.close(read_fd)
             os.close(write_fd)
             raise
-        if pid == 0:  # the child: compute, send, and leave without running any cleanup of the parent's
-            code = 1
-            try:
-                # A failure is the parent's to report, in one line: a fault handler inherited
-                # from it (python -X faulthandler, pytest) would add a traceback to stderr.
-                faulthandler.disable()
-                os.close(read_fd)
-                with open(write_fd, "wb", closefd=True) as pipe:
-                    pickle.dump(function(*args), pipe, protocol=pickle.HIGHEST_PROTOCOL)
-                code = 0
-            finally:
-                os._exit(code)
         os.close(write_fd)
         return cls(pid, read_fd)
 
@@ -88,19 +76,10 @@ class Forked(Generic[_Result]):
         with tempfile.TemporaryFile() as spill:
             fd = os.dup(spill.fileno())
         try:
-            pid = os.fork()
+            pid = _fork_writing(function, args, fd)
         except OSError:
             os.close(fd)
             raise
-        if pid == 0:  # the child: as in start
-            code = 1
-            try:
-                faulthandler.disable()
-                with open(fd, "wb", closefd=True) as out:
-                    pickle.dump(function(*args), out, protocol=pickle.HIGHEST_PROTOCOL)
-                code = 0
-            finally:
-                os._exit(code)
         return cls(pid, fd, spilled=True)
 
     @classmethod
@@ -207,6 +186,29 @@ class Forked(Generic[_Result]):
             os.close(self._read_fd)
             self._read_fd = -1
         self.reap()
+
+
+def _fork_writing(function: Callable[..., object], args: tuple[object, ...], write_fd: int,
+                  parents_fd: Optional[int] = None) -> int:
+    """Fork a child that writes the pickle of `function(*args)` to `write_fd` (a pipe's
+    end or a file) and leaves without running any cleanup of the parent's, closing first
+    `parents_fd` (the pipe's other end); in the parent, the child's pid. Raises OSError
+    when the system will not fork."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            # A failure is the parent's to report, in one line: a fault handler inherited
+            # from it (python -X faulthandler, pytest) would add a traceback to stderr.
+            faulthandler.disable()
+            if parents_fd is not None:
+                os.close(parents_fd)
+            with open(write_fd, "wb", closefd=True) as out:
+                pickle.dump(function(*args), out, protocol=pickle.HIGHEST_PROTOCOL)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
 
 
 _Share = TypeVar("_Share")

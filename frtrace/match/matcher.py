@@ -593,11 +593,20 @@ def _read_pg_status(streams: dict[int, RankStream], group: Group, dumps: dict[in
                 streams[rank].finished_unplaced = _finished_unplaced(dump, own_ids.get(rank, {}), newest)
     for rank, status in statuses.items():
         member = streams[rank]
-        if (has_p2p and (not _newest_is_collective(member) or _finished_past_unfinished(member, status))) \
-                or mixes_numberings(status):
+        if not _counts_collectives(member, status, has_p2p):
             continue
         member.enqueued = status.last_enqueued  # -1: it enqueued none
         member.finished = status.last_completed if status.last_completed is not None and status.last_completed >= 0 else None
+
+
+def _counts_collectives(stream: RankStream, status: PgStatus, has_p2p: bool) -> bool:
+    """Whether the member's pg_status row for a group counts its collectives: in a group
+    that runs P2P work too, only after a collective (`_newest_is_collective`), and not
+    where its finished number is a P2P one (`_finished_past_unfinished`); never where its
+    numbers are of both kinds (`mixes_numberings`)."""
+    if has_p2p and (not _newest_is_collective(stream) or _finished_past_unfinished(stream, status)):
+        return False
+    return not mixes_numberings(status)
 
 
 def _finished_past_unfinished(stream: RankStream, status: PgStatus) -> bool:

@@ -262,7 +262,8 @@ class EntryTable(Sequence[Entry]):
 
     __slots__ = ("_codes", "_statics", "_static_code", "_columns", "_length", "_readers", "_in_use")
 
-    def __init__(self, codes: "array[int]", statics: list[StaticRow], columns: list[_Column]) -> None:
+    def __init__(self, codes: "array[int]", statics: list[StaticRow], columns: list[_Column],
+                 in_use: Optional[list[int]] = None) -> None:
         self._codes = codes  # static row of each entry
         self._statics = statics  # one per code
         self._static_code: Optional[dict[tuple[int, ...], int]] = None  # built on the first `replace`
@@ -270,7 +271,7 @@ class EntryTable(Sequence[Entry]):
         self._length = len(codes)
         # See _read: the columns' containers, and (position, decode) of those that decode.
         self._readers: Optional[tuple[tuple[Values, ...], tuple[tuple[int, dict[Value, Value]], ...]]] = None
-        self._in_use: Optional[list[int]] = None  # the codes entries hold: see statics_in_use
+        self._in_use = in_use  # the codes entries hold, where known: see statics_in_use
 
     # ---- building and transfer
 
@@ -572,9 +573,7 @@ def _table_from_parts(version: int, codes: "array[int]", statics: list[StaticRow
                       in_use: Optional[list[int]] = None) -> EntryTable:
     if version != TABLE_FORMAT:  # (an older format passes no in_use)
         raise ValueError(f"entry table format {version}, this version reads {TABLE_FORMAT}")
-    table = EntryTable(codes, list(statics), columns)
-    table._in_use = in_use
-    return table
+    return EntryTable(codes, list(statics), columns, in_use)
 
 
 def _coded_statics(static_columns: Sequence[Sequence[Value]]) -> tuple["array[int]", list[StaticRow]]:
