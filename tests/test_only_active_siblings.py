@@ -6,9 +6,13 @@ dumps of the same job say, rather than its peer issuing an extra op."""
 
 from __future__ import annotations
 
+import copy
+from types import SimpleNamespace
+
 import pytest
 from helpers import analyse_dicts, job
 
+from frtrace.match.matcher import _take_like_ranks_ids
 from frtrace.testing.synth import Fault, generate
 
 FAITHFUL = dict(coalesced_events="marker", watchdog_ms=100.0, bubble_ms=100.0, pg_status="work")
@@ -107,6 +111,25 @@ def test_a_healthy_deep_pipeline_of_only_active_dumps_stays_healthy():
 
 
 
+@pytest.mark.parametrize("rank, seed, lookahead", [(8, 297, 0), (0, 753, 2)])
+def test_ranks_take_the_ids_their_like_ranks_tell_in_a_ring_with_one_rank_groups(rank, seed, lookahead):
+    # TP 2 x CP 8 with a one-rank DP group that never runs an op (no row, yet an id): the
+    # rows of ranks that hold nothing of their TP group cannot be placed by the order of
+    # making, but their like ranks' entries tell the TP group's id. Their rows say the
+    # sibling TP groups ran all_reduce #12 before the default group's op: the rank that
+    # holds none went past it, rather than its partner issuing an extra one.
+    job = generate(16, 2, 8, steps=3, fault=Fault("skip_op", rank=rank, group="tp", step=1 + seed % 2), timing=True,
+                   p2p="plain", only_active=True, seed=seed, lookahead=lookahead, ring=True, **FAITHFUL)
+    analysis, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == (job.truth["status"], job.truth["suspect_ranks"]) == (
+        "faults", [rank])
+    truth = {(r, entry["process_group"][0]): entry["pg_id"]
+             for r, dump in generate(16, 2, 8, steps=3, timing=True, p2p="plain", seed=seed, ring=True,
+                                     **FAITHFUL).dumps.items() for entry in dump["entries"]}
+    ids = _ids_read(analysis)
+    assert {key: truth.get(key) for key in ids} == ids
+
+
 def _stalled_in_the_last_group(b_ran_an_op: bool = True) -> dict:
     """Two ranks in groups named 3, 5, 7 (made in that order: ids 1, 2, 3 on both). Rank
     1's GPU stops reporting in all_reduce #2 of group 7; rank 0 finished it and #3 after
@@ -139,10 +162,69 @@ def test_the_ids_after_the_highest_a_rank_tells_go_to_the_groups_it_made_after_i
 
 
 def test_no_id_is_read_past_the_highest_a_rank_tells_where_a_row_is_missing():
-    # Group 5 never ran an op and has no row: rows {3} cannot be told apart from {2} for
-    # two groups made after id 1, so rank 0's row for group 7 stays unread.
-    analysis, _ = analyse_dicts(_stalled_in_the_last_group(b_ran_an_op=False), render=False)
+    # Group 5 never ran an op and has no row: by the order of making alone, rows {3}
+    # cannot be told apart from {2} for two groups made after id 1, so without a like
+    # rank's word (rank 1's dump lost) rank 0's row for group 7 stays unread.
+    dumps = _stalled_in_the_last_group(b_ran_an_op=False)
+    del dumps[1]
+    analysis, _ = analyse_dicts(dumps, render=False)
     assert (0, "7") not in _ids_read(analysis)
+
+
+def test_a_like_rank_tells_the_id_of_a_group_made_after_one_without_a_row():
+    # Rank 1 made the same groups in the same order (its entries of group 7 carry id 3):
+    # rank 0 took the same ids, so its row 3 is group 7's, the gap left by group 5
+    # notwithstanding; the row says rank 0 finished #2 and #3, so rank 1's GPU stopped.
+    analysis, diagnosis = analyse_dicts(_stalled_in_the_last_group(b_ran_an_op=False), render=False)
+    assert _ids_read(analysis)[(0, "7")] == _ids_read(analysis)[(1, "7")] == 3
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == ("faults", [1])
+
+
+def test_no_id_is_taken_from_like_ranks_that_tell_two_ids_for_one_place():
+    # Rank 2 made the same groups as rank 1, yet its entries of group 7 carry id 2 where
+    # rank 1's carry 3: the two made their groups otherwise, so rank 0, which holds
+    # nothing of groups 5 and 7 and has rows under ids 2 and 3, takes neither id.
+    dumps = _stalled_in_the_last_group()
+    dumps[2] = copy.deepcopy(dumps[1])
+    for entry in dumps[2]["entries"]:
+        if entry["process_group"][0] == "7":
+            entry["pg_id"] = 2
+    for dump in dumps.values():
+        for config in dump["pg_config"].values():
+            config["ranks"] = "[0, 1, 2]"
+    analysis, _ = analyse_dicts(dumps, render=False)
+    assert sorted(name for rank, name in _ids_read(analysis) if rank == 0) == ["0", "3"]
+
+
+def _like_ranks(told: dict[int, dict[str, int]], keys: dict[int, set[int]]) -> dict[int, dict[str, int]]:
+    """`matcher._take_like_ranks_ids` over ranks of groups named 0 (default), 3, 5 and 7,
+    each of one family; `told` is rank -> {group name: id} as its entries tell."""
+    names = {0: "0", 1: "3", 2: "5", 3: "7"}
+    own = {rank: {gid: pg_id for gid, name in names.items() for n, pg_id in ids.items() if n == name}
+           for rank, ids in told.items()}
+    dumps = {rank: SimpleNamespace(pg_status={key: None for key in keys[rank]}) for rank in told}
+    _take_like_ranks_ids(own, {rank: list(names) for rank in told}, {gid: ("x", 2) for gid in names}, names, dumps)
+    return {rank: {names[gid]: pg_id for gid, pg_id in ids.items()} for rank, ids in own.items()}
+
+
+def test_ranks_whose_rows_have_other_keys_are_not_like_ranks():
+    # As the two pipeline stages of the real NVRx dumps: the same families of groups, but
+    # one stage made an unnamed group more (an id more, its rows' keys other): rank 1's id
+    # for group 7 is not rank 0's, though rank 0 has a row under it.
+    keys = {0: {0, 1, 2, 3, 4}, 1: {0, 1, 2, 4, 5}}
+    assert _like_ranks({0: {"0": 0, "3": 1}, 1: {"0": 0, "3": 1, "7": 4}}, keys)[0] == {"0": 0, "3": 1}
+    keys[0] = keys[1]
+    assert _like_ranks({0: {"0": 0, "3": 1}, 1: {"0": 0, "3": 1, "7": 4}}, keys)[0] == {"0": 0, "3": 1, "7": 4}
+
+
+@pytest.mark.parametrize("told", [
+    {1: {"0": 0, "5": 3}, 2: {"0": 0, "7": 3}},  # one id at two places
+    {1: {"0": 0, "5": 4}, 2: {"0": 0, "7": 3}},  # ids that fall as the places grow
+])
+def test_like_ranks_whose_ids_cannot_be_one_order_of_making_give_none(told):
+    keys = {rank: {0, 1, 2, 3, 4} for rank in (0, 1, 2)}
+    assert _like_ranks({0: {"0": 0}, **told}, keys)[0] == {"0": 0}
+
 
 # --------------------------------------------------------------------------- ops queued in only-active dumps
 

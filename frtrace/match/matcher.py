@@ -39,10 +39,12 @@ from frtrace.model import (
     SHAPE_FIELDS,
     UNREADABLE_OP,
     Entry,
+    Family,
     Group,
     OpName,
     PgStatus,
     Shapes,
+    family_of,
     numel,
 )
 from frtrace.table.batches import batch_at_the_cut
@@ -477,13 +479,69 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
             ids[unknown_groups[0]] = unknown_keys.pop()
     # Full dumps leave no key unplaced as a rule: the order is then never looked at.
     unplaced = {rank: sorted(set(dump.pg_status) - set(own[rank].values())) for rank, dump in dumps.items()}
-    if any(unplaced.values()) and _named_in_creation_order(own, groups_of, names):
+    if not any(unplaced.values()):
+        return own
+    in_creation_order = _named_in_creation_order(own, groups_of, names)
+    _take_like_ranks_ids(own, groups_of, {g.id: family_of(g) for g in layout.groups}, names, dumps)
+    unplaced = {rank: sorted(set(dump.pg_status) - set(own[rank].values())) for rank, dump in dumps.items()}
+    if any(unplaced.values()) and in_creation_order:
         for rank, keys in unplaced.items():
             for key in keys:
                 made = _created_between(key, own[rank], groups_of.get(rank, ()), names, keys)
                 if made is not None:
                     own[rank][made] = key
     return own
+
+
+# Ranks that made the same groups: their families in the order of the groups' names, and
+# their pg_status rows' keys.
+_LikeRanks = tuple[tuple[Family, ...], frozenset[int]]
+
+
+def _take_like_ranks_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int, Sequence[int]],
+                         families: Mapping[int, Family], names: Mapping[int, str], dumps: Mapping[int, RankDump]) -> None:
+    """Give a rank the ids its like ranks tell for the groups it tells none of. Where the
+    job's groups are named by torch's count of groups made, ranks whose groups, in the
+    order of their names, are of the same families (the same description and size), and
+    whose pg_status rows have the same keys, made the same groups in the same order, the
+    groups the dumps do not name (which take ids too) included: each took the same pg_id
+    for its group at each place. (Ranks of one family sequence may still make unnamed
+    groups of their own: in the real NVRx dumps the two pipeline stages do, and their rows'
+    keys differ.) Like ranks whose told ids do not grow with their places, or that tell
+    two ids for one place or one id for two, made their groups otherwise: no rank of
+    theirs takes any. An id is taken only where the rank's row under it is not placed on
+    another of its groups yet."""
+    classes: dict[_LikeRanks, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
+    made: dict[int, tuple[_LikeRanks, list[int]]] = {}
+    for rank, dump in dumps.items():
+        numbers = _creation_numbers(groups_of.get(rank, ()), names)
+        if numbers is None:
+            continue
+        order = sorted(numbers, key=numbers.__getitem__)
+        like = (tuple(families[gid] for gid in order), frozenset(dump.pg_status))
+        made[rank] = (like, order)
+        for place, gid in enumerate(order):
+            if gid in own[rank]:
+                classes[like][place].add(own[rank][gid])
+    agreed = {like: told for like, told in classes.items() if _one_id_a_place(told)}
+    for rank, (like, order) in made.items():
+        told_here, ids = agreed.get(like, {}), own[rank]
+        free = set(dumps[rank].pg_status) - set(ids.values())
+        for place, gid in enumerate(order):
+            pg_id = next(iter(told_here.get(place, ())), None)
+            if gid not in ids and pg_id in free:
+                ids[gid] = pg_id
+                free.discard(pg_id)
+
+
+def _one_id_a_place(told: Mapping[int, set[int]]) -> bool:
+    """Whether like ranks' ids, by the place of their group, are one id a place, no id at
+    two places, and growing with the places (as groups made in one order take them)."""
+    by_place = [(place, ids) for place, ids in sorted(told.items()) if ids]
+    if any(len(ids) > 1 for _, ids in by_place):
+        return False
+    in_order = [next(iter(ids)) for _, ids in by_place]
+    return all(a < b for a, b in zip(in_order, in_order[1:]))
 
 
 def _creation_numbers(group_ids: Sequence[int], names: Mapping[int, str]) -> Optional[dict[int, int]]:
