@@ -111,21 +111,24 @@ def test_a_healthy_deep_pipeline_of_only_active_dumps_stays_healthy():
 
 
 
+@pytest.mark.parametrize("pg_order", ["same", "unnamed"])
 @pytest.mark.parametrize("rank, seed, lookahead", [(8, 297, 0), (0, 753, 2)])
-def test_ranks_take_the_ids_their_like_ranks_tell_in_a_ring_with_one_rank_groups(rank, seed, lookahead):
+def test_ranks_take_the_ids_their_like_ranks_tell_in_a_ring_with_one_rank_groups(rank, seed, lookahead, pg_order):
     # TP 2 x CP 8 with a one-rank DP group that never runs an op (no row, yet an id): the
     # rows of ranks that hold nothing of their TP group cannot be placed by the order of
     # making, but their like ranks' entries tell the TP group's id. Their rows say the
     # sibling TP groups ran all_reduce #12 before the default group's op: the rank that
-    # holds none went past it, rather than its partner issuing an extra one.
+    # holds none went past it, rather than its partner issuing an extra one. So too where
+    # ranks made groups no dump names, one more on odd ring positions ("unnamed").
     job = generate(16, 2, 8, steps=3, fault=Fault("skip_op", rank=rank, group="tp", step=1 + seed % 2), timing=True,
-                   p2p="plain", only_active=True, seed=seed, lookahead=lookahead, ring=True, **FAITHFUL)
+                   p2p="plain", only_active=True, seed=seed, lookahead=lookahead, ring=True, pg_order=pg_order,
+                   **FAITHFUL)
     analysis, diagnosis = analyse_dicts(dict(job.dumps), render=False)
     assert (diagnosis.status, list(diagnosis.suspect_ranks)) == (job.truth["status"], job.truth["suspect_ranks"]) == (
         "faults", [rank])
     truth = {(r, entry["process_group"][0]): entry["pg_id"]
              for r, dump in generate(16, 2, 8, steps=3, timing=True, p2p="plain", seed=seed, ring=True,
-                                     **FAITHFUL).dumps.items() for entry in dump["entries"]}
+                                     pg_order=pg_order, **FAITHFUL).dumps.items() for entry in dump["entries"]}
     ids = _ids_read(analysis)
     assert {key: truth.get(key) for key in ids} == ids
 

@@ -852,6 +852,18 @@ def test_rotated_group_orders_give_each_rank_its_own_pg_ids():
     assert any(len(set(by_rank.values())) > 1 for name, by_rank in ids.items() if name != "0")
 
 
+def test_unnamed_groups_take_ids_that_no_entry_or_row_shows():
+    # As in the real NVRx dumps: ids the ranks' groups skip, more on one pipeline stage.
+    job = generate(16, tp=2, pp=4, steps=2, pg_order="unnamed", pg_status="work")
+    for rank in (0, 2):
+        dump = job.dumps[rank]
+        ids = sorted({e["pg_id"] for e in _entries(dump)})
+        assert ids == ([0, 3, 4, 5] if rank == 0 else [0, 3, 5, 6])  # rank 2 is on stage 1, an odd one
+        assert sorted(map(int, dump["pg_status"])) == ids and len(dump["pg_config"]) == 4
+    same = generate(16, tp=2, pp=4, steps=2, pg_status="work")
+    assert [e["process_group"] for e in _entries(job.dumps[2])] == [e["process_group"] for e in _entries(same.dumps[2])]
+
+
 def test_gzipped_files_read_as_the_plain_ones(tmp_path):
     """`--gzip` (write_job(compress=True)) writes each dump gzipped; frtrace reads them to the same report."""
     from helpers import run_cli

@@ -140,7 +140,10 @@ Job shapes (keyword arguments of `generate`):
 * `pg_order="rotated"`: each rank creates its groups (after the default one, always pg_id 0)
   in an order of its own, tp, pp, dp rotated by the rank: its pg_id for a group is not its
   peers'. `hashed_names=True`: groups other than the default are named by a hash of their
-  ranks, as torch does when asked to.
+  ranks, as torch does when asked to. `pg_order="unnamed"`: the order is the same on every
+  rank, but each rank also makes groups no dump names (two after the default group, and on
+  an odd pipeline stage one more after its TP group), which take pg_ids and never run an op:
+  ids with no row and no entry, as in the real NVRx dumps.
 
 Another writer: `cupti_monitor_job(job)` rewrites a job (generated with a buffer holding the
 whole history) as PyTorch's CUPTI comms monitor dumps it, and `write_cupti_job` writes it
@@ -193,7 +196,7 @@ _DIAGNOSIS = {
 P2P_MODES = ("plain", "batched", "mixed")
 COALESCED_EVENTS = ("batch", "marker")
 PG_STATUS_MODES = ("collectives", "work")
-PG_ORDERS = ("same", "rotated")
+PG_ORDERS = ("same", "rotated", "unnamed")
 
 BACKEND = "nccl"
 COMM_LIB_VERSION = "2.27.5"
@@ -1257,6 +1260,7 @@ class _DumpBuilder:
         self.world, self.run = world, run
         self.timeout_ms = timeout_ms
         self.rotated = pg_order == "rotated"
+        self.unnamed = pg_order == "unnamed"
         self.timing, self.buffer_size, self.version = timing, buffer_size, version
         self.coalesced_events, self.pg_status_mode, self.only_active = coalesced_events, pg_status, only_active
         self.stalled = stalled or {}
@@ -1294,6 +1298,20 @@ class _DumpBuilder:
             duration = round((finish - t0 - 15_000) / _MS, 3)  # includes waiting for peers
         return started_ns, completed_ns, duration
 
+    def _pg_ids(self, rank: int, count: int) -> list[int]:
+        """The pg_ids of the rank's `count` groups, in the order it made them. With unnamed
+        groups (`pg_order="unnamed"`) it made two more after the default group, and on an
+        odd pipeline stage one more after its TP group: they take ids but no dump names
+        them, and as they run no op they have no pg_status row (the real NVRx dumps show
+        such ids, more on one pipeline stage than on the other)."""
+        if not self.unnamed:
+            return list(range(count))
+        ids, next_id = [0], 3
+        for position in range(1, count):
+            ids.append(next_id)
+            next_id += 2 if position == 1 and self.world.coords(rank)[1] % 2 else 1
+        return ids
+
     def __call__(self, rank: int, fresh: bool = False) -> dict:
         """The rank's dump; `fresh` gives every entry its own containers (see `_unshared`)."""
         world, run = self.world, self.run
@@ -1302,8 +1320,8 @@ class _DumpBuilder:
         front = issued if rank in self.dumped_late else min(run.done[rank], self.stalled.get(rank, len(ops)))
         t_issue = run.t_issue[rank]
         my_groups = world.groups_of(rank, self.rotated)
-        pg_of = {g.idx: pg for pg, g in enumerate(my_groups)}
-        npg = len(my_groups)
+        pg_of = {g.idx: pg for pg, g in zip(self._pg_ids(rank, len(my_groups)), my_groups)}
+        npg = max(pg_of.values()) + 1
         coll, p2p, op_id = [0] * npg, [0] * npg, [0] * npg
         # pg_status: last enqueued / started / completed sequence number per group.
         last_enq, last_started, last_done, used = [-1] * npg, [-1] * npg, [-1] * npg, [False] * npg
@@ -1902,7 +1920,7 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--timeout-ms", type=int, default=TIMEOUT_MS, help="the process groups' timeout")
     parser.add_argument("--ring", action="store_true", help="context-parallel ring attention instead of a pipeline")
     parser.add_argument("--vchunks", type=int, default=1, help="model chunks per stage (interleaved pipeline)")
-    parser.add_argument("--pg-order", choices=PG_ORDERS, default="same", help="rotated: each rank its own pg_ids")
+    parser.add_argument("--pg-order", choices=PG_ORDERS, default="same", help="rotated: each rank its own pg_ids; unnamed: ids taken by groups no dump names")
     parser.add_argument("--hashed-names", action="store_true", help="name groups by a hash of their ranks")
     parser.add_argument("--ring-step", type=int, default=-1, help="skip_ring_step: which ring step")
     parser.add_argument("--last-op", action="store_true", help="hang/mismatch at the step's last collective")
