@@ -452,7 +452,8 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     its groups holds none, that key is that group's. The default group is the first group
     every rank creates (init_process_group), so its id is 0 unless an entry says 0 is
     another group's. Then, where the job's groups are named by torch's count of groups
-    made, by the order of making (`_created_between`, when `_named_in_creation_order`).
+    made, from like ranks that made the same groups (`_take_like_ranks_ids`), and by the
+    order of making (`_created_between`, when `_named_in_creation_order`).
     Else the group has no id on the rank, and its pg_status row for the group cannot be
     found (it says nothing)."""
     own: dict[int, dict[int, int]] = defaultdict(dict)
