@@ -7,9 +7,10 @@ Each job is drawn at random from our generator's options: pipelines, interleaved
 and context-parallel rings; eight layouts (TP 1 to 4, PP 2 to 8, one replica or more);
 plain, batched and mixed P2P; timing on or off; dumps whole, with only their active
 entries, or with rings that wrapped; groups made in one order or each rank in its own,
-with hashed names; batch markers or events; watchdog-polled times; CPU run-ahead. A third
-of the jobs are dumped while a family of groups is in the middle of a collective
-(`in_flight`: not a fault). No job holds a fault, so any FAULT is the worst error frtrace
+with hashed names; in one order, half the time with ids taken by groups no dump names
+(as in the real NVRx dumps); batch markers or events; watchdog-polled times; CPU
+run-ahead. A third of the jobs are dumped while a family of groups is in the middle of a
+collective (`in_flight`: not a fault). No job holds a fault, so any FAULT is the worst error frtrace
 can make: each is printed with the job's options, then the tally of verdicts. Exit 1 when
 any job was a FAULT. A tool, not a test (a minute or two a thousand jobs).
 
@@ -40,6 +41,8 @@ BUFFERS = [30, 60, 120, 250]  # entries per rank, when the ring wraps
 def jobs(seed: int, count: int) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(label, "none" or "in_flight", generate's arguments) of each job, drawn in one order."""
     rng = random.Random(seed)
+    # Its own draws, so that the jobs of a seed are those of before it was added.
+    unnamed = random.Random(f"unnamed-{seed}")
     for _ in range(count):
         world, tp, pp = rng.choice(LAYOUTS)
         shape = rng.choice(SHAPES)
@@ -52,6 +55,8 @@ def jobs(seed: int, count: int) -> Iterator[tuple[str, str, dict[str, Any]]]:
             coalesced_events=rng.choice(["batch", "marker"]), watchdog_ms=rng.choice([None, 100.0]),
             bubble_ms=rng.choice([0.0, 100.0]), pg_status=rng.choice(["collectives", "work"]))
         params["hashed_names"] = params["pg_order"] == "rotated" and rng.random() < 0.7
+        if params["pg_order"] == "same" and unnamed.random() < 0.5:
+            params["pg_order"] = "unnamed"  # ids taken by groups no dump names (real NVRx dumps)
         if rng.random() < 0.3:
             params["buffer_size"] = rng.choice(BUFFERS)
         if shape == "vpp":
