@@ -311,6 +311,17 @@ def test_a_job_dumped_while_every_rank_is_mid_collective_is_no_fault(tmp_path, w
     assert "cannot tell" in report["summary"]
 
 
+@pytest.mark.parametrize("world, tp", [(32, 4), (64, 8)])
+def test_notes_on_groups_in_flight_come_in_the_order_of_their_groups(world, tp):
+    # One note per group in flight, each timed on its members' own clocks: read in the
+    # order of their groups (the text report's sections follow it), not of those times.
+    synth_job = generate(world, tp=tp, pp=1, steps=3, timing=True, lookahead=2, **FAITHFUL,
+                         fault=Fault("in_flight", rank=0, group="dp", step=2))
+    _, diagnosis = analyse_dicts(dict(synth_job.dumps), render=False)
+    noted = [f.group_id for f in diagnosis.findings if f.severity == "info" and f.kind == "in_flight"]
+    assert len(noted) > 2 and noted == sorted(noted)
+
+
 @pytest.mark.parametrize("world, tp, steps, seed, order, rank", [
     (16, 4, 5, 461, "same", 9),
     (8, 2, 2, 823, "rotated", 5),

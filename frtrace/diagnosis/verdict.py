@@ -26,7 +26,10 @@ def conclude(facts: Facts, findings: list[Finding]) -> Diagnosis:
 
 
 def _report_order(f: Finding) -> tuple[bool, int, int, int, str]:
-    return (not f.is_root, _SEVERITY_ORDER[f.severity], f.age_ns, f.group_id if f.group_id is not None else -1, f.kind)
+    # Roots and warnings oldest first (where a hang most often starts); notes by group,
+    # which is how a reader looks one up among many alike.
+    age = f.age_ns if f.severity != "info" else 0
+    return (not f.is_root, _SEVERITY_ORDER[f.severity], age, f.group_id if f.group_id is not None else -1, f.kind)
 
 
 def _evidence_is_lacking(facts: Facts, findings: list[Finding]) -> bool:
