@@ -415,6 +415,25 @@ def test_a_deadlock_circle_told_apart_only_by_age_says_so(tmp_path, world, tp, p
     assert "deadlock_circle_by_age" in confidence["evidence"] and confidence["confidence"] < 0.7
 
 
+@pytest.mark.parametrize("culprit, group, seed, lookahead, p2p, order", [
+    (9, "dp", 535, 0, "mixed", "same"),
+    (14, "pp", 941, 2, "mixed", "rotated"),
+])
+def test_a_circle_of_stage_neighbours_names_the_rank_whose_gpu_shows_it_stopped(tmp_path, culprit, group, seed,
+                                                                                  lookahead, p2p, order):
+    """Only-active dumps of a PP 8 x DP 2 pipeline (TP 1): a rank's GPU stops completing
+    work. It and its stage neighbour wait on each other's sends and recvs, one pair of
+    ranks blamed alike; only the stalled rank holds an op of another group unfinished that
+    its peer there finished. That tells the root where the findings alone are alike."""
+    synth_job = generate(16, tp=1, pp=8, steps=3, p2p=p2p, timing=order == "same", lookahead=lookahead, only_active=True,
+                         seed=seed, pg_order=order, hashed_names=order == "rotated",
+                         fault=Fault("gpu_error", rank=culprit, group=group, step=1 + seed % 2), **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == [culprit]
+    report = assert_truth(tmp_path, synth_job)
+    held = [f for f in report["findings"] if f["rule"] == "frontier.dumped_at_other_moments"]
+    assert any(f["evidence"]["holding_ranks"] == [culprit] for f in held)
+
+
 # --------------------------------------------------------------------------- two-member mismatches, no sibling there
 
 @pytest.mark.parametrize("pp,kind,culprit,step,seed,timing,lookahead,p2p,buffer_size", [

@@ -31,6 +31,8 @@ LikeRanksJudge = Callable[[Finding], LikeRanksSay]
 Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
 # The rule of a device stall: ranks holding an op their peers finished and went past.
 STALL_RULE = "frontier.stuck_on_device"
+# A note of ranks holding an op unfinished that a peer finished (no stall shown alone).
+HELD_PAST_PEERS_RULE = "frontier.dumped_at_other_moments"
 NOTHING_SAID = LikeRanksSay()
 
 
@@ -160,7 +162,8 @@ def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge
         holders = _holders(blocking, candidates, gone_past, waits)
         for finding, gone in gone_past.items():
             finding.went_past = gone
-    for finding, (root, link) in _causes(candidates, blocking, holders, like_ranks).items():
+    stopped = _held_past_peers(findings)
+    for finding, (root, link) in _causes(candidates, blocking, holders, like_ranks, stopped).items():
         finding.caused_by, finding.link = root, link
     _unseen_behind_seen(candidates, undumped)
 
@@ -184,7 +187,8 @@ def _unseen_behind_seen(candidates: list[Finding], undumped: frozenset[int]) -> 
             finding.caused_by, finding.link = seen[0], "unseen"
 
 
-def _circle_root(circle: list[Finding], like_ranks: Optional[LikeRanksJudge] = None) -> Finding:
+def _circle_root(circle: list[Finding], like_ranks: Optional[LikeRanksJudge] = None,
+                 stopped: frozenset[int] = frozenset()) -> Finding:
     """The root of findings that wait on each other in a circle (a deadlock). The
     narrowest story wins: one rank to blame beats a whole half of the job. Then the rank
     the circle blames most often: a rank that broke the program (skipped one op, issued
@@ -192,7 +196,9 @@ def _circle_root(circle: list[Finding], like_ranks: Optional[LikeRanksJudge] = N
     surely part of the program. Then what like ranks in sibling groups say (`like_ranks`):
     a finding whose "never posted" they belie comes last (the like rank of its suspect,
     standing where it does, posted that op); a finding whose suspect's P2P numbering fell
-    behind its like rank's, while its peer keeps pace, first (it left ops out)."""
+    behind its like rank's, while its peer keeps pace, first (it left ops out). Last, before
+    the age: a finding whose suspect holds an op elsewhere that a peer finished (`stopped`),
+    the sign of a GPU that stopped, where the circle's findings are otherwise alike."""
     # A pair of ranks' two channels count once: a rank stuck elsewhere leaves both its send
     # to a peer and its recv from it unposted, one story told twice.
     blamed = Counter(rank for rank, _ in {(rank, _told(finding)) for finding in circle for rank in finding.suspect_ranks})
@@ -204,10 +210,10 @@ def _circle_root(circle: list[Finding], like_ranks: Optional[LikeRanksJudge] = N
     for finding, say in said.items():
         finding.partner_posted = say.partner_posted
 
-    def weight(finding: Finding) -> tuple[int, int, int, bool, bool, bool]:
+    def weight(finding: Finding) -> tuple[int, int, int, bool, bool, bool, bool]:
         say = said.get(finding, NOTHING_SAID)
         return (len(finding.suspect_ranks), -support(finding), _circle_priority(finding), not finding.siblings_issued_it,
-                say.partner_posted is not None, say.fell_behind is None)
+                say.partner_posted is not None, say.fell_behind is None, not stopped & set(finding.suspect_ranks))
 
     root = min(circle, key=lambda f: (weight(f), f.age_ns))
     root.fell_behind = said.get(root, NOTHING_SAID).fell_behind
@@ -227,12 +233,20 @@ def _told(finding: Finding) -> object:
     return finding.group_id, frozenset(finding.p2p_ends[:2])
 
 
+def _held_past_peers(findings: list[Finding]) -> frozenset[int]:
+    """Ranks that hold an op unfinished which a peer finished: alone a note (each rank
+    dumps at its own moment), yet the one sign in the dumps of a GPU that stopped."""
+    return frozenset(rank for f in findings if f.rule == HELD_PAST_PEERS_RULE
+                     for rank in f.facts.get("holding_ranks", ()))
+
+
 def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held],
-            like_ranks: Optional[LikeRanksJudge] = None) -> dict[Finding, tuple[Finding, str]]:
+            like_ranks: Optional[LikeRanksJudge] = None,
+            stopped: frozenset[int] = frozenset()) -> dict[Finding, tuple[Finding, str]]:
     """finding -> (its root cause, how: "same_suspects" or "blocked")."""
     roots = [f for f in candidates if f not in holders]
     cause = _same_suspects(blocking, holders, roots)
-    cause.update(_blocked(blocking, holders, roots, set(roots) | set(cause), like_ranks))
+    cause.update(_blocked(blocking, holders, roots, set(roots) | set(cause), like_ranks, stopped))
     return cause
 
 
@@ -264,7 +278,8 @@ def _blaming_together(roots: list[Finding], free: set[int]) -> list[Finding]:
 
 
 def _blocked(blocking: list[Finding], holders: dict[Finding, Held], roots: list[Finding],
-             resolved: set[Finding], like_ranks: Optional[LikeRanksJudge] = None) -> dict[Finding, tuple[Finding, str]]:
+             resolved: set[Finding], like_ranks: Optional[LikeRanksJudge] = None,
+             stopped: frozenset[int] = frozenset()) -> dict[Finding, tuple[Finding, str]]:
     """The findings left, each blocked in the settled finding that holds most of its
     ranks, settled in waves from the roots (`resolved`); where none is ready, the
     findings wait on each other in a circle, whose root joins `roots`."""
@@ -274,7 +289,7 @@ def _blocked(blocking: list[Finding], holders: dict[Finding, Held], roots: list[
     while pending:
         ready = [f for f in pending if any(g in resolved for g, _ in holders[f])]
         if not ready:
-            best = _circle_root(_source_circle(pending, parents, resolved), like_ranks)
+            best = _circle_root(_source_circle(pending, parents, resolved), like_ranks, stopped)
             roots.append(best)
             ready = [best]
         for finding in ready:
