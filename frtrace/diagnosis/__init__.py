@@ -38,7 +38,7 @@ from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRanksSay, P2PEnds, WentPast
-from frtrace.diagnosis.frontier import frontiers, stuck_on_device
+from frtrace.diagnosis.frontier import frontiers, held_past_peers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import LikeRanksJudge, WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
@@ -102,7 +102,7 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
     # Linking breaks ties by the order it is given: per group, collectives before P2P.
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, went_past, facts.waits, _like_ranks_judge(facts),
-                      frozenset(facts.analysis.layout.ranks_missing))
+                      frozenset(facts.analysis.layout.ranks_missing), held_past_peers(findings))
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)

@@ -362,6 +362,16 @@ def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...
     return len(holders) <= len(done) + len(unseen) and any(rank in facts.blocked_entry for rank in done)
 
 
+DUMPED_AT_OTHER_MOMENTS = "frontier.dumped_at_other_moments"
+
+
+def held_past_peers(findings: list[Finding]) -> frozenset[int]:
+    """The ranks that hold an op unfinished which a peer finished (`_dumped_at_other_moments`):
+    alone a note, as each rank dumps at its own moment; in a deadlock, the one sign in the
+    dumps of a GPU that stopped."""
+    return frozenset(rank for f in findings if f.rule == DUMPED_AT_OTHER_MOMENTS for rank in f.facts["holding_ranks"])
+
+
 def _dumped_at_other_moments(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...],
                              went_on: bool, blocked: dict[int, Entry]) -> Finding:
     """Some members hold the op unfinished where others finished it, and no device stall
@@ -385,7 +395,7 @@ def _dumped_at_other_moments(view: GroupView, match: CollectiveMatch, holders: t
     else:
         why = f"more members hold it than finished it, too many GPUs to stop at one op: {moment}"
     return new_finding(
-        "in_flight", "frontier.dumped_at_other_moments", view, severity="info", op=entry.op, collective_seq_id=match.seq,
+        "in_flight", DUMPED_AT_OTHER_MOMENTS, view, severity="info", op=entry.op, collective_seq_id=match.seq,
         p2p_seq_id=None, ranks=tuple(sorted(holders + done)), suspect_ranks=(),
         message=(f"{ranks_text(holders)} still {'holds' if one else 'hold'} {entry.op} #{match.seq} of "
                  f"{group_text(view.group.name, view.group.desc)} unfinished, which {ranks_text(done)} finished; {why}"),

@@ -31,8 +31,6 @@ LikeRanksJudge = Callable[[Finding], LikeRanksSay]
 Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
 # The rule of a device stall: ranks holding an op their peers finished and went past.
 STALL_RULE = "frontier.stuck_on_device"
-# A note of ranks holding an op unfinished that a peer finished (no stall shown alone).
-HELD_PAST_PEERS_RULE = "frontier.dumped_at_other_moments"
 NOTHING_SAID = LikeRanksSay()
 
 
@@ -151,9 +149,10 @@ def _ranks_gone_past(blocking: list[Finding], candidates: list[Finding], holders
 
 def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge] = None,
                       waits: Optional[Waits] = None, like_ranks: Optional[LikeRanksJudge] = None,
-                      undumped: frozenset[int] = frozenset()) -> None:
+                      undumped: frozenset[int] = frozenset(), stopped: frozenset[int] = frozenset()) -> None:
     """Mark which findings are roots and which follow from them (see module docstring).
-    `undumped`: the ranks without a usable dump."""
+    `undumped`: the ranks without a usable dump; `stopped`: those whose GPU shows it
+    stopped (they hold an op a peer finished: see `_circle_root`)."""
     candidates = [f for f in findings if kind_row(f.kind).root_priority is not None]
     blocking = [f for f in candidates if kind_row(f.kind).blocks_peers and f.absent_ranks]
     holders = _holders(blocking, candidates, {}, waits)
@@ -162,7 +161,6 @@ def link_consequences(findings: list[Finding], went_past: Optional[WentPastJudge
         holders = _holders(blocking, candidates, gone_past, waits)
         for finding, gone in gone_past.items():
             finding.went_past = gone
-    stopped = _held_past_peers(findings)
     for finding, (root, link) in _causes(candidates, blocking, holders, like_ranks, stopped).items():
         finding.caused_by, finding.link = root, link
     _unseen_behind_seen(candidates, undumped)
@@ -231,13 +229,6 @@ def _told(finding: Finding) -> object:
     if finding.p2p_ends is None:
         return finding
     return finding.group_id, frozenset(finding.p2p_ends[:2])
-
-
-def _held_past_peers(findings: list[Finding]) -> frozenset[int]:
-    """Ranks that hold an op unfinished which a peer finished: alone a note (each rank
-    dumps at its own moment), yet the one sign in the dumps of a GPU that stopped."""
-    return frozenset(rank for f in findings if f.rule == HELD_PAST_PEERS_RULE
-                     for rank in f.facts.get("holding_ranks", ()))
 
 
 def _causes(candidates: list[Finding], blocking: list[Finding], holders: dict[Finding, Held],

@@ -26,6 +26,7 @@ from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Finding
 from frtrace.load.forked import Forked, in_children, may_fork
 from frtrace.match.matcher import GroupView
+from frtrace.table.rank_dump import RankDump
 
 Rule = Callable[[Facts], list[Finding]]
 
@@ -67,7 +68,7 @@ class RuleRuns:
         other child takes, and at least half of them between them: each child shares its
         rule's groups out again."""
         children: dict[Rule, Forked[list[Finding]]] = {}
-        if may_fork(processes) and _entries(facts) >= FORK_FROM_ENTRIES:
+        if worth_forking(facts.seen, processes):
             forked = costly_first[:processes - 1]
             among = max(1, sum(1 for rule in forked if _spread_as(rule, spread) is not None))
             each = max(1 + (processes - len(forked)) // among, processes // (2 * among))
@@ -125,7 +126,7 @@ def shared_out(answer: Callable[[list[_Question]], list[_Answer]], questions: li
     (`in_children`). `answer` must answer each question alone, as it would among the
     others."""
     runs = min(processes, len(questions) // max(1, QUESTIONS_PER_RUN))
-    if runs <= 1 or not may_fork(processes) or _entries(facts) < FORK_FROM_ENTRIES:
+    if runs <= 1 or not worth_forking(facts.seen, processes):
         return answer(questions)
     size = -(-len(questions) // runs)
     shares = [questions[start:start + size] for start in range(0, len(questions), size)]
@@ -156,5 +157,7 @@ def view_shares(views: Sequence[GroupView], parts: int) -> list[list[GroupView]]
     return [share for share in shares if share]
 
 
-def _entries(facts: Facts) -> int:
-    return sum(len(dump.entries) for dump in facts.seen)
+def worth_forking(dumps: Sequence[RankDump], processes: int) -> bool:
+    """Whether work on these dumps may go to forked children: `processes` to spare
+    (may_fork) and a job large enough (FORK_FROM_ENTRIES) to pay for the forks."""
+    return may_fork(processes) and sum(len(dump.entries) for dump in dumps) >= FORK_FROM_ENTRIES

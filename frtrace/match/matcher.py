@@ -478,13 +478,12 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         unknown_groups = [gid for gid in groups_of.get(rank, ()) if gid not in ids and gid not in default]
         if len(unknown_keys) == 1 and len(unknown_groups) == 1:
             ids[unknown_groups[0]] = unknown_keys.pop()
-    # Full dumps leave no key unplaced as a rule: the order is then never looked at.
-    unplaced = {rank: sorted(set(dump.pg_status) - set(own[rank].values())) for rank, dump in dumps.items()}
-    if not any(unplaced.values()):
+    # Full dumps leave no key unplaced as a rule: like ranks and the order are then never looked at.
+    if not any(_unplaced_keys(own, dumps).values()):
         return own
     in_creation_order = _named_in_creation_order(own, groups_of, names)
     _take_like_ranks_ids(own, groups_of, {g.id: family_of(g) for g in layout.groups}, names, dumps)
-    unplaced = {rank: sorted(set(dump.pg_status) - set(own[rank].values())) for rank, dump in dumps.items()}
+    unplaced = _unplaced_keys(own, dumps)
     if any(unplaced.values()) and in_creation_order:
         for rank, keys in unplaced.items():
             for key in keys:
@@ -492,6 +491,11 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
                 if made is not None:
                     own[rank][made] = key
     return own
+
+
+def _unplaced_keys(own: Mapping[int, Mapping[int, int]], dumps: Mapping[int, RankDump]) -> dict[int, list[int]]:
+    """rank -> its pg_status keys no group of it is placed on yet, in order."""
+    return {rank: sorted(set(dump.pg_status) - set(own.get(rank, {}).values())) for rank, dump in dumps.items()}
 
 
 # Ranks that made the same groups: their families in the order of the groups' names, and
@@ -524,25 +528,26 @@ def _take_like_ranks_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int,
         for place, gid in enumerate(order):
             if gid in own[rank]:
                 classes[like][place].add(own[rank][gid])
-    agreed = {like: told for like, told in classes.items() if _one_id_a_place(told)}
+    agreed = {like: ids for like, told in classes.items() if (ids := _agreed_ids(told)) is not None}
     for rank, (like, order) in made.items():
         told_here, ids = agreed.get(like, {}), own[rank]
         free = set(dumps[rank].pg_status) - set(ids.values())
         for place, gid in enumerate(order):
-            pg_id = next(iter(told_here.get(place, ())), None)
+            pg_id = told_here.get(place)
             if gid not in ids and pg_id in free:
                 ids[gid] = pg_id
                 free.discard(pg_id)
 
 
-def _one_id_a_place(told: Mapping[int, set[int]]) -> bool:
-    """Whether like ranks' ids, by the place of their group, are one id a place, no id at
-    two places, and growing with the places (as groups made in one order take them)."""
-    by_place = [(place, ids) for place, ids in sorted(told.items()) if ids]
-    if any(len(ids) > 1 for _, ids in by_place):
-        return False
-    in_order = [next(iter(ids)) for _, ids in by_place]
-    return all(a < b for a, b in zip(in_order, in_order[1:]))
+def _agreed_ids(told: Mapping[int, set[int]]) -> Optional[dict[int, int]]:
+    """place -> id, from like ranks' ids by the place of their group, where they tell one
+    id a place, growing with the places (as groups made in one order take them, so no id
+    at two places either); else None."""
+    if any(len(ids) > 1 for ids in told.values()):
+        return None
+    by_place = {place: next(iter(ids)) for place, ids in sorted(told.items()) if ids}
+    in_order = list(by_place.values())
+    return by_place if all(a < b for a, b in zip(in_order, in_order[1:])) else None
 
 
 def _creation_numbers(group_ids: Sequence[int], names: Mapping[int, str]) -> Optional[dict[int, int]]:

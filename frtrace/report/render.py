@@ -19,7 +19,7 @@ from frtrace._version import __version__
 from frtrace.diagnosis import Diagnosis, Finding, kind, side_by_side
 from frtrace.diagnosis.confidence import suspect_confidences
 from frtrace.load.discovery import OTHER_GENERATION
-from frtrace.load.forked import Forked, may_fork
+from frtrace.load.forked import Forked
 from frtrace.load.layout import Layout
 from frtrace.match.analysis import Analysis
 from frtrace.model import LoadIssue
@@ -96,14 +96,13 @@ class ReportParts:
         return self
 
     def work_out_apart(self, processes: int) -> bool:
-        """Start working these parts out in a forked child, where a large job (as
-        side_by_side.FORK_FROM_ENTRIES counts) has `processes` to spare (may_fork): the
-        main process sets the pace of a many-core run once the files are read, and these
-        parts are some 0.3 s of its CPU at 4,096 ranks. Read back when first asked for,
+        """Start working these parts out in a forked child, where a large job has
+        `processes` to spare (side_by_side.worth_forking): the main process sets the pace
+        of a many-core run once the files are read, and these parts are some 0.3 s of its
+        CPU at 4,096 ranks. Read back when first asked for,
         by the report (the child leaves its result in a file: see Forked.start_spilling);
         worked out here should the child fail. Whether a child was started."""
-        entries = sum(len(dump.entries) for dump in self.analysis.load.dumps)
-        if self._apart is None and may_fork(processes) and entries >= side_by_side.FORK_FROM_ENTRIES:
+        if self._apart is None and side_by_side.worth_forking(self.analysis.load.dumps, processes):
             self._apart = Forked.try_start(_parts_of, self.analysis, spilling=True)
         return self._apart is not None
 
