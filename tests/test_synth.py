@@ -7,6 +7,7 @@ import json
 import pickle
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -750,6 +751,38 @@ def test_several_hosts_that_stop_issuing_each_stop_at_their_own_groups_collectiv
                           if e["process_group"][0] == dp_name and e["state"] != "completed"} - held
                    for peer in set(dp) - {culprit}}
         assert all(len(seqs) == 1 for seqs in waiting.values()) and len(set.union(*waiting.values())) == 1
+
+
+def _created(dump: dict) -> list[int]:
+    return [e["time_created_ns"] for e in _entries(dump)]
+
+
+@pytest.mark.parametrize("kind", ["hang", "gpu_error"])
+def test_culprits_that_stop_at_once_stop_at_one_moment_wherever_each_is(kind):
+    # NVRx starts both faults after one delay: the second culprit stops at the moment the
+    # first does, wherever it then is in its own program, not at the same collective of its
+    # own. Up to that moment the job is the healthy one (same draws, same times).
+    fault = Fault(kind, rank=6, group="pp", step=1, ranks=(6, 12), at_once=True)
+    job = generate(16, 2, 4, steps=4, timing=True, fault=fault, **FAITHFUL)
+    healthy = generate(16, 2, 4, steps=4, timing=True, **FAITHFUL)
+    assert (job.truth["status"], job.truth["suspect_ranks"]) == ("faults", [6, 12])
+    faulty_ops, healthy_ops = _created(job.dumps[12]), _created(healthy.dumps[12])
+    # Rank 12's ops are the healthy job's, cut at one op: those before the moment.
+    assert faulty_ops == healthy_ops[:len(faulty_ops)] and len(faulty_ops) < len(healthy_ops)
+    if kind == "hang":
+        # It issued every op the healthy job issued before rank 6 reached its target
+        # (issued then: the healthy job's op of rank 6 missing from the faulty dump) and none after.
+        moment = healthy.dumps[6]["entries"][len(job.dumps[6]["entries"])]["time_created_ns"]
+        assert faulty_ops == [t for t in healthy_ops if t < moment]
+    else:
+        # Its GPU stopped: its newest ops never completed, and its host went on a little.
+        assert _entries(job.dumps[12])[-1]["state"] != "completed"
+        assert 12 in job.truth["blocked_ranks"]
+    # The same job without at_once stops each culprit at its own step's collective instead.
+    apart = generate(16, 2, 4, steps=4, timing=True, fault=replace(fault, at_once=False), **FAITHFUL)
+    assert _created(apart.dumps[12]) != faulty_ops
+    with pytest.raises(ValueError):
+        generate(16, 2, 4, fault=Fault("skip_op", rank=1, at_once=True))
 
 
 @pytest.mark.parametrize("p2p", ["batched", "mixed"])

@@ -56,7 +56,9 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
   group in that step (stuck in host code). not_issued; its peers wait in collective #k.
   With several culprits (`Fault.ranks`, as NVRx's LOCK_GIL stops two hosts at once), each
   stops so at that collective of its own group of the family; suspects are the culprits
-  (one that waits behind another before it gets there shows as a victim).
+  (one that waits behind another before it gets there shows as a victim). With
+  `Fault.at_once` the others stop at the moment the first (`Fault.rank`) reaches its
+  collective instead, wherever each then is (NVRx starts both faults after one delay).
 * `missing_dump_hang`: the same, and the culprit's dump is absent. missing_dump.
 * `skip_op`: the culprit skips the step's *last* plain collective of the group and carries on,
   to block later in another group. not_issued. (The last one, so that the culprit's next
@@ -84,7 +86,9 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
   stops completing on its side (its entries stay scheduled, the first started with timing)
   though its kernels ran, so its peers complete them; its host enqueues a few more ops (the
   j-th culprit 4 + 3j), then blocks, and its peers wait in the next op that needs it. stuck;
-  suspects are the culprits.
+  suspects are the culprits. With `Fault.at_once` every culprit's GPU stops at one moment
+  in the step (when the first issues the middle op of its step), each from its first op not
+  finished by then.
 * `in_flight` (not a fault): the job is dumped while every group of the culprit's family
   (`Fault.group`: all the dp groups, say) is in the step's first plain collective of the
   group, every member in it, none done. Like `stuck`, judged by age (below). `Fault.dumped_late`:
@@ -229,6 +233,10 @@ class Fault:
     # in_flight: ranks dumped a moment later than the rest, once the op had ended: every op
     # they had issued finished (each rank dumps at its own moment).
     dumped_late: tuple = ()
+    # Several culprits (hang, gpu_error): the first stops at its target and the others at that
+    # same moment, wherever each is in its own program (NVRx starts both faults after one delay),
+    # rather than each at the same place of its own program.
+    at_once: bool = False
 
     def culprits(self) -> tuple:
         return tuple(sorted(set(self.ranks))) if self.ranks else (self.rank,)
@@ -883,15 +891,19 @@ def _changed(world: _World, op: _Op, *, name: Optional[str] = None, dtype: Optio
     return world.coll(op.group, new_name, op.tag, shape, new_dtype, op.gap_ns / _MS, op.dur_ns / _MS, api=api)
 
 
-def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) -> _Injected:
+def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int,
+            healthy: Optional["_Run"] = None) -> _Injected:
     """Edit the culprit's program (or mark a collective) as `fault` says; see the module doc.
-    `starts`: culprit -> its step boundaries."""
+    `starts`: culprit -> its step boundaries; `healthy`: the job simulated without the fault
+    (for `Fault.at_once`)."""
     kind, culprit = fault.kind, fault.rank
     if kind not in FAULT_KINDS:
         raise ValueError(f"unknown fault kind {kind!r}; expected one of {FAULT_KINDS}")
     for rank in fault.culprits():
         if not 0 <= rank < world.world:
             raise ValueError(f"fault rank {rank} is outside the world (size {world.world})")
+    if fault.at_once and kind not in SEVERAL_CULPRITS:
+        raise ValueError(f"at_once is only for several culprits ({' and '.join(SEVERAL_CULPRITS)})")
     if fault.dumped_late and kind != "in_flight":
         raise ValueError("dumped_late ranks are only for in_flight (a healthy job dumped mid-op)")
     if len(fault.culprits()) > 1 and kind not in SEVERAL_CULPRITS:
@@ -902,11 +914,11 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) 
     if not 0 <= fault.step < steps:
         raise ValueError(f"fault step {fault.step} is outside 0..{steps - 1}")
     if kind == "gpu_error":
-        return _stall_gpus(world, progs, starts, fault)
+        return _stall_gpus(world, progs, starts, fault, healthy)
     if kind == "in_flight":
         return _in_flight(world, progs, fault, steps)
     if kind == "hang" and len(fault.culprits()) > 1:
-        return _hang_several(world, progs, starts, fault)
+        return _hang_several(world, progs, starts, fault, healthy)
     group = world.group_of(culprit, fault.group)
     ops = progs[culprit] = list(progs[culprit])  # the culprit's program becomes its own
     step = range(starts[culprit][fault.step], starts[culprit][fault.step + 1])
@@ -919,37 +931,71 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int) 
     return _edit_collective(world, ops, step, group, kind, fault.last_op)
 
 
-def _stall_gpus(world: _World, progs: list, starts: dict, fault: Fault) -> _Injected:
+def _stall_gpus(world: _World, progs: list, starts: dict, fault: Fault, healthy: Optional["_Run"]) -> _Injected:
     """gpu_error: from the step on, no op of a culprit completes on its side (its events never
     fire: its entries stay scheduled, or started), though the kernels ran, so its peers
     complete them. Its host goes on enqueueing a few more ops (the j-th culprit 4 + 3j), then
-    blocks (a host sync): its peers wait in the next op that needs it."""
+    blocks (a host sync): its peers wait in the next op that needs it. With `at_once` every
+    culprit's GPU stops at one moment, mid-step (when the first, `Fault.rank`, issues the
+    middle op of its step), from its first op that had not finished by then. (Late in the
+    job's last step, a host may run out of ops before it blocks: nothing then waits.)"""
     info = _Injected()
-    for j, rank in enumerate(fault.culprits()):
+    culprits = fault.culprits()
+    moment = None
+    if fault.at_once:
+        start, end = starts[fault.rank][fault.step], starts[fault.rank][fault.step + 1]
+        moment = _moment(healthy, fault.rank, (start + end) // 2)
+    for j, rank in enumerate(culprits):
         first = starts[rank][fault.step]
+        if moment is not None:
+            assert healthy is not None  # _moment refused without it
+            first = _first_at(healthy.t_end[rank], moment)
         progs[rank] = list(progs[rank][: first + 4 + 3 * j])
         info.stalled[rank] = first
-        if info.group is None:
+        # The truth's op: the first culprit's (`Fault.rank` where the others stop at its moment).
+        if first < len(progs[rank]) and (info.group is None if moment is None else rank == fault.rank):
             op = progs[rank][first]
             info.group, info.op = op.group, op.name
-            if op.kind == _COLL:
-                info.seq = _coll_seq_before(progs[rank], first, op.group) + 1
+            info.seq = _coll_seq_before(progs[rank], first, op.group) + 1 if op.kind == _COLL else None
     return info
 
 
-def _hang_several(world: _World, progs: list, starts: dict, fault: Fault) -> _Injected:
+def _moment(healthy: Optional["_Run"], rank: int, index: int) -> int:
+    """When `rank` issued ops[index] in the job without the fault (`Fault.at_once`)."""
+    if healthy is None:
+        raise ValueError("at_once needs the job simulated without its fault")
+    return healthy.t_issue[rank][index]
+
+
+def _first_at(times: array, moment: int) -> int:
+    """Index of the first op whose time (issue or end, in the job without the fault) is at or
+    after `moment`: the first the fault reaches."""
+    return next((i for i, t in enumerate(times) if t >= moment), len(times))
+
+
+def _hang_several(world: _World, progs: list, starts: dict, fault: Fault, healthy: Optional["_Run"]) -> _Injected:
     """hang with several culprits (NVRx's LOCK_GIL: hosts that stop issuing at once): each
     culprit issues nothing from the step's target collective of its own group of the
-    family on. Returns the first culprit's op."""
-    first: Optional[_Injected] = None
+    family on; with `at_once`, the first culprit so and every other from its first op it
+    would have issued at that moment or later. Returns the first culprit's op."""
+    first = fault.rank if fault.at_once and fault.rank in fault.culprits() else fault.culprits()[0]
+    ops = progs[first] = list(progs[first])
+    step = range(starts[first][fault.step], starts[first][fault.step + 1])
+    group = world.group_of(first, fault.group)
+    target = _target(ops, step, group, last=fault.last_op)
+    info = _edit_collective(world, ops, step, group, "hang", fault.last_op)
+    moment = _moment(healthy, first, target) if fault.at_once else None
     for rank in fault.culprits():
+        if rank == first:
+            continue
         ops = progs[rank] = list(progs[rank])
+        if moment is not None:
+            assert healthy is not None  # _moment refused without it
+            del ops[_first_at(healthy.t_issue[rank], moment):]
+            continue
         step = range(starts[rank][fault.step], starts[rank][fault.step + 1])
-        info = _edit_collective(world, ops, step, world.group_of(rank, fault.group), "hang", fault.last_op)
-        if first is None:
-            first = info
-    assert first is not None
-    return first
+        _edit_collective(world, ops, step, world.group_of(rank, fault.group), "hang", fault.last_op)
+    return info
 
 
 def _in_flight(world: _World, progs: list, fault: Fault, steps: int) -> _Injected:
@@ -1456,10 +1502,11 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
                                  f"{fault.straggler_ms:g} ms late")
     elif kind == "hang" and len(fault.culprits()) > 1:
         culprits = list(fault.culprits())
-        truth.update(suspect_ranks=culprits,
-                     description=f"ranks {_fold(culprits)} stopped issuing at once, each at the step's "
-                                 f"{fault.group} collective of its own group (the first: {info.op} #{info.seq} "
-                                 f"in {gtext}); their peers wait in those")
+        where = (f"wherever each was in its program at the moment rank {fault.rank} reached {info.op} "
+                 f"#{info.seq} in {gtext}; their peers wait in what they did not issue" if fault.at_once else
+                 f"each at the step's {fault.group} collective of its own group (the first: {info.op} "
+                 f"#{info.seq} in {gtext}); their peers wait in those")
+        truth.update(suspect_ranks=culprits, description=f"ranks {_fold(culprits)} stopped issuing at once, {where}")
     elif kind in ("hang", "missing_dump_hang"):
         gone = " and its dump is missing" if info.delete_dump else ""
         truth["description"] = (f"rank {rank} never issued {info.op} #{info.seq} (collective_seq_id "
@@ -1489,9 +1536,11 @@ def _truth(world: _World, run: _Run, fault: Optional[Fault], info: _Injected, pa
         culprits = sorted(info.stalled)
         where = f"{info.op} #{info.seq} in {gtext}" if info.seq else f"{info.op} in {gtext}"
         truth.update(suspect_ranks=culprits,
-                     description=f"the GPU of rank(s) {_fold(culprits)} stopped completing work from step "
-                                 f"{fault.step} on (from {where}): their ops stay pending, their hosts "
-                                 f"enqueued a few more, and their peers wait in the next op that needs them")
+                     description=f"the GPU of rank(s) {_fold(culprits)} stopped completing work "
+                                 + (f"at one moment in step {fault.step} (rank {fault.rank}'s from {where})"
+                                    if fault.at_once else f"from step {fault.step} on (from {where})")
+                                 + ": their ops stay pending, their hosts enqueued a few more, and their peers "
+                                   "wait in the next op that needs them")
     elif kind == "skip_ring_step":
         truth["description"] = (f"rank {rank} skipped ring step {fault.ring_step} of its first forward attention "
                                 f"layer (its send and its recv) in {gtext} and went on: it is one ring step short "
@@ -1564,7 +1613,13 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
         progs.append(ops)
         if r in culprits:
             starts[r] = step_starts  # only the culprits' step boundaries are needed
-    info = _inject(world, progs, starts, fault, steps) if fault is not None else _Injected()
+    healthy = None
+    if fault is not None and fault.at_once:
+        probe = random.Random()
+        probe.setstate(rng.getstate())  # the same draws as the run below: the same times up to the fault
+        with cyclic_gc_paused():
+            healthy = _simulate(world, [list(p) for p in progs], frozenset(), -1, 0, lookahead, probe)
+    info = _inject(world, progs, starts, fault, steps, healthy) if fault is not None else _Injected()
     straggler_ns = int(fault.straggler_ms * _MS) if fault is not None and fault.kind == "straggler" else 0
     with cyclic_gc_paused():
         run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng)
@@ -1911,6 +1966,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--version", default="2.10")
     parser.add_argument("--fault-ranks", type=int, nargs="+", help="several culprits (gpu_error, hang)")
+    parser.add_argument("--at-once", action="store_true",
+                        help="with --fault-ranks: all stop at the moment --fault-rank does, wherever each is")
     parser.add_argument("--p2p", choices=P2P_MODES, default="plain", help="batch_isend_irecv pipeline ops")
     parser.add_argument("--coalesced-events", choices=COALESCED_EVENTS, default="batch")
     parser.add_argument("--watchdog-ms", type=float, help="discovered times as watchdog polls of this period")
@@ -1947,7 +2004,7 @@ def main(argv: Optional[list] = None) -> int:
             group = args.fault_group or "cp"
         fault = Fault(args.fault, rank=args.fault_rank, group=group, step=args.fault_step,
                       straggler_ms=args.straggler_ms, ranks=tuple(args.fault_ranks or ()), ring_step=args.ring_step,
-                      last_op=args.last_op)
+                      last_op=args.last_op, at_once=args.at_once)
     started = time.perf_counter()
     try:
         cupti = args.writer == "cupti"  # the monitor numbers over the whole history, then keeps its newest
