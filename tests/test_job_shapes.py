@@ -643,3 +643,27 @@ def test_a_finished_send_whose_number_meets_an_unfinished_collectives_is_no_proo
     assert root.kind == "missing_dump" and root.collective_seq_id == 2
     view = next(v for v in analysis.matches.views if v.group.desc == "pp" and 5 in v.group.ranks)
     assert view.streams[5].finished is None
+
+
+# --------------------------------------------------------------------------- two hosts that stop at once
+
+@pytest.mark.parametrize("world, tp, pp, group, first, other, step, p2p, only_active, order, seed", [
+    (16, 2, 4, "pp", 12, 6, 2, "batched", True, "rotated", 253),
+    (16, 4, 2, "dp", 12, 1, 1, "batched", False, "same", 408),
+    (16, 2, 4, "dp", 10, 5, 2, "plain", True, "same", 571),
+])
+def test_two_hosts_that_stop_at_once_are_named_and_the_ranks_stuck_behind_them_are_not(
+        tmp_path, world, tp, pp, group, first, other, step, p2p, only_active, order, seed):
+    """NVRx's LOCK_GIL stops two hosts at one moment, wherever each is. The job-wide op
+    neither issued is then missing on many ranks: the two, and ranks stuck behind them in
+    other groups' ops. Those wait somewhere, so their own ops tell their story; only the
+    ranks that wait nowhere are blamed for it."""
+    synth_job = generate(world, tp, pp, steps=4, timing=True, p2p=p2p, only_active=only_active, seed=seed,
+                         pg_order=order, hashed_names=order == "rotated",
+                         fault=Fault("hang", rank=first, group=group, step=step, ranks=(first, other), at_once=True),
+                         **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == sorted((first, other))
+    report = assert_truth(tmp_path, synth_job)
+    narrowed = [f for f in report["findings"] if f["root_cause"] and "held_elsewhere" in f["evidence"]]
+    assert narrowed and all(set(f["suspect_ranks"]) <= {first, other} for f in narrowed)
+    assert all(set(f["evidence"]["held_elsewhere"]).isdisjoint(f["suspect_ranks"]) for f in narrowed)

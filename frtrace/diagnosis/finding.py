@@ -114,6 +114,9 @@ class Finding:
     fell_behind: Optional[LikeRankAhead] = None
     # Set by linking for a P2P finding of a circle whose "never posted" like ranks belie.
     partner_posted: Optional[LikePartnerPosted] = None
+    # Set by linking for a root whose absent ranks partly wait in other findings' ops: those
+    # (victims, blamed by the ops they wait in) leave its suspects; the others wait nowhere.
+    held_elsewhere: tuple[int, ...] = ()
     caused_by: Optional["Finding"] = None  # the root cause this finding follows from
     # "blocked" (its ranks wait in the root) | "same_suspects" | "unseen" (it blames only
     # ranks without a dump, while the root blames ranks whose dumps show what they did)
@@ -132,7 +135,11 @@ class Finding:
 
     @property
     def suspect_ranks(self) -> tuple[int, ...]:
-        return () if self.link in ("blocked", "unseen") else self.own_suspects
+        if self.link in ("blocked", "unseen"):
+            return ()
+        if self.held_elsewhere and self.caused_by is None:
+            return tuple(r for r in self.own_suspects if r not in self.held_elsewhere)
+        return self.own_suspects
 
     @property
     def message(self) -> str:
@@ -145,6 +152,10 @@ class Finding:
             text += _partner_posted_text(self.partner_posted, self.p2p_ends)
         if self.fell_behind is not None and self.caused_by is None:
             text += "; " + _fell_behind_text(self.fell_behind)
+        if self.held_elsewhere and self.caused_by is None:
+            held = self.held_elsewhere
+            text += (f"; of those, {ranks_text(held)} {'waits' if len(held) == 1 else 'wait'} in other groups' "
+                     f"unfinished ops (a consequence of those) and {ranks_text(self.suspect_ranks)} in none")
         if self.circle and self.caused_by is None:
             text += (f" (findings that wait on each other in a circle blame {ranks_text(self.circle)} alike; this op"
                      f" is the oldest of theirs, and any of those ranks may have started it)")
@@ -170,6 +181,8 @@ class Finding:
             evidence["fell_behind"] = self.fell_behind._asdict()
         if self.partner_posted is not None:
             evidence["partner_posted"] = self.partner_posted._asdict()
+        if self.held_elsewhere and self.caused_by is None:
+            evidence["held_elsewhere"] = list(self.held_elsewhere)
         if self.circle and self.caused_by is None:
             evidence["deadlock_circle_ranks"] = list(self.circle)
         root = self.caused_by

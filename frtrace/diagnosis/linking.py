@@ -256,8 +256,18 @@ def _same_suspects(blocking: list[Finding], holders: dict[Finding, Held], roots:
             cause[finding] = (min(same, key=lambda r: (-len(free & set(r.suspect_ranks)), _root_priority(r), r.age_ns)),
                               "same_suspects")
         else:
+            _narrow_to_free(finding, waited[finding])
             roots.append(finding)
     return cause
+
+
+def _narrow_to_free(finding: Finding, waiting_elsewhere: set[int]) -> None:
+    """A root some of whose absent ranks wait in other findings' ops blames the rest: those
+    wait nowhere, and the others are victims whose own ops tell their story (a job-wide op
+    that two ranks stopped before, at once, while the ranks behind them wait in theirs)."""
+    held = waiting_elsewhere & set(finding.own_suspects)
+    if held and set(finding.own_suspects) - held:
+        finding.held_elsewhere = tuple(sorted(held))
 
 
 def _blaming_together(roots: list[Finding], free: set[int]) -> list[Finding]:
