@@ -667,3 +667,23 @@ def test_two_hosts_that_stop_at_once_are_named_and_the_ranks_stuck_behind_them_a
     narrowed = [f for f in report["findings"] if f["root_cause"] and "held_elsewhere" in f["evidence"]]
     assert narrowed and all(set(f["suspect_ranks"]) <= {first, other} for f in narrowed)
     assert all(set(f["evidence"]["held_elsewhere"]).isdisjoint(f["suspect_ranks"]) for f in narrowed)
+
+
+def test_ranks_that_wait_elsewhere_for_others_are_behind_not_outpaced_by_the_few_that_issued_the_op():
+    # A healthy TP 2 x PP 8 x DP 2 job, then two hosts stop issuing at one moment
+    # (frtrace.testing.inject.inject_at_once, as NVRx injects them): rank 9 before TP
+    # all_gather #19, rank 10 wherever it then is. In DP groups many ranks stuck behind
+    # either never reach an op a few issued; those wait in other ops, on others than the
+    # few, so they are behind, not left behind by ranks gone ahead (an extra op blamed on
+    # the few named ranks that did nothing wrong, and left rank 10 out).
+    from frtrace.testing.inject import inject_at_once
+
+    healthy = generate(32, 2, 8, steps=4, timing=True, p2p="batched", seed=2, **FAITHFUL)
+    named = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
+    injected = inject_at_once(named, "hang", "5", 19, (9, 10))
+    assert injected is not None
+    dumps, what = injected
+    assert what["culprits"] == [9, 10]
+    _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (9, 10))
+    assert not [f for f in diagnosis.findings if f.kind == "extra_op" and f.is_root]

@@ -377,8 +377,20 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
         if len(facts.queued_at(view, match.seq, missing)) == len(missing):
             return never_issued(facts, view, match, tie, have) if tie else None
+        if not tie and _held_up_elsewhere(facts, elsewhere, issued, missing):
+            return never_issued(facts, view, match, tie, have)
         return went_ahead(view, match, tie)
     return never_issued(facts, view, match, tie, have)
+
+
+def _held_up_elsewhere(facts: Facts, elsewhere: Container[int], issued: tuple[int, ...],
+                       missing: tuple[int, ...]) -> bool:
+    """Every rank that never issued the op waits in another op, and none of them waits,
+    even through others, on a rank that issued it: they are behind for reasons of their
+    own (two GPUs that stopped at once), not because the few that issued it went ahead
+    (ranks that did go ahead hold up the rest: the rest wait on them)."""
+    return (facts.reliable and all(rank in elsewhere for rank in missing)
+            and not facts.waits.closure(missing) & set(issued))
 
 
 def _idle(facts: Facts, ranks: tuple[int, ...]) -> bool:

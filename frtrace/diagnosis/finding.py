@@ -154,8 +154,8 @@ class Finding:
             text += "; " + _fell_behind_text(self.fell_behind)
         if self.held_elsewhere and self.caused_by is None:
             held = self.held_elsewhere
-            text += (f"; of those, {ranks_text(held)} {'waits' if len(held) == 1 else 'wait'} in other groups' "
-                     f"unfinished ops (a consequence of those) and {ranks_text(self.suspect_ranks)} in none")
+            text += (f"; of those, {ranks_text(held)} {'waits' if len(held) == 1 else 'wait'} in ops that other "
+                     f"findings explain (a consequence of those), and {ranks_text(self.suspect_ranks)} on no other rank")
         if self.circle and self.caused_by is None:
             text += (f" (findings that wait on each other in a circle blame {ranks_text(self.circle)} alike; this op"
                      f" is the oldest of theirs, and any of those ranks may have started it)")

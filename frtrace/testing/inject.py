@@ -16,7 +16,10 @@ import random
 import re
 from collections import defaultdict
 
-KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra", "p2pskip", "p2pstep")
+KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra", "p2pskip", "p2pstep", "hang2", "gpu2")
+# Two culprits at one moment (NVRx starts both faults after one delay): the first's fault at
+# its #k, the second's at its first op created at that moment or later, wherever it is.
+AT_ONCE = {"hang2": "hang", "gpu2": "gpu"}
 _P2P_NAME = re.compile(r"(send|recv) (\d+)(?:->|<-)(\d+)")
 _FLIP_DTYPE = {"BFloat16": "Float", "Float": "BFloat16", "Half": "Float", "Long": "Int", "Int": "Long"}
 
@@ -142,7 +145,40 @@ def inject(job: dict, kind: str, rng: random.Random):
         return None
     group, seq = rng.choice(candidates)
     culprit = rng.choice(granks[group])
+    if kind in AT_ONCE:
+        other = rng.choice([rank for rank in sorted(job) if rank != culprit])
+        return inject_at_once(job, AT_ONCE[kind], group, seq, (culprit, other), queued=rng.choice([0, 1, 2, 3]))
     return inject_at(job, kind, group, seq, culprit, queued=rng.choice([0, 1, 2, 3]))
+
+
+def inject_at_once(job: dict, kind: str, group: str, seq: int, culprits: tuple[int, int], queued: int = 0):
+    """A host hang or a GPU that stops reporting (`kind` "hang" or "gpu") on two ranks at
+    one moment: the first at its collective #`seq` of `group`, the second at its first
+    unit created then or later (time_created_ns, a clock the ranks share), wherever that
+    is. None where the second had issued everything before that moment."""
+    granks = group_ranks(job)
+    layout = Layout(job, granks)
+    first, second = culprits
+    entries = job[first][1]["entries"]
+    at = {first: layout.at[first][("C", group, seq)]}
+    moment = entries[layout.units[first][at[first]][0]]["time_created_ns"]
+    later = [u for u, (start, _, keys) in enumerate(layout.units[second])
+             if keys and job[second][1]["entries"][start]["time_created_ns"] >= moment]
+    if not later:
+        return None
+    at[second] = later[0]
+    reached = {rank: len(layout.units[rank]) for rank in job}
+    for rank, unit in at.items():
+        reached[rank] = unit + (1 if kind == "gpu" else 0)
+    blocked = _settle(job, layout, granks, reached, set(), stays=set(culprits))
+    dumps = {}
+    for rank, (name, dump) in job.items():
+        if rank in at and kind == "gpu":
+            dumps[rank] = (name, _stalled(dump, layout.units[rank], at[rank], queued))
+        else:
+            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, None, False, kind))
+    return dumps, {"group": group, "seq": seq, "culprit": first, "culprits": sorted(culprits), "kind": kind + "2",
+                   "members": len(granks[group])}
 
 
 def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: int = 0, p2p_status: bool = True):
@@ -165,7 +201,7 @@ def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: 
         reached[culprit] = layout.at[culprit][key]
     elif kind == "gpu":
         reached[culprit] = layout.at[culprit][key] + 1
-    blocked = _settle(job, layout, granks, reached, never, stays=culprit if kind in ("hang", "gpu") else None)
+    blocked = _settle(job, layout, granks, reached, never, stays={culprit} if kind in ("hang", "gpu") else set())
     dumps = {}
     for rank, (name, dump) in job.items():
         if rank == culprit and kind == "gpu":
@@ -221,7 +257,7 @@ def skip_p2p_at(job: dict, culprit: int, unit: int):
     layout.units[culprit] = units[:unit] + [(f - removed, e - removed, k) for f, e, k in units[unit + 1:]]
     layout.at[culprit] = {key: u for u, (_, _, unit_keys) in enumerate(layout.units[culprit]) for key in unit_keys}
     reached = {rank: len(layout.units[rank]) for rank in job}
-    blocked = _settle(job, layout, granks, reached, set(keys), stays=None)
+    blocked = _settle(job, layout, granks, reached, set(keys), stays=set())
     dumps = {rank: (rank_name, _cut(rank_dump, layout.units[rank], reached[rank], rank in blocked, None, False,
                                     "p2pskip"))
              for rank, (rank_name, rank_dump) in job.items()}
@@ -231,8 +267,8 @@ def skip_p2p_at(job: dict, culprit: int, unit: int):
 
 def _settle(job, layout, granks, reached, never, stays):
     """Cut each rank's units at the first one that cannot finish (kept: it is blocked in
-    it), until nothing changes; the rank `stays` keeps what it was given. Returns the
-    ranks blocked."""
+    it), until nothing changes; the ranks in `stays` keep what they were given. Returns
+    the ranks blocked."""
     def partners(key, rank):
         return [p for p in granks[key[1]] if p != rank] if key[0] == "C" else [key[3] if rank == key[2] else key[2]]
 
@@ -253,7 +289,7 @@ def _settle(job, layout, granks, reached, never, stays):
     while changed:
         changed = False
         for rank in job:
-            if rank == stays:
+            if rank in stays:
                 continue
             for u in range(reached[rank]):
                 if not all(can_finish(rank, key) for key in layout.units[rank][u][2]):
