@@ -783,6 +783,8 @@ def test_culprits_that_stop_at_once_stop_at_one_moment_wherever_each_is(kind):
     assert _created(apart.dumps[12]) != faulty_ops
     with pytest.raises(ValueError):
         generate(16, 2, 4, fault=Fault("skip_op", rank=1, at_once=True))
+    with pytest.raises(ValueError):  # the moment is the first culprit's: it must be one of them
+        generate(16, 2, 4, fault=Fault(kind, rank=1, ranks=(6, 12), at_once=True))
 
 
 @pytest.mark.parametrize("p2p", ["batched", "mixed"])

@@ -904,6 +904,8 @@ def _inject(world: _World, progs: list, starts: dict, fault: Fault, steps: int,
             raise ValueError(f"fault rank {rank} is outside the world (size {world.world})")
     if fault.at_once and kind not in SEVERAL_CULPRITS:
         raise ValueError(f"at_once is only for several culprits ({' and '.join(SEVERAL_CULPRITS)})")
+    if fault.at_once and fault.rank not in fault.culprits():
+        raise ValueError(f"at_once: the first culprit (rank {fault.rank}) must be one of the ranks {fault.culprits()}")
     if fault.dumped_late and kind != "in_flight":
         raise ValueError("dumped_late ranks are only for in_flight (a healthy job dumped mid-op)")
     if len(fault.culprits()) > 1 and kind not in SEVERAL_CULPRITS:
@@ -978,7 +980,7 @@ def _hang_several(world: _World, progs: list, starts: dict, fault: Fault, health
     culprit issues nothing from the step's target collective of its own group of the
     family on; with `at_once`, the first culprit so and every other from its first op it
     would have issued at that moment or later. Returns the first culprit's op."""
-    first = fault.rank if fault.at_once and fault.rank in fault.culprits() else fault.culprits()[0]
+    first = fault.rank if fault.at_once else fault.culprits()[0]
     ops = progs[first] = list(progs[first])
     step = range(starts[first][fault.step], starts[first][fault.step + 1])
     group = world.group_of(first, fault.group)
