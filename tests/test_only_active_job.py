@@ -346,3 +346,19 @@ def test_an_op_behind_one_that_only_timed_out_is_not_read_as_finished():
         dump = normalise_dump(_dp_dump([_dp_op(11, "all_reduce", 3), _dp_op(13, "all_reduce", 4, **later)]),
                               0, "rank_0", "pickle")
         assert dump.entries[0].completed is settled, later
+
+
+def test_members_whose_active_entries_leave_an_op_out_are_not_said_to_have_wrapped():
+    # Two GPUs stop at one moment (TP 4 x PP 2, groups made in each rank's own order with
+    # hashed names): rank 9 holds a TP all_gather its TP peers hold nothing of, and their
+    # pg_status rows for the group cannot be placed. Their dumps reach back as far as any
+    # (only active entries): the report says that, not that they no longer reach back.
+    synth_job = generate(16, 4, 2, steps=4, timing=True, p2p="plain", only_active=True, seed=779,
+                         pg_order="rotated", hashed_names=True, coalesced_events="marker", watchdog_ms=100.0,
+                         bubble_ms=100.0, pg_status="work",
+                         fault=Fault("gpu_error", rank=9, group="tp", step=2, ranks=(9, 14), at_once=True))
+    _, diagnosis = analyse_dicts(dict(synth_job.dumps), render=False)
+    (unknown,) = [f for f in diagnosis.findings if f.rule == "frontier.unknown_members"]
+    assert unknown.facts["unknown_ranks"] == [8, 10, 11]
+    assert "hold only active entries, none of it" in unknown.message
+    assert "no longer reach back" not in unknown.message

@@ -307,12 +307,17 @@ def unknown_members(view: GroupView, frontier: CollectiveMatch) -> Finding:
     so nobody is blamed for it being stuck."""
     issued, unknown = frontier.issued, frontier.out_of_window
     entry = frontier.calls[issued[0]][0]
+    # A dump of only active entries reaches back as far as any: it left the op out because
+    # it finished, or never held it; its pg_status row, unplaced, cannot say which.
+    only_active = all(view.streams[rank].only_active for rank in unknown if rank in view.streams)
+    why = ("hold only active entries, none of it, and their pg_status does not say how far they got in the group"
+           if only_active else "no longer reach back that far")
     return new_finding(
         "stuck", "frontier.unknown_members", view, severity="warning", op=entry.op, collective_seq_id=frontier.seq,
         p2p_seq_id=None, ranks=tuple(sorted(issued + unknown)), suspect_ranks=(),
         message=(f"{ranks_text(issued)} {'is' if len(issued) == 1 else 'are'} in {entry.op} #{frontier.seq} of "
                  f"{group_text(view.group.name, view.group.desc)}, unfinished; the dumps of {ranks_text(unknown)} "
-                 "no longer reach back that far, so whether they issued it is unknown"),
+                 f"{why}, so whether they issued it is unknown"),
         evidence={"issued_ranks": list(issued), "unknown_ranks": list(unknown)},
         waiting_ranks=issued, age_ns=oldest_created(frontier),
     )
