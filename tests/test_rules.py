@@ -467,3 +467,32 @@ def test_a_rank_whose_gpu_stalled_earlier_in_a_group_explains_its_absence_from_a
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (3, 5))
     later = next(f for f in diagnosis.findings if f.rule == "divergence.never_issued" and f.pg_name == "t")
     assert (later.is_root, later.link, later.caused_by.rule) == (False, "same_suspects", "frontier.stuck_on_device")
+
+
+def test_an_op_past_where_every_sibling_groups_ranks_stand_idle_is_the_issuers_extra_op():
+    # Two model-parallel pairs run scalar all_reduces; rank 0 issues one more than the
+    # program has (identical to the others, so nothing else shows it) and waits in it,
+    # while its partner, rank 1, finished every op it issued. Alone that reads as rank 1
+    # stopping (idle while its peer waits), but rank 3, in rank 1's place in the sibling
+    # pair, stands idle at the same point and that pair never ran the op: it lies past the
+    # end of this part of the program. Rank 2 waits in a data parallel op for rank 0.
+    scalar = {"sizes": ((1,),)}
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "mp0": ("mp", (0, 1)), "mp1": ("mp", (2, 3)),
+              "dp0": ("dp", (0, 2)), "dp1": ("dp", (1, 3))}
+    steps = {
+        0: ["all_reduce@dp0", ("all_reduce@mp0", scalar), ("all_reduce@mp0", scalar), ("all_reduce@mp0", scalar)],
+        1: ["all_reduce@dp1", ("all_reduce@mp0", scalar), ("all_reduce@mp0", scalar), "all_reduce@dp1"],
+        2: ["all_reduce@dp0", ("all_reduce@mp1", scalar), ("all_reduce@mp1", scalar), "all_reduce@dp0"],
+        3: ["all_reduce@dp1", ("all_reduce@mp1", scalar), ("all_reduce@mp1", scalar), "all_reduce@dp1"],
+    }
+    _, diagnosis = analyse_dicts(job(steps, groups=groups), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (0,))
+    (root,) = [f for f in diagnosis.findings if f.is_root and f.suspect_ranks]
+    assert (root.kind, root.pg_name, root.collective_seq_id) == ("extra_op", "mp0", 3)
+    assert root.facts["idle_like_their_places"]
+    # Where the sibling pair's rank in rank 1's place still waits in an op, idleness is
+    # rank 1's own: it stopped, as before.
+    steps[3] = steps[3][:3] + [("all_reduce@mp1", scalar)]
+    steps[2] = steps[2][:3]
+    _, diagnosis = analyse_dicts(job(steps, groups=groups), render=False)
+    assert 1 in diagnosis.suspect_ranks and 0 not in diagnosis.suspect_ranks

@@ -36,6 +36,7 @@ BASIS = {
     "tie_broken_by_siblings": 0.7,  # an even split, decided by sibling groups running the same program
     "p2p_partner_never_posted": 0.7,  # a send (or recv) waits for a partner this rank never posted
     "tie_broken_by_blocked_elsewhere": 0.65,  # an even split, decided by the other camp waiting in another op
+    "tie_broken_by_like_places": 0.7,  # an even split, the other camp idle where its places in every sibling group are
     "tie_broken_by_own_past": 0.65,  # an even split, decided by the group's earlier steps issuing only one camp's op
     "went_past_unconfirmed": 0.65,  # ranks like it issued the op where it issued another; nothing shows it skipped
     "missing_dump": 0.6,  # no dump: peers wait for it, nothing shows what it was doing
@@ -180,7 +181,7 @@ def _divergence_basis(finding: Finding) -> Optional[str]:
         return _never_issued_basis(finding)
     if rule == "divergence.went_ahead":
         if facts.get("tie_broken_by"):
-            return "tie_broken_by_blocked_elsewhere"
+            return "tie_broken_by_like_places" if facts.get("idle_like_their_places") else "tie_broken_by_blocked_elsewhere"
         return _agreement(finding, True)
     return None
 

@@ -372,14 +372,17 @@ def absence(facts: Facts, view: GroupView, matches: list[CollectiveMatch], index
     have = siblings.any_ran(match.seq)
     elsewhere = _BlockedElsewhere(facts.blocked_entry, (view.group.name, False))
     tie = len(issued) == len(missing)
-    ahead = (tie and not have and all(rank in elsewhere for rank in missing)
-             and all(facts.waits.closure([rank]) & set(issued) for rank in missing))
+    waiting_on_them = (tie and not have and all(rank in elsewhere for rank in missing)
+                       and all(facts.waits.closure([rank]) & set(issued) for rank in missing))
+    idle_like_their_places = (tie and not have and not waiting_on_them and _idle(facts, missing)
+                              and _idle_in_every_like_place(facts, view, siblings, missing))
+    ahead = waiting_on_them or idle_like_their_places
     if 2 * len(issued) < len(issued) + len(missing) or ahead:
         if len(facts.queued_at(view, match.seq, missing)) == len(missing):
             return never_issued(facts, view, match, tie, have) if tie else None
         if not tie and _held_up_elsewhere(facts, elsewhere, issued, missing):
             return never_issued(facts, view, match, tie, have)
-        return went_ahead(view, match, tie)
+        return went_ahead(view, match, tie, idle_like_their_places)
     return never_issued(facts, view, match, tie, have)
 
 
@@ -391,6 +394,18 @@ def _held_up_elsewhere(facts: Facts, elsewhere: Container[int], issued: tuple[in
     (ranks that did go ahead hold up the rest: the rest wait on them)."""
     return (facts.reliable and all(rank in elsewhere for rank in missing)
             and not facts.waits.closure(missing) & set(issued))
+
+
+def _idle_in_every_like_place(facts: Facts, view: GroupView, siblings: Siblings, ranks: tuple[int, ...]) -> bool:
+    """Every sibling group's members in `ranks`' places (same position in a group of the
+    same size) have a dump and wait in nothing either, none of those groups having run the
+    op: that is where this part of the program ends, so `ranks` being idle there says
+    nothing of a hang, and the ranks that issued the op are the ones off the program."""
+    size = len(view.group.ranks)
+    places = [view.group.ranks.index(rank) for rank in ranks]
+    others = [(sibling, sibling.group.ranks[place]) for sibling in siblings.views if len(sibling.group.ranks) == size
+              for place in places]
+    return bool(others) and all(rank in sibling.streams and rank not in facts.blocked_entry for sibling, rank in others)
 
 
 def _idle(facts: Facts, ranks: tuple[int, ...]) -> bool:
@@ -414,12 +429,18 @@ def _presence_evidence(view: GroupView, match: CollectiveMatch) -> dict[str, Any
     return evidence
 
 
-def went_ahead(view: GroupView, match: CollectiveMatch, tie: bool) -> Finding:
-    """A minority issued an op its peers never issued: it is ahead, a desync."""
+def went_ahead(view: GroupView, match: CollectiveMatch, tie: bool, idle_like_their_places: bool = False) -> Finding:
+    """A minority issued an op its peers never issued: it is ahead, a desync. An even
+    split is so where the others wait on it, or (`idle_like_their_places`) wait in
+    nothing, as every sibling group's ranks in their places do."""
     issued, missing = match.issued, match.not_issued
     peer_entry = match.calls[issued[0]][0]
     evidence = _presence_evidence(view, match)
-    if tie:
+    if tie and idle_like_their_places:
+        evidence["tie_broken_by"] = ("the other ranks wait in nothing, as do the ranks in their places in every "
+                                     "sibling group, none of which issued the op")
+        evidence["idle_like_their_places"] = True
+    elif tie:
         evidence["tie_broken_by"] = "the other ranks are waiting in another op"
     evidence.update(_call_sites(peer_entry, last_entry(view, missing[0])))
     message = (
