@@ -667,6 +667,12 @@ def test_two_hosts_that_stop_at_once_are_named_and_the_ranks_stuck_behind_them_a
     narrowed = [f for f in report["findings"] if f["root_cause"] and "held_elsewhere" in f["evidence"]]
     assert narrowed and all(set(f["suspect_ranks"]) <= {first, other} for f in narrowed)
     assert all(set(f["evidence"]["held_elsewhere"]).isdisjoint(f["suspect_ranks"]) for f in narrowed)
+    # Its peers' agreement was against every rank absent from the op, victims included: a
+    # suspect it names rests on waiting on no one, not on that agreement.
+    places = {(f["pg_name"], f["collective_seq_id"]) for f in narrowed}
+    rests_on = [c["evidence"][0] for c in report["suspect_confidence"]
+                if (c["finding"]["pg_name"], c["finding"]["collective_seq_id"]) in places]
+    assert rests_on and not {"unanimous_peers", "majority_of_peers", "one_peer"} & set(rests_on), rests_on
 
 
 def test_ranks_that_wait_elsewhere_for_others_are_behind_not_outpaced_by_the_few_that_issued_the_op():

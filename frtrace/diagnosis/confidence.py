@@ -35,6 +35,7 @@ BASIS = {
     "skipped_own_past": 0.75,  # its own earlier steps issue what it did instead after this op
     "tie_broken_by_siblings": 0.7,  # an even split, decided by sibling groups running the same program
     "p2p_partner_never_posted": 0.7,  # a send (or recv) waits for a partner this rank never posted
+    "waits_on_no_one": 0.7,  # of the ranks that never issued the op, it waits on nobody; the rest wait in ops other findings explain
     "tie_broken_by_blocked_elsewhere": 0.65,  # an even split, decided by the other camp waiting in another op
     "tie_broken_by_like_places": 0.7,  # an even split, the other camp idle where its places in every sibling group are
     "tie_broken_by_own_past": 0.65,  # an even split, decided by the group's earlier steps issuing only one camp's op
@@ -129,6 +130,10 @@ def score_of(finding: Finding, rank: int, without_dump: bool = False) -> tuple[f
     `without_dump` is blamed only on what its peers show, whatever the finding's kind (a
     send that waits for it, a collective it is missing from): a missing dump."""
     label = "missing_dump" if without_dump else _went_past_basis(finding, rank) or _basis(finding)
+    if finding.held_elsewhere and BASIS[label] > BASIS["waits_on_no_one"]:
+        # Its peers' agreement was counted against every rank that never issued the op;
+        # linking took those that wait elsewhere out: the rest is all it rests on.
+        label = "waits_on_no_one"
     return BASIS[label], (label,)
 
 
