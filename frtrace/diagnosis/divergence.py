@@ -397,14 +397,13 @@ def _held_up_elsewhere(facts: Facts, elsewhere: Container[int], issued: tuple[in
 
 
 def _idle_in_every_like_place(facts: Facts, view: GroupView, siblings: Siblings, ranks: tuple[int, ...]) -> bool:
-    """Every sibling group's members in `ranks`' places (same position in a group of the
-    same size) have a dump and wait in nothing either, none of those groups having run the
-    op: that is where this part of the program ends, so `ranks` being idle there says
-    nothing of a hang, and the ranks that issued the op are the ones off the program."""
-    size = len(view.group.ranks)
+    """Every sibling group's member in each of `ranks`' places (its position in the group;
+    siblings are as large) has a dump and waits in nothing either. Where no sibling group
+    ran the op (the caller's question), that is where this part of the program ends:
+    `ranks` being idle there says nothing of a hang, and the ranks that issued the op are
+    off the program."""
     places = [view.group.ranks.index(rank) for rank in ranks]
-    others = [(sibling, sibling.group.ranks[place]) for sibling in siblings.views if len(sibling.group.ranks) == size
-              for place in places]
+    others = [(sibling, sibling.group.ranks[place]) for sibling in siblings.views for place in places]
     return bool(others) and all(rank in sibling.streams and rank not in facts.blocked_entry for sibling, rank in others)
 
 

@@ -167,16 +167,7 @@ def inject_at_once(job: dict, kind: str, group: str, seq: int, culprits: tuple[i
     if not later:
         return None
     at[second] = later[0]
-    reached = {rank: len(layout.units[rank]) for rank in job}
-    for rank, unit in at.items():
-        reached[rank] = unit + (1 if kind == "gpu" else 0)
-    blocked = _settle(job, layout, granks, reached, set(), stays=set(culprits))
-    dumps = {}
-    for rank, (name, dump) in job.items():
-        if rank in at and kind == "gpu":
-            dumps[rank] = (name, _stalled(dump, layout.units[rank], at[rank], queued))
-        else:
-            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, None, False, kind))
+    dumps = _stopped(job, layout, granks, kind, set(culprits), at, set(), queued)
     return dumps, {"group": group, "seq": seq, "culprit": first, "culprits": sorted(culprits), "kind": kind + "2",
                    "members": len(granks[group])}
 
@@ -196,20 +187,28 @@ def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: 
         for number in {k for r in granks[group] for k in layout.at[r] if k[0] == "C" and k[1] == group and k[2] >= seq}:
             if len({_signature(job, layout, r, number) for r in granks[group] if number in layout.at[r]}) > 1:
                 never.add(number)
+    at = {culprit: layout.at[culprit][key]} if kind in ("hang", "gpu") else {}
+    dumps = _stopped(job, layout, granks, kind, {culprit}, at, never, queued, key, p2p_status)
+    return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
+
+
+def _stopped(job: dict, layout: Layout, granks: dict[str, list[int]], kind: str, culprits: set[int],
+             at: dict[int, int], never: set, queued: int, key=None, p2p_status: bool = True) -> dict:
+    """The job's dumps once every rank is cut at the op it blocks in. A hang's or a stalled
+    GPU's culprits (`at`: culprit -> the unit its fault is at) keep what they were given:
+    a hang's up to that unit, a stalled GPU's that unit and `queued` after it, unfinished."""
     reached = {rank: len(layout.units[rank]) for rank in job}
-    if kind == "hang":
-        reached[culprit] = layout.at[culprit][key]
-    elif kind == "gpu":
-        reached[culprit] = layout.at[culprit][key] + 1
-    blocked = _settle(job, layout, granks, reached, never, stays={culprit} if kind in ("hang", "gpu") else set())
+    for rank, unit in at.items():
+        reached[rank] = unit + (1 if kind == "gpu" else 0)
+    blocked = _settle(job, layout, granks, reached, never, stays=set(at))
     dumps = {}
     for rank, (name, dump) in job.items():
-        if rank == culprit and kind == "gpu":
-            dumps[rank] = (name, _stalled(dump, layout.units[rank], layout.at[rank][key], queued, p2p_status))
+        if kind == "gpu" and rank in at:
+            dumps[rank] = (name, _stalled(dump, layout.units[rank], at[rank], queued, p2p_status))
         else:
-            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, culprit == rank,
+            dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, rank in culprits,
                                       kind, p2p_status))
-    return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
+    return dumps
 
 
 def _inject_p2p_skip(job, granks, layout, rng, newest=True):
