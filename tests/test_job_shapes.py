@@ -693,3 +693,27 @@ def test_ranks_that_wait_elsewhere_for_others_are_behind_not_outpaced_by_the_few
     _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (9, 10))
     assert not [f for f in diagnosis.findings if f.kind == "extra_op" and f.is_root]
+
+
+# --------------------------------------------------------------------------- GPUs that stop at once
+
+@pytest.mark.parametrize("group, first, other, seed", [("tp", 9, 10, 265), ("pp", 4, 7, 459)])
+def test_a_peer_of_stopped_gpus_that_went_on_in_a_pipeline_group_is_not_read_as_skipping_its_collective(
+        group, first, other, seed):
+    """Two GPUs stop at once (NVRx's GPU_ERROR) in a TP 2 x PP 2 job whose pipeline groups
+    also run an all_reduce, dumped with only active entries. One stopped rank holds the
+    pipeline group's all_reduce started; its partner holds nothing of the group and waits
+    further on. The partner's row of the group counts sends and recvs too, so nothing says
+    how far it got: it may have finished the all_reduce before the other's GPU stopped, as
+    peers of a stopped GPU do. Its going on was read as skipping the op, and the partner,
+    who did nothing wrong, was blamed beside the two."""
+    synth_job = generate(16, 2, 2, steps=4, timing=True, p2p="plain", only_active=True, seed=seed,
+                         fault=Fault("gpu_error", rank=first, group=group, step=2, ranks=(first, other), at_once=True),
+                         **FAITHFUL)
+    assert synth_job.truth["suspect_ranks"] == sorted((first, other))
+    _, diagnosis = analyse_dicts(dict(synth_job.dumps), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", tuple(sorted((first, other))))
+    stalls = [f for f in diagnosis.findings if f.is_root and f.kind == "stuck"]
+    assert {rank for f in stalls for rank in f.suspect_ranks} == {first, other}
+    in_pipeline = [f for f in diagnosis.findings if f.pg_desc == "pp" and f.kind == "not_issued"]
+    assert in_pipeline and not any(f.went_past for f in in_pipeline)

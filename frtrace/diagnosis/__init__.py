@@ -38,7 +38,7 @@ from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRanksSay, P2PEnds, WentPast
-from frtrace.diagnosis.frontier import frontiers, held_past_peers, stuck_on_device
+from frtrace.diagnosis.frontier import frontiers, gpus_stopped, held_past_peers, stuck_on_device
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import LikeRanksJudge, WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
@@ -94,7 +94,7 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
         meanwhile()
     found.update((rule, runs.findings(rule)) for rule in FINDING_RULES if rule in runs.started)
     findings = one_finding_per_pair(absorb_stuck([finding for rule in FINDING_RULES for finding in found[rule]]))
-    went_past = _went_past_judge(facts, runs.processes)
+    went_past = _went_past_judge(facts, runs.processes, gpus_stopped(findings))
     findings = skipped_not_ahead(facts, findings, went_past)
     if not clocks_compare(facts.seen):
         for finding in findings:
@@ -134,12 +134,18 @@ def _group_then_p2p(finding: Finding) -> tuple[int, bool]:
 
 
 def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, ...],
-                             found: dict[int, WentPast]) -> dict[int, WentPast]:
+                             found: dict[int, WentPast], stopped: frozenset[int] = frozenset()) -> dict[int, WentPast]:
     """`found`, plus the ranks of a job of only active entries (whose programs the dumps
     do not hold) that a like rank shows went past the finding's collective: it ran the
     op, then reached the op the rank is blocked in (`Facts.like_rank_went_on`); for a send
     or recv never posted, the rank that never posted it, where a like rank blocked in the
-    same op finished more of its group's work (`Facts.like_rank_ran_more_p2p`)."""
+    same op finished more of its group's work (`Facts.like_rank_ran_more_p2p`).
+
+    Not a rank whose pg_status does not say how far it got in the group, where every rank
+    waiting in the op has a GPU that stopped (`stopped`: it holds an op a peer finished):
+    a dump of active entries leaves out the op it finished, and it may have finished its
+    side before their GPUs stopped, as a peer of a stalled GPU does (`stuck_on_device`);
+    its going on then says nothing of a skip."""
     if finding.group_id is None:
         return found
     view = facts.device.views[finding.group_id]
@@ -153,9 +159,12 @@ def _with_like_ranks_blocked(facts: Facts, finding: Finding, ranks: tuple[int, .
         return found
     if finding.collective_seq_id is None or finding.p2p_ends is not None:
         return found
+    behind_stopped_gpus = bool(finding.waiting_ranks) and stopped.issuperset(finding.waiting_ranks)
     for rank in ranks:
         stream = view.streams.get(rank)
         if rank in found or stream is None or not stream.only_active:
+            continue
+        if behind_stopped_gpus and stream.enqueued is None:
             continue
         instead = facts.like_rank_went_on(view, finding.collective_seq_id, rank)
         if instead is not None:
@@ -169,7 +178,7 @@ def _own_went_past(finding: Finding, ranks: tuple[int, ...]) -> dict[int, WentPa
     return {rank: past for rank, past in finding.went_past.items() if rank in ranks}
 
 
-def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
+def _went_past_judge(facts: Facts, processes: int, stopped: frozenset[int] = frozenset()) -> WentPastJudge:
     """went_past_finding of each question over one ProgramOrder, built when first asked
     (most jobs never ask) and kept for the diagnosis's later questions (skipped_not_ahead
     asks before linking does); a large job's many questions (a hang asks one per blocked
@@ -183,7 +192,7 @@ def _went_past_judge(facts: Facts, processes: int) -> WentPastJudge:
 
         def answers(questions: list[tuple[Finding, tuple[int, ...]]]) -> list[dict[int, WentPast]]:
             return [_own_went_past(finding, ranks)
-                    or _with_like_ranks_blocked(facts, finding, ranks, went_past_finding(order, finding, ranks))
+                    or _with_like_ranks_blocked(facts, finding, ranks, went_past_finding(order, finding, ranks), stopped)
                     for finding, ranks in questions]
 
         return shared_out(answers, asked, processes, facts)

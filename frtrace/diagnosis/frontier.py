@@ -368,6 +368,7 @@ def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...
 
 
 DUMPED_AT_OTHER_MOMENTS = "frontier.dumped_at_other_moments"
+STUCK_ON_DEVICE = "frontier.stuck_on_device"
 
 
 def held_past_peers(findings: list[Finding]) -> frozenset[int]:
@@ -375,6 +376,13 @@ def held_past_peers(findings: list[Finding]) -> frozenset[int]:
     alone a note, as each rank dumps at its own moment; in a deadlock, the one sign in the
     dumps of a GPU that stopped."""
     return frozenset(rank for f in findings if f.rule == DUMPED_AT_OTHER_MOMENTS for rank in f.facts["holding_ranks"])
+
+
+def gpus_stopped(findings: list[Finding]) -> frozenset[int]:
+    """The ranks whose GPU the findings show stopped: those holding an op unfinished that a
+    peer finished, a device stall (`stuck_on_device`) or a note of it (`held_past_peers`)."""
+    stalled = (rank for f in findings if f.rule == STUCK_ON_DEVICE for rank in f.facts["holding_ranks"])
+    return held_past_peers(findings).union(stalled)
 
 
 def _dumped_at_other_moments(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...],
@@ -439,7 +447,7 @@ def _holds_collectives(stream: RankStream) -> bool:
 def _stuck_on_device(view: GroupView, match: CollectiveMatch, holders: tuple[int, ...], done: tuple[int, ...]) -> Finding:
     entry = match.calls[holders[0]][0]
     return new_finding(
-        "stuck", "frontier.stuck_on_device", view, op=entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
+        "stuck", STUCK_ON_DEVICE, view, op=entry.op, collective_seq_id=match.seq, p2p_seq_id=None,
         ranks=tuple(sorted(holders + done)), suspect_ranks=holders,
         message=(f"{ranks_text(holders)} still {'holds' if len(holders) == 1 else 'hold'} {entry.op} #{match.seq} of "
                  f"{group_text(view.group.name, view.group.desc)} unfinished, while {ranks_text(done)} finished it and "
