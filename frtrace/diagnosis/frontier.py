@@ -368,6 +368,7 @@ def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...
 
 
 DUMPED_AT_OTHER_MOMENTS = "frontier.dumped_at_other_moments"
+# The rule of a device stall: ranks holding an op their peers finished and went past.
 STUCK_ON_DEVICE = "frontier.stuck_on_device"
 
 

@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from typing import Callable, Optional
 
 from frtrace.diagnosis.finding import Finding, LikeRanksSay, WentPast
+from frtrace.diagnosis.frontier import STUCK_ON_DEVICE
 from frtrace.diagnosis.kinds import kind as kind_row
 from frtrace.diagnosis.waits import Waits
 
@@ -29,8 +30,6 @@ WentPastJudge = Callable[[list[tuple[Finding, tuple[int, ...]]]], list[dict[int,
 # A finding of a circle -> what like ranks in sibling groups say of it (LikeRanksSay).
 LikeRanksJudge = Callable[[Finding], LikeRanksSay]
 Held = list[tuple[Finding, set[int]]]  # other findings, and the absent ranks waiting in each
-# The rule of a device stall: ranks holding an op their peers finished and went past.
-STALL_RULE = "frontier.stuck_on_device"
 NOTHING_SAID = LikeRanksSay()
 
 
@@ -59,7 +58,7 @@ def _stalled_before(root: Finding, finding: Finding) -> bool:
     """Whether `root` is a device stall at an earlier collective of `finding`'s group: the
     stalled ranks hold every later op of the group queued behind it, which is why they
     never started `finding`'s op (the one exception to `_same_place`)."""
-    return (root.rule == STALL_RULE and finding.p2p_ends is None and root.collective_seq_id is not None
+    return (root.rule == STUCK_ON_DEVICE and finding.p2p_ends is None and root.collective_seq_id is not None
             and finding.collective_seq_id is not None and root.collective_seq_id < finding.collective_seq_id)
 
 
