@@ -43,3 +43,37 @@ def test_a_straggler_is_still_named_beside_a_host_whose_clock_is_ahead(offset_s)
                    fault=Fault("straggler", rank=5, straggler_ms=250.0))
     dumps = _on_a_clock_set_apart(dict(job.dumps), (3,), offset_s)
     assert _stragglers(dumps) == ("healthy", [(5,)])
+
+
+def _slow_from(dumps: dict, rank: int, fraction: float, late_ms: float, peers_wait: bool = True) -> dict:
+    """The dumps with `rank` issuing each collective created after `fraction` of the job's
+    entries `late_ms` late (a host that became slow), and, with `peers_wait`, every member
+    seeing it finish that much later (they waited for it). Without, its clock jumped."""
+    times = sorted(entry["time_created_ns"] for dump in dumps.values() for entry in dump["entries"])
+    cut, late_ns = times[int(fraction * (len(times) - 1))], int(late_ms * 1e6)
+    for member, dump in dumps.items():
+        fields = _TIME_FIELDS if member == rank else _TIME_FIELDS[1:] if peers_wait else ()
+        for entry in dump["entries"]:
+            if not entry["is_p2p"] and entry["time_created_ns"] >= cut:
+                for field in fields:
+                    if entry.get(field):
+                        entry[field] += late_ns
+    return dumps
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.7])
+def test_a_rank_that_became_slow_within_the_window_is_named_a_straggler(fraction):
+    """Late at its newest collectives in every group, on time before: a host that began
+    to throttle. Its peers waited for it; the rank it merely held up is late only where it
+    meets others next, and is not named."""
+    job = generate(8, 2, 1, steps=12, timing=True, seed=2, coalesced_events="marker", watchdog_ms=100.0)
+    _, diagnosis = analyse_dicts(_slow_from(dict(job.dumps), 5, fraction, 250.0))
+    stragglers = [f for f in diagnosis.findings if f.kind == "straggler"]
+    assert diagnosis.status == "healthy" and [f.suspect_ranks for f in stragglers] == [(5,)]
+    assert stragglers[0].facts["late_lately"] == [5] and "newest collectives late" in stragglers[0].message
+
+
+def test_a_clock_that_jumped_within_the_window_makes_no_straggler():
+    """The same times on the rank alone (its host's clock stepped forward): nobody waited."""
+    job = generate(8, 2, 1, steps=12, timing=True, seed=2, coalesced_events="marker", watchdog_ms=100.0)
+    assert _stragglers(_slow_from(dict(job.dumps), 5, 0.6, 250.0, peers_wait=False)) == ("healthy", [])

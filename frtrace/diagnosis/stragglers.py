@@ -32,6 +32,7 @@ from frtrace.wording import ranks_text
 STRAGGLER_MIN_MS = 10.0
 STRAGGLER_MIN_SAMPLES = 3
 STRAGGLER_SAMPLE_PER_GROUP = 64
+STRAGGLER_RECENT_MIN = 8  # newest collectives of each group a rank late lately is late at
 
 
 def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
@@ -40,25 +41,47 @@ def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
     first in a forked child (`side_by_side.by_views`): the same finding, sooner."""
     if not clocks_compare(facts.seen):
         return []  # each host's CUPTI clock has its own origin: lateness would be that offset
-    typical, lateness = _typical_lateness(_samples(facts, processes))
+    samples = _samples(facts, processes)
+    typical, lateness = _typical_lateness(samples)
     if len(typical) < 3:
         return []
-    late = _consistently_late(typical, lateness)
+    threshold = _threshold(typical)
+    late = _consistently_late(typical, lateness, threshold)
+    lately = _lately_late(samples, typical, late, threshold)
     late = _waited_for(facts, typical, late)
-    if not late:
+    lately = {rank: lately[rank] for rank in _waited_for(facts, lately, list(lately), recent=True)}
+    if not late and not lately:
         return []
-    worst = max(typical[r] for r in late)
-    return [new_finding(
+    return [_straggler_finding(late, typical, lateness, lately, samples)]
+
+
+def _straggler_finding(late: list[int], typical: dict[int, float], lateness: dict[int, array[float]],
+                       lately: dict[int, float], samples: Samples) -> Finding:
+    """The finding naming the ranks late throughout (`late`) and those late only over their
+    newest collectives in every group (`lately`: rank -> typical lateness there)."""
+    ms = {**lately, **{rank: typical[rank] for rank in late}}
+    ranks = sorted(ms)
+    parts = []
+    if late:
+        parts.append(f"{ranks_text(late)} consistently {'issues' if len(late) == 1 else 'issue'} collectives late: "
+                     "typically " + ", ".join(f"rank {r} +{ms[r]:.1f} ms" for r in late) + " behind the ranks on time")
+    if lately:
+        recent = sorted(lately)
+        one = len(recent) == 1
+        parts.append(f"{ranks_text(recent)} {'has' if one else 'have'} issued {'its' if one else 'their'} newest "
+                     f"collectives late in every group, on time before: typically "
+                     + ", ".join(f"rank {r} +{ms[r]:.1f} ms" for r in recent) + " behind the ranks on time")
+    evidence: dict[str, object] = {
+        "lateness_ms": {str(r): round(ms[r], 3) for r in ranks},
+        "samples": {str(r): len(lateness[r]) if r in late else _newest_count(samples.runs[r]) for r in ranks},
+        "worst_ms": round(max(ms.values()), 3),
+    }
+    if lately:
+        evidence["late_lately"] = sorted(lately)
+    return new_finding(
         "straggler", "stragglers.late_arrivals", None, op=None, collective_seq_id=None, p2p_seq_id=None,
-        ranks=tuple(late), suspect_ranks=tuple(late),
-        message=(f"{ranks_text(late)} consistently {'issues' if len(late) == 1 else 'issue'} collectives late: typically "
-                 + ", ".join(f"rank {r} +{typical[r]:.1f} ms" for r in late) + " behind the ranks on time"),
-        evidence={
-            "lateness_ms": {str(r): round(typical[r], 3) for r in late},
-            "samples": {str(r): len(lateness[r]) for r in late},
-            "worst_ms": round(worst, 3),
-        },
-    )]
+        ranks=tuple(ranks), suspect_ranks=tuple(ranks), message="; ".join(parts), evidence=evidence,
+    )
 
 
 class Samples(NamedTuple):
@@ -67,6 +90,9 @@ class Samples(NamedTuple):
     of_rank: dict[int, array[float]]  # rank -> ms after the on-time arrival, at each collective sampled
     groups_of: dict[int, int]  # rank -> how many groups it was sampled in
     in_wide_group: set[int]  # ranks sampled in a group of more than two
+    # rank -> its lateness in each group's run of collectives every member issued, oldest
+    # first (the collectives some member lacks are left out: they are not in order)
+    runs: dict[int, list[array[float]]]
 
 
 def _samples(facts: Facts, processes: int) -> Samples:
@@ -76,8 +102,10 @@ def _samples(facts: Facts, processes: int) -> Samples:
     parts = by_views(partial(_samples_of_views, facts), facts.device.views, processes)
     if len(parts) == 1:
         return parts[0]
-    merged = Samples({}, {}, set())
+    merged = Samples({}, {}, set(), {})
     for part in parts:
+        for rank, runs in part.runs.items():
+            merged.runs.setdefault(rank, []).extend(runs)
         for rank, values in part.of_rank.items():
             if rank in merged.of_rank:
                 merged.of_rank[rank] += values
@@ -94,18 +122,52 @@ def _samples_of_views(facts: Facts, views: Sequence[GroupView]) -> Samples:
     return _lateness_samples(clean)
 
 
-def _consistently_late(typical: dict[int, float], lateness: dict[int, array[float]]) -> list[int]:
-    """The ranks typically late by more than STRAGGLER_MIN_MS and five times the ranks'
-    median spread, and late on at least two thirds of their collectives, not on one bad step."""
-    spread = statistics.median(abs(v) for v in typical.values())
-    threshold = max(STRAGGLER_MIN_MS, 5 * spread)
+def _threshold(typical: dict[int, float]) -> float:
+    """The lateness that makes a straggler: STRAGGLER_MIN_MS, and five times the ranks'
+    median spread."""
+    return max(STRAGGLER_MIN_MS, 5 * statistics.median(abs(v) for v in typical.values()))
+
+
+def _consistently_late(typical: dict[int, float], lateness: dict[int, array[float]], threshold: float) -> list[int]:
+    """The ranks typically late by more than `threshold`, and late on at least two thirds
+    of their collectives, not on one bad step."""
     return sorted(
         r for r, ms in typical.items()
         if ms >= threshold and 3 * sum(x >= threshold / 2 for x in lateness[r]) >= 2 * len(lateness[r])
     )
 
 
-def _waited_for(facts: Facts, typical: dict[int, float], late: list[int]) -> list[int]:
+def _newest(run: Sequence[float]) -> Sequence[float]:
+    """The newest part of a group's run of samples that a rank late lately must be late
+    throughout: an eighth, and STRAGGLER_RECENT_MIN at least (an end-of-job pause on one
+    rank, a checkpoint, a log line, delays an op or two)."""
+    return run[len(run) - max(STRAGGLER_RECENT_MIN, len(run) // 8):]
+
+
+def _newest_count(runs: list[array[float]]) -> int:
+    return sum(len(_newest(run)) for run in runs if len(run) >= 2 * STRAGGLER_RECENT_MIN)
+
+
+def _lately_late(samples: Samples, typical: dict[int, float], late: list[int], threshold: float) -> dict[int, float]:
+    """rank -> its typical lateness over its newest collectives, for the ranks not `late`
+    throughout that were late at each of their newest collectives (`_newest`) in every
+    group that holds twice that many of theirs (two groups at least), by `threshold`
+    typically: a rank that became slow within the dumps' window. A rank that merely
+    waited for one is late only where it then meets others, not in every group."""
+    found = {}
+    for rank, runs in samples.runs.items():
+        if rank in late or rank not in typical:
+            continue
+        runs = [run for run in runs if len(run) >= 2 * STRAGGLER_RECENT_MIN]
+        if len(runs) < 2:
+            continue
+        newest = [x for run in runs for x in _newest(run)]
+        if min(newest) >= threshold / 2 and statistics.median(newest) >= threshold:
+            found[rank] = statistics.median(newest)
+    return found
+
+
+def _waited_for(facts: Facts, typical: dict[int, float], late: list[int], recent: bool = False) -> list[int]:
     """Those of `late` whose peers waited for them as long as their lateness says, where
     their own clocks tell: a collective cannot finish before its last member issued it,
     so the members on time wait at least as long as it is late, and each reads that wait
@@ -114,7 +176,8 @@ def _waited_for(facts: Facts, typical: dict[int, float], late: list[int]) -> lis
     collective while nobody waits for them. At each collective a rank's lateness is
     capped by the longest wait of any other member (not capped where some wait is not
     known); a rank stays late when the median of that reaches half its lateness, and
-    STRAGGLER_MIN_MS."""
+    STRAGGLER_MIN_MS. With `recent` (ranks late lately, `_lately_late`), only the newest
+    part of each group's collectives is read, in every group."""
     allowed: dict[int, list[float]] = {rank: [] for rank in late}
     # The narrowest groups first, until each rank has a group's sample: a straggler is
     # late in every group, and a job-wide group's collectives hold every rank's entry.
@@ -122,9 +185,10 @@ def _waited_for(facts: Facts, typical: dict[int, float], late: list[int]) -> lis
                    key=lambda view: len(view.streams))
     for view in views:
         wanted = {rank for rank in allowed.keys() & view.streams.keys()
-                  if len(allowed[rank]) < STRAGGLER_SAMPLE_PER_GROUP}
+                  if recent or len(allowed[rank]) < STRAGGLER_SAMPLE_PER_GROUP}
         if not wanted:
             continue
+        in_view: dict[int, list[float]] = {rank: [] for rank in wanted} if recent else allowed
         for match in _recent_clean(facts.collectives_of(view), facts.reliable):
             times = {r: (entries[0].time_created_ns, entries[0].time_completed_ns) for r, entries in match.calls.items()}
             asked = wanted & times.keys()
@@ -138,7 +202,10 @@ def _waited_for(facts: Facts, typical: dict[int, float], late: list[int]) -> lis
                 # The longest wait of another member, where every other member's is known.
                 others = [wait for wait, r in waits[-2:] if r != rank]
                 known = len(waited - {rank}) == len(times) - 1
-                allowed[rank].append(min(late_ms, others[-1]) if known and others else late_ms)
+                in_view[rank].append(min(late_ms, others[-1]) if known and others else late_ms)
+        if recent:
+            for rank, run in in_view.items():
+                allowed[rank].extend(_newest(run) if len(run) >= 2 * STRAGGLER_RECENT_MIN else ())
     return [rank for rank in late
             if len(allowed[rank]) < STRAGGLER_MIN_SAMPLES
             or statistics.median(allowed[rank]) >= max(STRAGGLER_MIN_MS, typical[rank] / 2)]
@@ -196,6 +263,7 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
     """Each rank's lateness at each of `clean` it took part in (two-member groups
     included), and where it was sampled."""
     samples_of: dict[int, array[float]] = {}
+    runs: dict[int, list[array[float]]] = defaultdict(list)
     sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group: set[int] = set()
     sample = [match for match in clean if len(match.calls) >= 2]
@@ -209,10 +277,12 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
                 samples_of[rank].extend(late)
             else:
                 samples_of[rank] = array("d", late)
+            if len(block.matches) > 1:  # a group's collectives every member issued, in order
+                runs[rank].append(array("d", late))
         sampled_in[block.matches[0].group_id].update(block.ranks)
         if len(block.ranks) > 2:
             in_wide_group.update(block.ranks)
-    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group)
+    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group, dict(runs))
 
 
 def _typical_lateness(samples: Samples) -> tuple[dict[int, float], dict[int, array[float]]]:
