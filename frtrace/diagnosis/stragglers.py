@@ -47,16 +47,18 @@ def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
         return []
     threshold = _threshold(typical)
     late = _consistently_late(typical, lateness, threshold)
-    lately = _lately_late(samples, typical, late, threshold)
+    # Ranks late at some collective only, not throughout: read again group by group.
+    some_late = {rank for rank, values in lateness.items() if rank not in late and max(values) >= threshold / 2}
+    lately = _lately_late(_runs(facts, some_late), threshold) if some_late else {}
     late = _waited_for(facts, typical, late)
     lately = {rank: lately[rank] for rank in _waited_for(facts, lately, list(lately), recent=True)}
     if not late and not lately:
         return []
-    return [_straggler_finding(late, typical, lateness, lately, samples)]
+    return [_straggler_finding(late, typical, lateness, lately)]
 
 
 def _straggler_finding(late: list[int], typical: dict[int, float], lateness: dict[int, array[float]],
-                       lately: dict[int, float], samples: Samples) -> Finding:
+                       lately: dict[int, float]) -> Finding:
     """The finding naming the ranks late throughout (`late`) and those late only over their
     newest collectives in every group (`lately`: rank -> typical lateness there)."""
     ms = {**lately, **{rank: typical[rank] for rank in late}}
@@ -73,7 +75,7 @@ def _straggler_finding(late: list[int], typical: dict[int, float], lateness: dic
                      + ", ".join(f"rank {r} +{ms[r]:.1f} ms" for r in recent) + " behind the ranks on time")
     evidence: dict[str, object] = {
         "lateness_ms": {str(r): round(ms[r], 3) for r in ranks},
-        "samples": {str(r): len(lateness[r]) if r in late else _newest_count(samples.runs[r]) for r in ranks},
+        "samples": {str(r): len(lateness[r]) for r in ranks},
         "worst_ms": round(max(ms.values()), 3),
     }
     if lately:
@@ -90,9 +92,6 @@ class Samples(NamedTuple):
     of_rank: dict[int, array[float]]  # rank -> ms after the on-time arrival, at each collective sampled
     groups_of: dict[int, int]  # rank -> how many groups it was sampled in
     in_wide_group: set[int]  # ranks sampled in a group of more than two
-    # rank -> its lateness in each group's run of collectives every member issued, oldest
-    # first (the collectives some member lacks are left out: they are not in order)
-    runs: dict[int, list[array[float]]]
 
 
 def _samples(facts: Facts, processes: int) -> Samples:
@@ -102,10 +101,8 @@ def _samples(facts: Facts, processes: int) -> Samples:
     parts = by_views(partial(_samples_of_views, facts), facts.device.views, processes)
     if len(parts) == 1:
         return parts[0]
-    merged = Samples({}, {}, set(), {})
+    merged = Samples({}, {}, set())
     for part in parts:
-        for rank, runs in part.runs.items():
-            merged.runs.setdefault(rank, []).extend(runs)
         for rank, values in part.of_rank.items():
             if rank in merged.of_rank:
                 merged.of_rank[rank] += values
@@ -144,21 +141,33 @@ def _newest(run: Sequence[float]) -> Sequence[float]:
     return run[len(run) - max(STRAGGLER_RECENT_MIN, len(run) // 8):]
 
 
-def _newest_count(runs: list[array[float]]) -> int:
-    return sum(len(_newest(run)) for run in runs if len(run) >= 2 * STRAGGLER_RECENT_MIN)
+def _runs(facts: Facts, ranks: set[int]) -> dict[int, list[list[float]]]:
+    """rank -> its lateness in each group's sampled collectives that every member issued,
+    oldest first, for `ranks` (those sampled apart are left out: they are not in order)."""
+    runs: dict[int, list[list[float]]] = defaultdict(list)
+    for view in facts.device.views:
+        if ranks.isdisjoint(view.streams):
+            continue
+        clean = [match for match in _recent_clean(facts.collectives_of(view), facts.reliable) if len(match.calls) >= 2]
+        for block in first_value_columns(clean, "time_created_ns"):
+            if len(block.matches) < 2:
+                continue
+            on_time = _on_times(block.columns)
+            for rank, created in zip(block.ranks, block.columns):
+                if rank in ranks:
+                    runs[rank].append(_lateness_ms(created, on_time))
+    return runs
 
 
-def _lately_late(samples: Samples, typical: dict[int, float], late: list[int], threshold: float) -> dict[int, float]:
-    """rank -> its typical lateness over its newest collectives, for the ranks not `late`
-    throughout that were late at each of their newest collectives (`_newest`) in every
+def _lately_late(runs_of: dict[int, list[list[float]]], threshold: float) -> dict[int, float]:
+    """rank -> its typical lateness over its newest collectives, for the ranks of `runs_of`
+    (`_runs`) that were late at each of their newest collectives (`_newest`) in every
     group that holds twice that many of theirs (two groups at least), by `threshold`
     typically: a rank that became slow within the dumps' window. A rank that merely
     waited for one is late only where it then meets others, not in every group."""
     found = {}
-    for rank, runs in samples.runs.items():
-        if rank in late or rank not in typical:
-            continue
-        runs = [run for run in runs if len(run) >= 2 * STRAGGLER_RECENT_MIN]
+    for rank, all_runs in runs_of.items():
+        runs = [run for run in all_runs if len(run) >= 2 * STRAGGLER_RECENT_MIN]
         if len(runs) < 2:
             continue
         newest = [x for run in runs for x in _newest(run)]
@@ -263,7 +272,6 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
     """Each rank's lateness at each of `clean` it took part in (two-member groups
     included), and where it was sampled."""
     samples_of: dict[int, array[float]] = {}
-    runs: dict[int, list[array[float]]] = defaultdict(list)
     sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group: set[int] = set()
     sample = [match for match in clean if len(match.calls) >= 2]
@@ -277,12 +285,10 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
                 samples_of[rank].extend(late)
             else:
                 samples_of[rank] = array("d", late)
-            if len(block.matches) > 1:  # a group's collectives every member issued, in order
-                runs[rank].append(array("d", late))
         sampled_in[block.matches[0].group_id].update(block.ranks)
         if len(block.ranks) > 2:
             in_wide_group.update(block.ranks)
-    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group, dict(runs))
+    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group)
 
 
 def _typical_lateness(samples: Samples) -> tuple[dict[int, float], dict[int, array[float]]]:
