@@ -47,9 +47,7 @@ def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
         return []
     threshold = _threshold(typical)
     late = _consistently_late(typical, lateness, threshold)
-    # Ranks late at some collective only, not throughout: read again group by group.
-    some_late = {rank for rank, values in lateness.items() if rank not in late and max(values) >= threshold / 2}
-    lately = _lately_late(_runs(facts, some_late), threshold) if some_late else {}
+    lately = _lately_late(samples, set(late), threshold)
     late = _waited_for(facts, typical, late)
     lately = {rank: lately[rank] for rank in _waited_for(facts, lately, list(lately), recent=True)}
     if not late and not lately:
@@ -92,6 +90,12 @@ class Samples(NamedTuple):
     of_rank: dict[int, array[float]]  # rank -> ms after the on-time arrival, at each collective sampled
     groups_of: dict[int, int]  # rank -> how many groups it was sampled in
     in_wide_group: set[int]  # ranks sampled in a group of more than two
+    # rank -> how many groups hold a run of its collectives (those every member issued, in
+    # order) of twice STRAGGLER_RECENT_MIN or more; and, where the newest part of such a
+    # run (`_newest`) is late by STRAGGLER_MIN_MS / 2 throughout, that part's lateness (a
+    # rank late lately in every such group has one per group: `_lately_late`)
+    long_runs: dict[int, int]
+    newest_late: dict[int, list[list[float]]]
 
 
 def _samples(facts: Facts, processes: int) -> Samples:
@@ -101,8 +105,12 @@ def _samples(facts: Facts, processes: int) -> Samples:
     parts = by_views(partial(_samples_of_views, facts), facts.device.views, processes)
     if len(parts) == 1:
         return parts[0]
-    merged = Samples({}, {}, set())
+    merged = Samples({}, {}, set(), {}, {})
     for part in parts:
+        for rank, count in part.long_runs.items():
+            merged.long_runs[rank] = merged.long_runs.get(rank, 0) + count
+        for rank, newest in part.newest_late.items():
+            merged.newest_late.setdefault(rank, []).extend(newest)
         for rank, values in part.of_rank.items():
             if rank in merged.of_rank:
                 merged.of_rank[rank] += values
@@ -141,36 +149,17 @@ def _newest(run: Sequence[float]) -> Sequence[float]:
     return run[len(run) - max(STRAGGLER_RECENT_MIN, len(run) // 8):]
 
 
-def _runs(facts: Facts, ranks: set[int]) -> dict[int, list[list[float]]]:
-    """rank -> its lateness in each group's sampled collectives that every member issued,
-    oldest first, for `ranks` (those sampled apart are left out: they are not in order)."""
-    runs: dict[int, list[list[float]]] = defaultdict(list)
-    for view in facts.device.views:
-        if ranks.isdisjoint(view.streams):
-            continue
-        clean = [match for match in _recent_clean(facts.collectives_of(view), facts.reliable) if len(match.calls) >= 2]
-        for block in first_value_columns(clean, "time_created_ns"):
-            if len(block.matches) < 2:
-                continue
-            on_time = _on_times(block.columns)
-            for rank, created in zip(block.ranks, block.columns):
-                if rank in ranks:
-                    runs[rank].append(_lateness_ms(created, on_time))
-    return runs
-
-
-def _lately_late(runs_of: dict[int, list[list[float]]], threshold: float) -> dict[int, float]:
-    """rank -> its typical lateness over its newest collectives, for the ranks of `runs_of`
-    (`_runs`) that were late at each of their newest collectives (`_newest`) in every
+def _lately_late(samples: Samples, late: set[int], threshold: float) -> dict[int, float]:
+    """rank -> its typical lateness over its newest collectives, for the ranks not `late`
+    throughout that were late at each of their newest collectives (`_newest`) in every
     group that holds twice that many of theirs (two groups at least), by `threshold`
     typically: a rank that became slow within the dumps' window. A rank that merely
     waited for one is late only where it then meets others, not in every group."""
     found = {}
-    for rank, all_runs in runs_of.items():
-        runs = [run for run in all_runs if len(run) >= 2 * STRAGGLER_RECENT_MIN]
-        if len(runs) < 2:
+    for rank, newest_parts in samples.newest_late.items():
+        if rank in late or len(newest_parts) < 2 or len(newest_parts) != samples.long_runs.get(rank):
             continue
-        newest = [x for run in runs for x in _newest(run)]
+        newest = [x for part in newest_parts for x in part]
         if min(newest) >= threshold / 2 and statistics.median(newest) >= threshold:
             found[rank] = statistics.median(newest)
     return found
@@ -272,6 +261,8 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
     """Each rank's lateness at each of `clean` it took part in (two-member groups
     included), and where it was sampled."""
     samples_of: dict[int, array[float]] = {}
+    long_runs: Counter[int] = Counter()
+    newest_late: dict[int, list[list[float]]] = defaultdict(list)
     sampled_in: dict[int, set[int]] = defaultdict(set)  # group id -> the ranks sampled there
     in_wide_group: set[int] = set()
     sample = [match for match in clean if len(match.calls) >= 2]
@@ -285,10 +276,16 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
                 samples_of[rank].extend(late)
             else:
                 samples_of[rank] = array("d", late)
+            if len(block.matches) >= 2 * STRAGGLER_RECENT_MIN:  # a group's run, in order
+                long_runs[rank] += 1
+                newest = _newest(late)
+                if min(newest) >= STRAGGLER_MIN_MS / 2:  # the least half of any threshold
+                    newest_late[rank].append(list(newest))
         sampled_in[block.matches[0].group_id].update(block.ranks)
         if len(block.ranks) > 2:
             in_wide_group.update(block.ranks)
-    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group)
+    return Samples(samples_of, dict(Counter(chain.from_iterable(sampled_in.values()))), in_wide_group,
+                   dict(long_runs), dict(newest_late))
 
 
 def _typical_lateness(samples: Samples) -> tuple[dict[int, float], dict[int, array[float]]]:
