@@ -144,9 +144,9 @@ def _consistently_late(typical: dict[int, float], lateness: dict[int, array[floa
 
 def _newest(run: Sequence[float]) -> Sequence[float]:
     """The newest part of a group's run of samples that a rank late lately must be late
-    throughout: an eighth, and STRAGGLER_RECENT_MIN at least (an end-of-job pause on one
-    rank, a checkpoint, a log line, delays an op or two)."""
-    return run[len(run) - max(STRAGGLER_RECENT_MIN, len(run) // 8):]
+    throughout: STRAGGLER_RECENT_MIN of them (an end-of-job pause on one rank, a
+    checkpoint, a log line, delays an op or two)."""
+    return run[len(run) - STRAGGLER_RECENT_MIN:]
 
 
 def _lately_late(samples: Samples, late: set[int], threshold: float) -> dict[int, float]:
