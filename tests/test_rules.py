@@ -496,3 +496,47 @@ def test_an_op_past_where_every_sibling_groups_ranks_stand_idle_is_the_issuers_e
     steps[2] = steps[2][:3]
     _, diagnosis = analyse_dicts(job(steps, groups=groups), render=False)
     assert 1 in diagnosis.suspect_ranks and 0 not in diagnosis.suspect_ranks
+
+
+def _two_pipelines(skipped_recv: bool = False) -> dict:
+    """Two 3-stage pipelines (pp groups pa and pb, each with an mp group of its stages),
+    each stage 1 relaying 5 microbatches from stage 0 to stage 2, then an all_reduce in the
+    mp group; the ring buffers wrapped (each rank's 2 oldest entries gone). Rank 3's host
+    stops before pipeline b's all_reduce. Rank 1's GPU stops right after its last send
+    moved its data: the send never looks finished, while rank 2, its other end, finished
+    the recv and waits in the all_reduce rank 1 never issued, as rank 5 in its place does
+    in pipeline b. With `skipped_recv`, rank 2 leaves its last recv out instead."""
+    groups = {"pa": ("pp", (0, 1, 2)), "pb": ("pp", (3, 4, 5)), "ma": ("mp", (0, 1, 2)), "mb": ("mp", (3, 4, 5))}
+
+    def relay(pipe: str, stopped: bool) -> list:
+        last = (f"send 1->2@{pipe}", {"state": "started"}) if stopped else f"send 1->2@{pipe}"
+        return [op for j in range(5) for op in (f"recv 1<-0@{pipe}", last if j == 4 else f"send 1->2@{pipe}")]
+
+    steps = {
+        0: ["send 0->1@pa"] * 5 + ["all_reduce@ma"],
+        1: relay("pa", stopped=not skipped_recv),
+        2: ["recv 2<-1@pa"] * (4 if skipped_recv else 5) + ["all_reduce@ma"],
+        3: ["send 0->1@pb"] * 5,
+        4: relay("pb", stopped=False) + ["all_reduce@mb"],
+        5: ["recv 2<-1@pb"] * 5 + ["all_reduce@mb"],
+    }
+    dumps = job(steps, groups=groups, world=6)
+    for dumped in dumps.values():
+        dumped["entries"] = dumped["entries"][2:]
+    return dumps
+
+
+def test_the_other_end_that_went_on_as_its_like_rank_did_posted_the_partner_of_a_send_that_never_finished():
+    # The channel's finished ops pair from the newest back (the buffers wrapped), one off
+    # where the holder's last send never looks finished: read alone, rank 2 "never posted"
+    # the recv. It posted as many as rank 5 in its place and waits in the all_reduce rank 1
+    # never issued: rank 1's GPU stopped (`stuck`), rank 2 did nothing wrong.
+    _, diagnosis = analyse_dicts(_two_pipelines(), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1, 3))
+    stalled = only(diagnosis, "p2p.partner_went_on")
+    assert stalled.kind == "stuck" and stalled.suspect_ranks == (1,) and stalled.is_root
+    assert not [f for f in diagnosis.findings if f.kind == "p2p_unmatched" and f.is_root]
+    # A recv really left out leaves rank 2 one short of its like rank: still its fault.
+    _, diagnosis = analyse_dicts(_two_pipelines(skipped_recv=True), render=False)
+    assert 2 in diagnosis.suspect_ranks and 1 not in diagnosis.suspect_ranks
+    assert not [f for f in diagnosis.findings if f.rule == "p2p.partner_went_on"]

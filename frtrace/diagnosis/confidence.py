@@ -156,7 +156,7 @@ def _basis(finding: Finding) -> str:
         return "pg_status_only" if not finding.tie else "even_split"
     if finding.kind == "missing_dump":
         return "missing_dump"
-    if rule == "frontier.stuck_on_device":
+    if rule in ("frontier.stuck_on_device", "p2p.partner_went_on"):
         return "device_stall"
     if rule == "frontier.stuck":
         return "no_member_finished"

@@ -364,6 +364,55 @@ class Facts:
                 return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
         return None
 
+    def partner_went_on_as_like_rank(self, view: GroupView, holder: int, absent: int,
+                                     number: int) -> Optional[LikePartnerPosted]:
+        """Where `absent` holds no partner of `holder`'s send or recv #`number` in `view`'s
+        group, in whole dumps: `absent` went on to a collective of another group and is
+        blocked in it, the rank in its place in a sibling group is blocked in that
+        collective too (the same op, the same number), both posted the same number of
+        sends and recvs in their groups, and the holder's like rank there finished its op
+        of that number. `absent` left nothing out that its like rank posted, so it posted
+        the partner and went on: the holder's op is what never finished, as a GPU that
+        stopped completing work leaves it. None when that is not shown."""
+        blocked, mine = self.blocked_entry.get(absent), view.streams.get(absent)
+        members = view.group.ranks
+        if (blocked is None or blocked.is_p2p or self._in_group(blocked, absent, view) or mine is None
+                or mine.only_active or not len(mine.p2p) or holder not in members or absent not in members
+                or not self._waits_in(blocked, absent, holder)):
+            return None
+        for sibling, (like, like_absent) in self._like_ranks_in_siblings(view, (holder, absent)):
+            theirs, their_stream = self.blocked_entry.get(like_absent), sibling.streams.get(like_absent)
+            if (theirs is None or their_stream is None or not len(their_stream.p2p)
+                    or (theirs.is_p2p, theirs.op, theirs.pg_desc, theirs.collective_seq_id)
+                    != (False, blocked.op, blocked.pg_desc, blocked.collective_seq_id)
+                    or not self._waits_in(theirs, like_absent)):
+                continue
+            if mine.p2p[len(mine.p2p) - 1].p2p_seq_id != their_stream.p2p[len(their_stream.p2p) - 1].p2p_seq_id:
+                continue
+            if self._finished_p2p_number(sibling, like, number):
+                return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
+        return None
+
+    def _waits_in(self, entry: Entry, rank: int, for_rank: Optional[int] = None) -> bool:
+        """Whether the rank waits in its collective `entry` for others: no member finished
+        it, and `for_rank`, where given, is a member that never issued it. (A rank holding
+        an op a peer finished has a GPU that stopped there, and members all in an op may
+        have stopped in it together: where such a rank stands says nothing of what it
+        posted.)"""
+        group_id = self.analysis.layout.group_of(entry.pg_name, rank)
+        match = self.index.at.get((group_id, entry.collective_seq_id)) if group_id is not None else None
+        return (match is not None and not match.completed_ranks
+                and (for_rank is None or for_rank in match.not_issued))
+
+    @staticmethod
+    def _finished_p2p_number(view: GroupView, rank: int, number: int) -> bool:
+        """Whether the rank's dump holds its send or recv #`number` of the group, finished."""
+        stream = view.streams.get(rank)
+        if stream is None:
+            return False
+        numbers = stream.p2p.field("p2p_seq_id")
+        return any(stream.p2p[at].completed for at, seq in enumerate(numbers) if seq == number)
+
     def _like_ranks_in_siblings(self, view: GroupView, ranks: tuple[int, ...]) -> Iterator[tuple[GroupView, tuple[int, ...]]]:
         """(sibling group, the ranks in the places of `ranks` there) for up to
         MAX_SIBLINGS_ASKED sibling groups of `view`'s that have those places."""

@@ -43,11 +43,41 @@ def unmatched_p2p(facts: Facts) -> list[Finding]:
             if facts.reliable and present.completed:
                 continue
             reported.add((pair.src, pair.dst))
-            findings.append(_unmatched(view, pair))
+            findings.append(_holder_stopped(facts, view, pair) or _unmatched(view, pair))
             skipped = _shifted_holder(facts, view, pair)
             if skipped is not None:
                 findings.append(skipped)
     return findings
+
+
+def _holder_stopped(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[Finding]:
+    """The holder of a send or recv whose other end shows no partner, where that end posted
+    as many sends and recvs as its like rank and went on with it
+    (`Facts.partner_went_on_as_like_rank`): the holder's op never finished on its side, a
+    device stall (`stuck`), not a partner never posted."""
+    present = pair.send or pair.recv
+    assert present is not None
+    holder, absent = (pair.src, pair.dst) if pair.send else (pair.dst, pair.src)
+    if absent < 0 or not isinstance(present.p2p_seq_id, int):
+        return None
+    like = facts.partner_went_on_as_like_rank(view, holder, absent, present.p2p_seq_id)
+    if like is None:
+        return None
+    went_on = facts.blocked_entry[absent]
+    return new_finding(
+        "stuck", "p2p.partner_went_on", view, op=present.op, collective_seq_id=None, p2p_seq_id=present.p2p_seq_id,
+        ranks=(holder, absent), suspect_ranks=(holder,),
+        message=(f"rank {holder} still holds {present.op} {pair.src}->{pair.dst} (p2p #{present.p2p_seq_id} in "
+                 f"{group_text(view.group.name, view.group.desc)}) unfinished, while rank {absent}, its other end, "
+                 f"posted as many sends and recvs there as rank {like.like_absent} in its place in {like.like_group} "
+                 f"and went on to {went_on.op} #{went_on.collective_seq_id} in "
+                 f"{group_text(went_on.pg_name, went_on.pg_desc)}: its GPU work stopped completing "
+                 "(a device-side stall)"),
+        evidence={"holding_ranks": [holder], "finished_ranks": [absent], "like_rank": like.like_absent,
+                  "like_holder": like.like_holder, "state": present.state},
+        waiting_ranks=(holder,), age_ns=present.time_created_ns, anchor=present,
+        p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
+    )
 
 
 def _shifted_holder(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[Finding]:
