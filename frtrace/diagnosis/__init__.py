@@ -11,7 +11,8 @@ The rules, one module per question, run in this order:
     all_to_all.exchange_mismatches   per group: an all_to_all whose members' sends and receives do not add up
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
-    p2p.unmatched_p2p             per P2P channel: a send or recv without its partner
+    p2p.unmatched_p2p             per P2P channel: a send or recv without its partner (or one
+                                  its partner finished: the holder's device stall)
     peerless_p2p.blocked_in_peerless_p2p   ranks blocked in a P2P op with no peer named (CUPTI monitor)
     p2p.posted_pairs              P2P pairs posted on both ends that nothing else holds up
     p2p_sizes.mismatched_pairs    per P2P channel: a send and its recv that move different sizes or dtypes

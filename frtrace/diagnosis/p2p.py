@@ -3,7 +3,9 @@ both ends that nothing else holds up.
 
 Takes `Facts`; returns `p2p_unmatched` findings, one per (group, src, dst) channel,
 naming the rank that posted its op and the one that never posted the partner (and in a
-ring, where that one left no dump, whether the ring peers show the poster skipped a step);
+ring, where that one left no dump, whether the ring peers show the poster skipped a step),
+or, where the other end shows it posted the partner and went on, the holder's device stall
+(`stuck`, `_holder_stopped`);
 and for each closed cycle of posted pairs (`Waits.closed_cycles`), a mismatch between the
 ends (in a ring, the rank that skipped a step: `not_issued`), or a note that they are in
 flight.
