@@ -60,7 +60,8 @@ class LikePartnerPosted(NamedTuple):
     """For a send or recv whose partner a rank never posted: the like ranks (in the
     holder's and that rank's places in a sibling group) where the holder's like rank
     finished its op of that number while the other stands where that rank does
-    (`Facts.like_partner_posted`): the partner was posted, the holder's op never finished."""
+    (`Facts.like_partner_posted`, `Facts.partner_went_on_as_like_rank`): the partner was
+    posted, the holder's op never finished."""
 
     like_holder: int
     like_absent: int
