@@ -78,7 +78,8 @@ cause; `truth["fault_kind"]` uses the DESIGN.md section 3 vocabulary.
   receiver and `p2p_seq_id` the p2p_seq_id of the recv it waits in (`op` is "send").
 * `missing_dump`: a healthy job without the culprit's dump. Status inconclusive, no suspect.
 * `straggler`: a healthy job in which the culprit issues every op `straggler_ms` later than it
-  could. `truth["lateness_ms"]` is that delay; observed against the other participants of each
+  could (with `straggler_share` below 1, only that share of its ops, now and then).
+  `truth["lateness_ms"]` is that delay; observed against the other participants of each
   collective it is the last to arrive, by about that much (more in DP collectives, as its delay
   piles up over the step before it meets those peers again).
 
@@ -227,6 +228,7 @@ class Fault:
     group: str = "tp"
     step: int = 1
     straggler_ms: float = 50.0
+    straggler_share: float = 1.0  # straggler: the share of its ops it is late at (spread evenly)
     ranks: tuple = ()  # several culprits (SEVERAL_CULPRITS only); empty: just `rank`
     ring_step: int = -1  # skip_ring_step: which of the first layer's forward ring steps (-1: the last)
     last_op: bool = False  # hang, mismatches: at the step's last plain collective of the group (backward)
@@ -1119,8 +1121,14 @@ class _Run:
     t_end: list  # rank -> array of completion times (valid below `done`)
 
 
+def _late_at(op_index: int, share: float) -> bool:
+    """Whether a straggler late at `share` of its ops is late at its op `op_index`: spread
+    evenly but not in a fixed period (a hash of the index), the same on every run."""
+    return share >= 1.0 or (op_index * 2654435761) % 4294967296 < share * 4294967296
+
+
 def _simulate(world: _World, progs: list, poisoned: frozenset, straggler: int,
-              straggler_ns: int, lookahead: int, rng: random.Random) -> _Run:
+              straggler_ns: int, lookahead: int, rng: random.Random, straggler_share: float = 1.0) -> _Run:
     n = world.world
     groups = world.groups
     jitter = [rng.randrange(0, 200_000) for _ in range(4096)]  # ns; indexed, not drawn per op
@@ -1180,7 +1188,7 @@ def _simulate(world: _World, progs: list, poisoned: frozenset, straggler: int,
         i += 1
         done[p] = i
         if i < len(progs[p]):
-            late = straggler_ns if p == straggler else 0
+            late = straggler_ns if p == straggler and _late_at(i, straggler_share) else 0
             t_issue[p][i] = finish + progs[p][i].gap_ns + jitter[(i * 31 + p * 7) & 4095] + late
             reach(p, progs[p][i])
 
@@ -1624,7 +1632,8 @@ def generate(world_size: int = 8, tp: int = 2, pp: int = 2, steps: int = 3, *, f
     info = _inject(world, progs, starts, fault, steps, healthy) if fault is not None else _Injected()
     straggler_ns = int(fault.straggler_ms * _MS) if fault is not None and fault.kind == "straggler" else 0
     with cyclic_gc_paused():
-        run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng)
+        run = _simulate(world, progs, info.poisoned, info.straggler, straggler_ns, lookahead, rng,
+                        fault.straggler_share if fault is not None else 1.0)
     builder = _DumpBuilder(world, run, timing=timing, buffer_size=buffer_size, version=version, rng=rng,
                            coalesced_events=coalesced_events, watchdog_ms=watchdog_ms, pg_status=pg_status,
                            only_active=only_active, stalled=info.stalled, seed=seed, timeout_ms=timeout_ms,
@@ -1961,6 +1970,8 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--fault-group", choices=GROUP_KINDS, help="default: pp for p2p_unmatched, else tp")
     parser.add_argument("--fault-step", type=int, default=1)
     parser.add_argument("--straggler-ms", type=float, default=50.0)
+    parser.add_argument("--straggler-share", type=float, default=1.0,
+                        help="straggler: the share of its ops it is late at (default: every op)")
     parser.add_argument("--timing", action="store_true", help="as with TORCH_NCCL_ENABLE_TIMING=1")
     parser.add_argument("--no-frames", action="store_true", help="dumps without stack traces")
     parser.add_argument("--buffer-size", type=int, default=2000)
@@ -2005,7 +2016,8 @@ def main(argv: Optional[list] = None) -> int:
         if args.fault == "skip_ring_step":
             group = args.fault_group or "cp"
         fault = Fault(args.fault, rank=args.fault_rank, group=group, step=args.fault_step,
-                      straggler_ms=args.straggler_ms, ranks=tuple(args.fault_ranks or ()), ring_step=args.ring_step,
+                      straggler_ms=args.straggler_ms, straggler_share=args.straggler_share,
+                      ranks=tuple(args.fault_ranks or ()), ring_step=args.ring_step,
                       last_op=args.last_op, at_once=args.at_once)
     started = time.perf_counter()
     try:
