@@ -331,3 +331,20 @@ def test_two_hosts_that_stop_at_once_are_named_without_their_victims(world, tp, 
     assert sorted(r for f in roots for r in f.suspect_ranks) == list(culprits)
     job_wide = [f for f in diagnosis.findings if f.pg_desc == "default_pg" and f.kind == "not_issued"]
     assert job_wide and all(f.link == "same_suspects" for f in job_wide)
+
+
+@pytest.mark.parametrize("world, tp, pp, shape, culprit, seed, lookahead, p2p", [
+    (8, 2, 1, {}, 2, 187, 2, "plain"), (8, 2, 1, {}, 3, 637, 0, "batched"), (8, 2, 4, {"ring": True}, 3, 481, 2, "mixed")])
+def test_a_group_of_one_rank_takes_no_row_from_the_group_a_rank_holds_nothing_of(world, tp, pp, shape, culprit, seed,
+                                                                                  lookahead, p2p):
+    """Hashed group names made in each rank's own order: a rank's only pg_status key left
+    unplaced is its TP group's, not that of its pipeline or DP group of one rank, which
+    never ran an op (a row is made by a group's first op). Its like ranks' TP rows then
+    show that they ran the op the culprit skipped, so the culprit is named, not its
+    partner waiting in the op."""
+    job = generate(world, tp, pp, steps=3, fault=Fault("skip_op", rank=culprit, group="tp", step=1 + seed % 2),
+                   timing=True, p2p=p2p, only_active=True, seed=seed, lookahead=lookahead, pg_order="rotated",
+                   hashed_names=True, **FAITHFUL, **shape)
+    assert job.truth["suspect_ranks"] == [culprit]
+    _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
+    assert (diagnosis.status, list(diagnosis.suspect_ranks)) == ("faults", [culprit])

@@ -449,7 +449,8 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     be created in another order on each rank), so it is read off the rank's own entries of
     the group; for a group it holds no entry of, only by elimination: when a single one of
     its pg_status keys is not the id of a group it holds entries of, and a single one of
-    its groups holds none, that key is that group's. The default group is the first group
+    its groups holds none (of more than one rank, where it has fewer such keys than
+    groups: a group's row is made by its first op), that key is that group's. The default group is the first group
     every rank creates (init_process_group), so its id is 0 unless an entry says 0 is
     another group's. Then, where the job's groups are named by torch's count of groups
     made, from like ranks that made the same groups (`_take_like_ranks_ids`), and by the
@@ -468,6 +469,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
             groups_of[rank].append(group.id)
     defaults = {g.id for g in layout.groups if is_default_group(g.name, g.desc)}
     names = {g.id: g.name for g in layout.groups}
+    sizes = {g.id: g.size for g in layout.groups}
     for rank, dump in dumps.items():
         ids = own[rank]
         default = [gid for gid in groups_of.get(rank, ()) if gid in defaults and gid not in ids]
@@ -476,6 +478,10 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         unknown_keys = set(dump.pg_status) - set(ids.values())
         # A default group without the default id in pg_status has no row there at all.
         unknown_groups = [gid for gid in groups_of.get(rank, ()) if gid not in ids and gid not in default]
+        if len(unknown_keys) < len(unknown_groups):
+            # Some of its groups never ran an op on it (a row is made by a group's first
+            # op): a group of one rank first (Megatron runs none on those).
+            unknown_groups = [gid for gid in unknown_groups if sizes[gid] > 1] or unknown_groups
         if len(unknown_keys) == 1 and len(unknown_groups) == 1:
             ids[unknown_groups[0]] = unknown_keys.pop()
     # Full dumps leave no key unplaced as a rule: like ranks and the order are then never looked at.
