@@ -42,7 +42,8 @@ STRAGGLER_NOISE_RANKS = 256  # ranks the job's noise is read over, spread over t
 
 
 def late_arrivals(facts: Facts, processes: int = 1) -> list[Finding]:
-    """The rule: ranks late to most of the collectives they were sampled in. With
+    """The rule: ranks late to most of the collectives they were sampled in, to the newest
+    in every group, or to a good share in every group, where their peers waited. With
     `processes` above 1 the groups are sampled in shares at once, each other than the
     first in a forked child (`side_by_side.by_views`): the same finding, sooner."""
     if not clocks_compare(facts.seen):
