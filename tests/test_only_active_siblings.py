@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 from helpers import analyse_dicts, job
 
-from frtrace.match.matcher import _take_like_ranks_ids
+from frtrace.match.matcher import _may_have_rows, _take_like_ranks_ids
+from frtrace.model import Group, family_of
 from frtrace.testing.synth import Fault, generate
 
 FAITHFUL = dict(coalesced_events="marker", watchdog_ms=100.0, bubble_ms=100.0, pg_status="work")
@@ -348,3 +349,14 @@ def test_a_group_of_one_rank_takes_no_row_from_the_group_a_rank_holds_nothing_of
     assert job.truth["suspect_ranks"] == [culprit]
     _, diagnosis = analyse_dicts(dict(job.dumps), render=False)
     assert (diagnosis.status, list(diagnosis.suspect_ranks)) == ("faults", [culprit])
+
+
+def test_a_group_of_one_rank_keeps_its_chance_of_a_row_where_no_dump_shows_the_wider_group_running():
+    """A rank with one key left for a group of one rank and a group of two: the key goes
+    to the pair only where some dump shows the pair's family running; an unused pair and a
+    group of one rank that ran ops would otherwise swap rows."""
+    alone = Group(7, "7", "pp", (4,), 1, "pg_config")
+    pair = Group(3, "3", "tp", (4, 5), 2, "pg_config")
+    assert _may_have_rows([alone, pair], {family_of(pair)}) == [3]
+    assert _may_have_rows([alone, pair], set()) == [7, 3]
+    assert _may_have_rows([pair], {family_of(pair)}) == [3]

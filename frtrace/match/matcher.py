@@ -449,10 +449,9 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     be created in another order on each rank), so it is read off the rank's own entries of
     the group; for a group it holds no entry of, only by elimination: when a single one of
     its pg_status keys is not the id of a group it holds entries of, and a single one of
-    its groups holds none (of more than one rank, where it has fewer such keys than
-    groups: a group's row is made by its first op), that key is that group's. The default group is the first group
-    every rank creates (init_process_group), so its id is 0 unless an entry says 0 is
-    another group's. Then, where the job's groups are named by torch's count of groups
+    its groups that may have a row holds none (`_may_have_rows`), that key is that
+    group's. The default group is the first group every rank creates
+    (init_process_group), so its id is 0 unless an entry says 0 is another group's. Then, where the job's groups are named by torch's count of groups
     made, from like ranks that made the same groups (`_take_like_ranks_ids`), and by the
     order of making (`_created_between`, when `_named_in_creation_order`).
     Else the group has no id on the rank, and its pg_status row for the group cannot be
@@ -469,7 +468,8 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
             groups_of[rank].append(group.id)
     defaults = {g.id for g in layout.groups if is_default_group(g.name, g.desc)}
     names = {g.id: g.name for g in layout.groups}
-    sizes = {g.id: g.size for g in layout.groups}
+    groups = {g.id: g for g in layout.groups}
+    seen_running = {family_of(groups[gid]) for gid, streams in streams_by_group.items() if streams and gid in groups}
     for rank, dump in dumps.items():
         ids = own[rank]
         default = [gid for gid in groups_of.get(rank, ()) if gid in defaults and gid not in ids]
@@ -479,9 +479,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         # A default group without the default id in pg_status has no row there at all.
         unknown_groups = [gid for gid in groups_of.get(rank, ()) if gid not in ids and gid not in default]
         if len(unknown_keys) < len(unknown_groups):
-            # Some of its groups never ran an op on it (a row is made by a group's first
-            # op): a group of one rank first (Megatron runs none on those).
-            unknown_groups = [gid for gid in unknown_groups if sizes[gid] > 1] or unknown_groups
+            unknown_groups = _may_have_rows([groups[gid] for gid in unknown_groups], seen_running)
         if len(unknown_keys) == 1 and len(unknown_groups) == 1:
             ids[unknown_groups[0]] = unknown_keys.pop()
     # Full dumps leave no key unplaced as a rule: like ranks and the order are then never looked at.
@@ -497,6 +495,18 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
                 if made is not None:
                     own[rank][made] = key
     return own
+
+
+def _may_have_rows(unplaced: list[Group], seen_running: set[Family]) -> list[int]:
+    """The ids of those of a rank's `unplaced` groups (more than it has pg_status keys
+    left) that may be the ones with a row. A group's row is made by its first op, so some
+    of them never ran one on the rank: its groups of one rank, which Megatron runs nothing
+    on, are left out where that leaves groups of a family some dump shows running
+    (`seen_running`); else none is (all of them stay)."""
+    wider = [group for group in unplaced if group.size > 1]
+    if wider and len(wider) < len(unplaced) and all(family_of(group) in seen_running for group in wider):
+        return [group.id for group in wider]
+    return [group.id for group in unplaced]
 
 
 def _unplaced_keys(own: Mapping[int, Mapping[int, int]], dumps: Mapping[int, RankDump]) -> dict[int, list[int]]:
