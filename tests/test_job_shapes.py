@@ -676,23 +676,58 @@ def test_two_hosts_that_stop_at_once_are_named_and_the_ranks_stuck_behind_them_a
 
 
 def test_ranks_that_wait_elsewhere_for_others_are_behind_not_outpaced_by_the_few_that_issued_the_op():
-    # A healthy TP 2 x PP 8 x DP 2 job, then two hosts stop issuing at one moment
-    # (frtrace.testing.inject.inject_at_once, as NVRx injects them): rank 9 before TP
-    # all_gather #19, rank 10 wherever it then is. In DP groups many ranks stuck behind
+    # A healthy TP 2 x PP 8 x DP 2 job, then two GPUs stop at one moment
+    # (frtrace.testing.inject.inject_at_once, as NVRx injects them): rank 9's at TP
+    # all_gather #19, rank 10's wherever it then is. In DP groups many ranks stuck behind
     # either never reach an op a few issued; those wait in other ops, on others than the
-    # few, so they are behind, not left behind by ranks gone ahead (an extra op blamed on
-    # the few named ranks that did nothing wrong, and left rank 10 out).
+    # few, so they are behind, not left behind by ranks gone ahead (rank 10 was left out).
+    # (Two hosts that stop issuing there leave rank 10 waiting in a pipeline all_reduce
+    # that a rank behind rank 9 never reaches, as that rank's victims do: only rank 9
+    # shows. The injector once had rank 10 hold that op finished, a state no job is in.)
     from frtrace.testing.inject import inject_at_once
 
     healthy = generate(32, 2, 8, steps=4, timing=True, p2p="batched", seed=2, **FAITHFUL)
     named = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
-    injected = inject_at_once(named, "hang", "5", 19, (9, 10))
+    injected = inject_at_once(named, "gpu", "5", 19, (9, 10))
     assert injected is not None
     dumps, what = injected
     assert what["culprits"] == [9, 10]
     _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (9, 10))
     assert not [f for f in diagnosis.findings if f.kind == "extra_op" and f.is_root]
+
+
+def test_two_hosts_stopped_at_once_leave_no_collective_finished_that_a_member_never_issued():
+    # The injector the sweeps use (frtrace.testing.inject, two hosts that stop issuing at
+    # one moment): a second culprit whose last op was one the first never issued held it
+    # finished, a state no job can be in, which read as healthy or made it stand out.
+    import random
+
+    from frtrace.testing.inject import group_ranks, inject
+
+    healthy = generate(16, 2, 2, steps=4, timing=True, p2p="batched", seed=3, **FAITHFUL)
+    job = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
+    members = group_ranks(job)
+    rng = random.Random(5)
+    for _ in range(40):
+        injected = inject(job, "hang2", rng)
+        if injected is None:
+            continue
+        dumps, what = injected
+        held: dict[tuple[int, str], set[int]] = {}
+        for rank, (_, dump) in dumps.items():
+            for entry in dump["entries"]:
+                if not entry["is_p2p"]:
+                    held.setdefault((rank, entry["process_group"][0]), set()).add(entry["collective_seq_id"])
+        for rank, (_, dump) in dumps.items():
+            for entry in dump["entries"]:
+                group, seq = entry["process_group"][0], entry["collective_seq_id"]
+                if entry["is_p2p"] or entry["state"] != "completed":
+                    continue
+                for member in members[group]:
+                    theirs = held.get((member, group), set())
+                    # Held, or older than all it holds (fallen off its ring buffer).
+                    assert seq in theirs or (theirs and seq < min(theirs)), (what, rank, group, seq, member)
 
 
 # --------------------------------------------------------------------------- GPUs that stop at once

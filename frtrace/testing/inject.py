@@ -196,11 +196,14 @@ def _stopped(job: dict, layout: Layout, granks: dict[str, list[int]], kind: str,
              at: dict[int, int], never: set, queued: int, key=None, p2p_status: bool = True) -> dict:
     """The job's dumps once every rank is cut at the op it blocks in. A hang's or a stalled
     GPU's culprits (`at`: culprit -> the unit its fault is at) keep what they were given:
-    a hang's up to that unit, a stalled GPU's that unit and `queued` after it, unfinished."""
+    a hang's up to that unit (cut, as any rank, at one that cannot finish), a stalled
+    GPU's that unit and `queued` after it, unfinished."""
     reached = {rank: len(layout.units[rank]) for rank in job}
     for rank, unit in at.items():
         reached[rank] = unit + (1 if kind == "gpu" else 0)
-    blocked = _settle(job, layout, granks, reached, never, stays=set(at))
+    # A host that stopped issuing still waits in what it issued before that cannot finish
+    # (an op the other culprit never issued); a stalled GPU's ops are marked by _stalled.
+    blocked = _settle(job, layout, granks, reached, never, stays=set(at) if kind == "gpu" else set())
     dumps = {}
     for rank, (name, dump) in job.items():
         if kind == "gpu" and rank in at:
