@@ -451,9 +451,10 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     its pg_status keys is not the id of a group it holds entries of, and a single one of
     its groups that may have a row holds none (`_may_have_rows`), that key is that
     group's. The default group is the first group every rank creates
-    (init_process_group), so its id is 0 unless an entry says 0 is another group's. Then, where the job's groups are named by torch's count of groups
-    made, from like ranks that made the same groups (`_take_like_ranks_ids`), and by the
-    order of making (`_created_between`, when `_named_in_creation_order`).
+    (init_process_group), so its id is 0 unless an entry says 0 is another group's.
+    Then, where the job's groups are named by torch's count of groups made, from like
+    ranks that made the same groups (`_take_like_ranks_ids`), and by the order of making
+    (`_created_between`, when `_named_in_creation_order`).
     Else the group has no id on the rank, and its pg_status row for the group cannot be
     found (it says nothing)."""
     own: dict[int, dict[int, int]] = defaultdict(dict)
