@@ -73,7 +73,7 @@ def _holder_stopped(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[F
                  f"{group_text(view.group.name, view.group.desc)}) unfinished, while rank {absent}, its other end, "
                  f"posted as many sends and recvs there as rank {like.like_absent} in its place in {like.like_group} "
                  f"and went on to {went_on.op} #{went_on.collective_seq_id} in "
-                 f"{group_text(went_on.pg_name, went_on.pg_desc)}: its GPU work stopped completing "
+                 f"{group_text(went_on.pg_name, went_on.pg_desc)}: rank {holder}'s GPU work stopped completing "
                  "(a device-side stall)"),
         evidence={"holding_ranks": [holder], "finished_ranks": [absent], "like_rank": like.like_absent,
                   "like_holder": like.like_holder, "state": present.state},

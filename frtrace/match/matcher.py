@@ -470,7 +470,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     defaults = {g.id for g in layout.groups if is_default_group(g.name, g.desc)}
     names = {g.id: g.name for g in layout.groups}
     groups = {g.id: g for g in layout.groups}
-    seen_running = {family_of(groups[gid]) for gid, streams in streams_by_group.items() if streams and gid in groups}
+    seen_running: Optional[set[Family]] = None  # read once a rank has fewer keys than groups left (seldom)
     for rank, dump in dumps.items():
         ids = own[rank]
         default = [gid for gid in groups_of.get(rank, ()) if gid in defaults and gid not in ids]
@@ -480,6 +480,9 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         # A default group without the default id in pg_status has no row there at all.
         unknown_groups = [gid for gid in groups_of.get(rank, ()) if gid not in ids and gid not in default]
         if len(unknown_keys) < len(unknown_groups):
+            if seen_running is None:
+                seen_running = {family_of(groups[gid]) for gid, streams in streams_by_group.items()
+                                if streams and gid in groups}
             unknown_groups = _may_have_rows([groups[gid] for gid in unknown_groups], seen_running)
         if len(unknown_keys) == 1 and len(unknown_groups) == 1:
             ids[unknown_groups[0]] = unknown_keys.pop()
