@@ -141,6 +141,9 @@ CASES = {
     # next op, past the group's 5 ms timeout: a hang, not a job dumped mid-op.
     "stuck": lambda: _timeout_ms(job({r: AR * 3 + [("all_reduce", {"state": "started"}),
                                                     ("all_gather", {"state": "scheduled"})] for r in range(4)}), 5),
+    # The same, rank 2's op never started (timing on): its GPU never reached it.
+    "never_started": lambda: _timeout_ms(job({r: AR * 3 + [("all_reduce", {"state": "scheduled" if r == 2 else "started"}),
+                                                            ("all_gather", {"state": "scheduled"})] for r in range(4)}), 5),
     "in_flight": lambda: job({r: AR * 3 + [("all_reduce", {"state": "started"})] for r in range(4)}),
     "skipped_ring_step": lambda: _ring(skip=True),
     "ring_mid_transfer": lambda: _ring(mid_transfer=True),
@@ -193,6 +196,7 @@ def only(diagnosis, rule: str) -> Finding:
     ("never_issued", "divergence.never_issued", "not_issued", (2,), "error", "faults"),
     ("went_ahead", "divergence.went_ahead", "extra_op", (1,), "error", "faults"),
     ("stuck", "frontier.stuck", "stuck", (0, 1, 2, 3), "error", "faults"),
+    ("never_started", "frontier.never_started", "stuck", (2,), "error", "faults"),
     # The same, with nothing in the dumps older than the timeout: it may be the moment of the dump.
     ("in_flight", "frontier.in_flight", "in_flight", (), "warning", "inconclusive"),
     ("skipped_ring_step", "p2p.skipped_ring_step", "not_issued", (2,), "error", "faults"),

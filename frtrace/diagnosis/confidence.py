@@ -29,6 +29,7 @@ BASIS = {
     "gap_in_its_sequence": 0.9,  # it never issued #k but went on to later numbers
     "majority_of_peers": 0.85,  # a majority agrees, but not every other member (another camp, or members without a dump)
     "device_stall": 0.85,  # it holds an op its peers finished and went past
+    "never_started": 0.8,  # its op never started where its peers' did, past the timeout: its GPU never got there
     "skipped_like_ranks": 0.85,  # ranks that play its part issued the op where it issued something else next
     "one_peer": 0.85,  # unanimous, but the group has one other member: a single witness
     "idle_while_peers_wait": 0.75,  # an even split, decided by the suspects waiting in nothing at all
@@ -160,6 +161,8 @@ def _basis(finding: Finding) -> str:
         return "device_stall"
     if rule == "frontier.stuck":
         return "no_member_finished"
+    if rule == "frontier.never_started":
+        return "never_started"
     if finding.kind == "p2p_unmatched":
         return "p2p_partner_never_posted"
     if rule == "p2p.left_out_step":

@@ -133,6 +133,14 @@ def agreed_signature(match: Optional[CollectiveMatch]) -> Optional[Signature]:
     return batch_signature(next(iter(match.calls.values())))
 
 
+def _unfinished_like(pair: P2PMatch, sends: bool, number: int) -> bool:
+    """Whether the pair's holder end (the send where `sends`, else the recv) is the rank's
+    op #`number`, unfinished, and its other end, where posted, is unfinished too."""
+    mine, other = (pair.send, pair.recv) if sends else (pair.recv, pair.send)
+    return (mine is not None and not mine.completed and mine.p2p_seq_id == number
+            and (other is None or not other.completed))
+
+
 def _finished_by_one(view: GroupView, seq: int) -> bool:
     return any(stream.only_active and stream.finished is not None and stream.finished >= seq
                for stream in view.streams.values())
@@ -392,6 +400,27 @@ class Facts:
             if self._finished_p2p_number(sibling, like, number):
                 return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
         return None
+
+    def like_ops_unfinished(self, view: GroupView, holder: int, absent: int, sends: bool,
+                            number: int) -> list[str]:
+        """The names of the sibling groups where the rank in `holder`'s place holds the like
+        op unfinished: its send (`sends`) or recv #`number` on the channel to or from the
+        rank in the place of `absent` (a member without a dump), which either posted the
+        partner, unfinished too, or did not (and has a dump that says why). Empty unless
+        every sibling group read shows that (and there is one): those groups stand where
+        this one does without a missing dump, so the missing dump explains nothing."""
+        if not self.reliable or holder not in view.group.ranks or absent not in view.group.ranks:
+            return []
+        names = []
+        for sibling, (like_holder, like_absent) in self._like_ranks_in_siblings(view, (holder, absent)):
+            if like_absent in sibling.no_dump:
+                return []
+            src, dst = (like_holder, like_absent) if sends else (like_absent, like_holder)
+            if not any(_unfinished_like(pair, sends, number) for pair in self.p2p_of(sibling)
+                       if (pair.src, pair.dst) == (src, dst)):
+                return []
+            names.append(sibling.group.name)
+        return names
 
     def _waits_in(self, entry: Entry, rank: int, for_rank: Optional[int] = None) -> bool:
         """Whether the rank waits in its collective `entry` for others: no member finished

@@ -89,17 +89,22 @@ def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: b
 
 
 def _siblings_in_the_same_op(siblings: Siblings, frontier: CollectiveMatch) -> list[CollectiveMatch]:
-    """The sibling groups' matches at the frontier's number when every sibling group stands
-    in that same op as this one does, every member in it and none finished (empty
-    otherwise). A rank that never arrived holds up only its own group: the siblings,
-    which do not wait for it, would have finished the op long before the dumps were
-    taken. Standing in it alike, they show the whole job dumped mid-op (or stuck alike)."""
+    """The sibling groups' matches at the frontier's number where every member stands in
+    that same op as this group does, none finished, when some sibling does and none went
+    past it (empty otherwise). A rank that never arrived holds up only its own group: the
+    siblings, which do not wait for it, would have finished the op long before the dumps
+    were taken. Standing in it alike, they show the whole job dumped mid-op (or stuck
+    alike). A sibling that has not reached the op (no member issued it, or not every
+    member yet) says neither: the other stages of a pipeline run other parts of the step."""
     op = frontier.first_entry.op
     found = []
-    for match in siblings.each_at(frontier.seq):  # stops at the first sibling that stands elsewhere
-        if match is None or not _in_it_unfinished(match, op):
+    for match in siblings.each_at(frontier.seq):
+        if match is None:
+            continue
+        if _in_it_unfinished(match, op):
+            found.append(match)
+        elif match.completed_ranks or match.finished_unseen or match.disagreement is not None or not match.not_issued:
             return []
-        found.append(match)
     return found
 
 
@@ -125,7 +130,7 @@ def in_flight_like_its_siblings(view: GroupView, frontier: CollectiveMatch, sibl
                  "or the job was dumped mid-op"),
         evidence={"no_dump_ranks": list(no_dump), "issued_ranks": list(issued), "completed_ranks": [],
                   "siblings_in_the_same_op": len(sibling_names)},  # a count: a family may hold thousands
-        age_ns=oldest_created(frontier),
+        waiting_ranks=issued, age_ns=oldest_created(frontier),
     )
 
 
@@ -210,6 +215,9 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool,
             evidence["timeout_ms"] = timeout_ms
         if age is None or not timeout_ms or age < timeout_ms * MS_NS:
             return [_in_flight(view, frontier, evidence, age, timeout_ms)]
+        never_started = _never_started(frontier)
+        if never_started:
+            return [_device_never_reached(view, frontier, never_started, evidence, age, timeout_ms)]
         severity = "error"
         message = (f"every member of {group} issued {entry.op} #{frontier.seq} and none completed it in "
                    f"{duration_text(age)} or more, past its {duration_text(timeout_ms * MS_NS)} timeout: "
@@ -223,6 +231,39 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool,
         ranks=issued, suspect_ranks=issued if severity == "error" else (), message=message,
         evidence=evidence, waiting_ranks=issued, age_ns=oldest_created(frontier),
     )]
+
+
+def _never_started(frontier: CollectiveMatch) -> tuple[int, ...]:
+    """The members whose op never started (`scheduled`) where others' did (`started`,
+    which only timing records): each member's kernel starts once its own GPU stream
+    reaches the op, so these GPUs never got there. Empty unless both are seen."""
+    states = {rank: {entry.state for entry in calls} for rank, calls in frontier.calls.items()}
+    if not any("started" in seen for seen in states.values()):
+        return ()
+    never = tuple(sorted(rank for rank, seen in states.items() if seen == {"scheduled"}))
+    return never if len(never) < len(states) else ()
+
+
+def _device_never_reached(view: GroupView, frontier: CollectiveMatch, never_started: tuple[int, ...],
+                          evidence: dict[str, Any], age: int, timeout_ms: int) -> Finding:
+    """Every member issued the op and none finished it past its timeout, and the members
+    whose op started wait in it for those whose op never started: their GPUs never
+    reached the op (stopped before it, in their own work or a device fault)."""
+    entry = frontier.calls[frontier.issued[0]][0]
+    started = tuple(rank for rank in frontier.issued if rank not in never_started)
+    one = len(never_started) == 1
+    evidence.update(never_started_ranks=list(never_started), started_ranks=list(started))
+    return new_finding(
+        "stuck", "frontier.never_started", view, op=entry.op, collective_seq_id=frontier.seq, p2p_seq_id=None,
+        ranks=frontier.issued, suspect_ranks=never_started,
+        message=(f"{ranks_text(never_started)} issued {entry.op} #{frontier.seq} of "
+                 f"{group_text(view.group.name, view.group.desc)} but {'its' if one else 'their'} op never started, "
+                 f"while {ranks_text(started)} started it and {'has' if len(started) == 1 else 'have'} waited in it "
+                 f"{duration_text(age)} or more, past its {duration_text(timeout_ms * MS_NS)} timeout: "
+                 f"{'its GPU' if one else 'their GPUs'} never reached the op (stopped before it, in "
+                 f"{'its' if one else 'their'} own work or a device fault)"),
+        evidence=evidence, waiting_ranks=started, age_ns=oldest_created(frontier),
+    )
 
 
 def _age_ns(match: CollectiveMatch, seen_until: Optional[SeenUntil]) -> Optional[int]:

@@ -25,7 +25,7 @@ from frtrace.diagnosis.waits import PostedPair
 from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Entry, family_of, numel
 from frtrace.table.seq_map import RowList
-from frtrace.wording import call_site, group_text, ranks_text, shape_text
+from frtrace.wording import call_site, group_text, groups_text, ranks_text, shape_text
 
 # What the two ends of a transfer must agree on: (elements, dtypes) of each op, sorted.
 P2PSignature = tuple[tuple[int, tuple[str, ...]], ...]
@@ -45,7 +45,8 @@ def unmatched_p2p(facts: Facts) -> list[Finding]:
             if facts.reliable and present.completed:
                 continue
             reported.add((pair.src, pair.dst))
-            findings.append(_holder_stopped(facts, view, pair) or _unmatched(view, pair))
+            findings.append(_holder_stopped(facts, view, pair) or _in_flight_like_its_siblings(facts, view, pair)
+                            or _unmatched(view, pair))
             skipped = _shifted_holder(facts, view, pair)
             if skipped is not None:
                 findings.append(skipped)
@@ -77,6 +78,36 @@ def _holder_stopped(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[F
                  "(a device-side stall)"),
         evidence={"holding_ranks": [holder], "finished_ranks": [absent], "like_rank": like.like_absent,
                   "like_holder": like.like_holder, "state": present.state},
+        waiting_ranks=(holder,), age_ns=present.time_created_ns, anchor=present,
+        p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
+    )
+
+
+def _in_flight_like_its_siblings(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[Finding]:
+    """A send or recv whose other end left no dump, where the rank in the holder's place
+    in every sibling group holds the like op unfinished too (Facts.like_ops_unfinished):
+    the missing dump explains nothing those groups do not show without one (a job dumped
+    while its transfers ran looks so), so nobody is blamed for it. The P2P twin of
+    frontier.in_flight_like_its_siblings."""
+    present = pair.send or pair.recv
+    assert present is not None
+    holder, absent = (pair.src, pair.dst) if pair.send else (pair.dst, pair.src)
+    if absent not in view.no_dump or present.completed or not isinstance(present.p2p_seq_id, int):
+        return None
+    siblings = facts.like_ops_unfinished(view, holder, absent, pair.send is not None, present.p2p_seq_id)
+    if not siblings:
+        return None
+    absent_op = "recv" if pair.send else "send"
+    return new_finding(
+        "missing_dump", "p2p.in_flight_like_its_siblings", view, severity="warning", op=present.op,
+        collective_seq_id=None, p2p_seq_id=present.p2p_seq_id, ranks=(absent,), suspect_ranks=(),
+        message=(f"rank {absent} left no usable dump; rank {holder} posted {present.op} {pair.src}->{pair.dst} "
+                 f"(p2p #{present.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}), unfinished, as the "
+                 f"ranks in its place in {groups_text(siblings, view.group.desc, most_ranges=4)} hold theirs: the "
+                 f"dumps cannot tell whether rank {absent} posted the matching {absent_op} or the job was dumped "
+                 "mid-transfer"),
+        evidence={"no_dump_ranks": [absent], "posted_by": holder, "src": pair.src, "dst": pair.dst,
+                  "siblings_alike": len(siblings)},
         waiting_ranks=(holder,), age_ns=present.time_created_ns, anchor=present,
         p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
     )

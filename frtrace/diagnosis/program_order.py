@@ -17,7 +17,7 @@ Four modules answer, one question each:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Container, Optional
 
 from frtrace.diagnosis.finding import Finding, WentPast
 from frtrace.diagnosis.like_ranks import (
@@ -64,8 +64,9 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     witnessed = _witnesses(order, finding)
     if witnessed is None:
         return _like_channels_say(program, finding, ranks, {})
-    absent = tuple(r for r in ranks if r in program.entries)
     op_token, witnesses = witnessed
+    behind = _behind_own_group(program, finding, witnesses)
+    absent = tuple(r for r in ranks if r in program.entries and r not in behind)
     judged = _not_behind_own_group(program, finding, absent, witnesses)
     found, placed = _like_ranks_say(program, judged, op_token, witnesses)
     found = _like_channels_say(program, finding, ranks, found)
@@ -88,6 +89,47 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     for rank in _at_most_history_ranks([r for r in split if r not in found]):
         _add(found, rank, _strict_past_says_skipped(program, finding, rank, op_form))
     return found
+
+
+def _behind_own_group(program: Programs, finding: Finding, witnesses: Witnesses) -> Container[int]:
+    """The ranks that never issued the op every member of the finding's group that issued
+    the op issued right before it (one op alike on all of them), or stand in it: they have
+    not got to where their group's programs hold the op, so they are behind it, whatever
+    their own past looks like (an MoE step runs more all_to_alls between two TP
+    collectives in its backward pass than in its forward, which a rank's past alone reads
+    as a skip)."""
+    group = program.views.get(finding.group_id) if finding.group_id is not None else None
+    if group is None:
+        return ()
+    members = set(group.group.ranks)
+    befores = set()
+    for rank, entry in witnesses:
+        if rank in members:
+            position = program.position(rank, entry)
+            before = program.previous(rank, position) if position is not None else None
+            befores.add(program.token(rank, before) if before is not None else None)
+    if len(befores) != 1 or None in befores:
+        return ()
+    (token,) = befores
+    assert token is not None
+    return _NotPast(program, token)
+
+
+class _NotPast(Container[int]):
+    """The ranks that never issued the op `token` names, or issued nothing after it (they
+    wait in it), asked rank by rank."""
+
+    __slots__ = ("program", "token")
+
+    def __init__(self, program: Programs, token: Token):
+        self.program = program
+        self.token = token
+
+    def __contains__(self, rank: object) -> bool:
+        if not isinstance(rank, int):
+            return False
+        position = self.program.find(rank, self.token)
+        return position is None or self.program.following(rank, position) is None
 
 
 def _not_behind_own_group(program: Programs, finding: Finding, absent: tuple[int, ...],
