@@ -362,3 +362,53 @@ def test_members_whose_active_entries_leave_an_op_out_are_not_said_to_have_wrapp
     assert unknown.facts["unknown_ranks"] == [8, 10, 11]
     assert "hold only active entries, none of it" in unknown.message
     assert "no longer reach back" not in unknown.message
+
+
+def _pipeline_both_ends_sending() -> dict:
+    """Three pipeline stages, dumped with only active entries, after rank 1 left out a recv
+    from rank 2: ranks 1 and 2 wait in sends to each other. Rank 1 posted its send before
+    its recv from rank 0, which finished: its pg_status says it finished a P2P number past
+    the send's (a group's sends and recvs to different peers run on streams of their own,
+    and the watchdog retires each finished op as it comes to it)."""
+    groups = {"0": ("default_pg", (0, 1, 2)), "pp": ("PIPELINE_MODEL_PARALLEL_GROUP", (0, 1, 2))}
+    step = {0: ["send 0->1@pp", "recv 0<-1@pp"], 1: ["recv 1<-0@pp", "send 1->2@pp", "recv 1<-2@pp", "send 1->0@pp"],
+            2: ["recv 2<-1@pp", "send 2->1@pp"]}
+    steps = {rank: ops * 3 for rank, ops in step.items()}
+    steps[0] += ["send 0->1@pp", ("recv 0<-1@pp", {"state": "started"})]
+    steps[1] += [("send 1->2@pp", {"state": "started"}), "recv 1<-0@pp"]
+    steps[2] += [("recv 2<-1@pp", {"state": "completed"}), ("send 2->1@pp", {"state": "started"})]
+    dumps = job(steps, groups=groups)
+    for dump in dumps.values():
+        p2p = [e for e in dump["entries"] if e["is_p2p"]]
+        dump["pg_status"]["1"] = {"last_enqueued_collective": p2p[-1]["p2p_seq_id"], "last_started_collective": -1,
+                                  "last_completed_collective": max(e["p2p_seq_id"] for e in p2p if e["state"] == "completed")}
+        dump["entries"] = [e for e in dump["entries"] if e["state"] != "completed"]
+    return dumps
+
+
+def test_a_started_send_is_not_read_as_finished_by_a_higher_finished_p2p_number():
+    from frtrace.load.loader import normalise_dump
+
+    dumps = _pipeline_both_ends_sending()
+    (send,) = normalise_dump(dumps[1], 1, "rank_1", "pickle").entries
+    assert (send.op, send.state, send.completed) == ("send", "started", False)
+    # Read as finished, rank 1 looked as if it waited in nothing and never posted its send
+    # to rank 0; it waits in its send to rank 2, which waits in its own send to rank 1.
+    _, diagnosis = analyse_dicts(dumps, render=False)
+    assert diagnosis.suspect_ranks == (1,)
+    (root,) = [f for f in diagnosis.findings if f.is_root and f.severity == "error"]
+    assert root.kind == "p2p_unmatched" and set(root.ranks) == {1, 2}
+
+
+def test_a_lone_batch_op_is_read_as_its_sibling_groups_are_when_the_dump_showing_its_batches_is_lost():
+    # 16 x TP 4 x PP 2, batches of sends and recvs, only active entries, dumped while every
+    # pipeline group is in its all_reduce #2. Rank 9's dump is lost: its group's other
+    # member, rank 13, posts batches of one recv, so its own dump shows no batch; the
+    # other pipeline groups (described alike) do, and its finished recv is read as theirs.
+    job = generate(16, 4, 2, steps=2, timing=True, p2p="batched", only_active=True, seed=442, pg_order="unnamed",
+                   coalesced_events="batch", watchdog_ms=100.0, pg_status="collectives",
+                   fault=Fault("in_flight", rank=1, group="pp", step=1))
+    assert job.truth["status"] == "inconclusive"
+    _, diagnosis = analyse_dicts({rank: dump for rank, dump in job.dumps.items() if rank != 9}, render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("inconclusive", ())
+    assert not any(f.kind == "p2p_unmatched" for f in diagnosis.findings)

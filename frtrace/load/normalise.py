@@ -736,12 +736,27 @@ def _settle_lone_batch_ops(dumps: Sequence[RankDump]) -> None:
     batching = set().union(*(batching_groups(dump.entries) for dump in c10d))
     if not batching:
         return
+    batching |= _groups_described_alike(dumps, batching)
     for dump in c10d:
         entries = dump.entries
         rows = lone_ops_of_finished_batches(entries, batching)
         if rows:
             entries.replace({row: entries[row]._replace(retired=True) for row in rows})
             entries.compact()
+
+
+def _groups_described_alike(dumps: Sequence[RankDump], groups: set[str]) -> set[str]:
+    """The groups whose description (`pg_desc`) is that of one of `groups`: the pipeline
+    groups of one job post their sends and recvs alike, and a group whose only dump that
+    shows its batches is missing (the other end posts batches of one op) is still read
+    so. Groups without a description of their own (none, or torch's "undefined") are
+    left out."""
+    descs: dict[str, set[str]] = {}
+    for dump in dumps:
+        for config in dump.pg_config:
+            if config.desc and config.desc != "undefined":
+                descs.setdefault(config.desc, set()).add(config.name)
+    return {name for names in descs.values() if names & groups for name in names}
 
 
 def normalised_without_entries(raw: object, rank: int, path: str, encoding: str, memo: Optional[BatchMemo] = None,
