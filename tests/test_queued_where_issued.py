@@ -51,3 +51,30 @@ def test_a_rank_behind_its_tp_partner_is_not_said_to_have_skipped_the_tp_op(stop
     assert [(f.kind, f.pg_name, f.suspect_ranks) for f in roots] == [("not_issued", "ep0", (2,))]
     (tp_wait,) = [f for f in diagnosis.findings if f.pg_name == "tp0"]
     assert not tp_wait.is_root and not tp_wait.went_past
+
+
+def test_a_last_stage_that_skips_its_embedding_all_reduce_is_still_named():
+    # Two pipelines of two stages; the embedding group joins each pipeline's first and last
+    # stage. Rank 1 (a last stage) leaves out its embedding all_reduce in the last step and
+    # goes on to the next step's recv. The op its embedding peer issued right before that
+    # all_reduce is a recv of its own part (rank 1's side of the channel is a send), so it
+    # says nothing of whether rank 1 got there: its own past still names it.
+    groups = {"pp0": ("PIPELINE_MODEL_PARALLEL_GROUP", (0, 1)), "pp1": ("PIPELINE_MODEL_PARALLEL_GROUP", (2, 3)),
+              "dp0": ("DATA_PARALLEL_GROUP", (0, 2)), "dp1": ("DATA_PARALLEL_GROUP", (1, 3)),
+              "emb0": ("EMBEDDING_GROUP", (0, 1)), "emb1": ("EMBEDDING_GROUP", (2, 3))}
+    pipeline, data, embedding = {0: "pp0", 1: "pp0", 2: "pp1", 3: "pp1"}, {0: "dp0", 1: "dp1", 2: "dp0", 3: "dp1"}, \
+        {0: "emb0", 1: "emb0", 2: "emb1", 3: "emb1"}
+
+    def step(rank: int, with_embedding: bool = True) -> list:
+        p2p = ["send 0->1", "recv 0<-1"] if rank in (0, 2) else ["recv 1<-0", "send 1->0"]
+        ops = [f"{op}@{pipeline[rank]}" for op in p2p]
+        return ops + ([f"all_reduce@{embedding[rank]}"] if with_embedding else []) + [f"all_reduce@{data[rank]}"]
+
+    steps = {0: (step(0) * 3)[:-1],  # waits in its last embedding all_reduce
+             1: step(1) * 2 + step(1, with_embedding=False) + ["recv 1<-0@pp0"],
+             2: step(2) * 3,  # waits in its last data-parallel all_reduce for rank 0
+             3: step(3) * 3 + ["recv 1<-0@pp1"]}
+    _, diagnosis = analyse_dicts(job(steps, groups=groups), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))
+    (root,) = [f for f in diagnosis.findings if f.is_root and f.severity == "error"]
+    assert (root.pg_name, root.suspect_ranks) == ("emb0", (1,)) and root.went_past[1].confirmed

@@ -228,6 +228,17 @@ def test_each_rule_names_its_kind_suspects_and_status(case, rule, kind_name, sus
     assert diagnosis.suspect_ranks == (suspects if status == "faults" else ())
 
 
+def test_a_member_whose_own_dump_records_no_starts_is_not_named_for_never_starting():
+    # Timing can be set per group: where rank 2's dump shows no start anywhere, its op in
+    # flight is `scheduled` whether or not its GPU got there. Every member stays a suspect.
+    dumps = CASES["never_started"]()
+    for record in dumps[2]["entries"]:
+        record["time_discovered_started_ns"] = None
+    _, diagnosis = analyse_dicts(dumps)
+    assert not any(f.rule == "frontier.never_started" for f in diagnosis.findings)
+    assert only(diagnosis, "frontier.stuck").suspect_ranks == (0, 1, 2, 3)
+
+
 def test_stuck_without_progress_signals_is_a_note_not_a_fault():
     """gloo only retires ops: an op nobody retired may just be the moment of the dump."""
     _, diagnosis = run("stuck_gloo")

@@ -167,6 +167,8 @@ class Facts:
     _dumps_by_rank: Optional[dict[int, RankDump]] = None
     _step_memo: StepMemo = field(default_factory=StepMemo)  # see Siblings.memo
     _members_of: dict[Family, dict[int, GroupView]] = field(default_factory=dict)  # see _group_in_family
+    # group id -> (src, dst) -> its P2P pairs, built for the groups asked about (p2p_on)
+    _channels: dict[int, dict[tuple[int, int], list[P2PMatch]]] = field(default_factory=dict)
 
     @property
     def waits(self) -> Waits:
@@ -200,6 +202,15 @@ class Facts:
 
     def p2p_of(self, view: GroupView) -> list[P2PMatch]:
         return self.index.p2p_of.get(view.group.id, [])
+
+    def p2p_on(self, view: GroupView, src: int, dst: int) -> list[P2PMatch]:
+        """The group's P2P pairs on the channel from `src` to `dst` (global ranks), in order."""
+        channels = self._channels.get(view.group.id)
+        if channels is None:
+            channels = self._channels[view.group.id] = {}
+            for pair in self.p2p_of(view):
+                channels.setdefault((pair.src, pair.dst), []).append(pair)
+        return channels.get((src, dst), [])
 
     def like_rank_went_on(self, view: GroupView, seq: int, rank: int) -> Optional[Entry]:
         """The op `rank` is blocked in, when it is absent from collective `seq` of `view`'s
@@ -405,10 +416,11 @@ class Facts:
                             number: int) -> list[str]:
         """The names of the sibling groups where the rank in `holder`'s place holds the like
         op unfinished: its send (`sends`) or recv #`number` on the channel to or from the
-        rank in the place of `absent` (a member without a dump), which either posted the
-        partner, unfinished too, or did not (and has a dump that says why). Empty unless
-        every sibling group read shows that (and there is one): those groups stand where
-        this one does without a missing dump, so the missing dump explains nothing."""
+        rank in the place of `absent` (a member without a dump), which has a dump there
+        and either posted the partner, unfinished too, or did not. Empty unless every
+        sibling group read (MAX_SIBLINGS_ASKED at most) shows that, and there is one:
+        those groups stand where this one does without a missing dump, so the missing
+        dump explains nothing."""
         if not self.reliable or holder not in view.group.ranks or absent not in view.group.ranks:
             return []
         names = []
@@ -416,8 +428,7 @@ class Facts:
             if like_absent in sibling.no_dump:
                 return []
             src, dst = (like_holder, like_absent) if sends else (like_absent, like_holder)
-            if not any(_unfinished_like(pair, sends, number) for pair in self.p2p_of(sibling)
-                       if (pair.src, pair.dst) == (src, dst)):
+            if not any(_unfinished_like(pair, sends, number) for pair in self.p2p_on(sibling, src, dst)):
                 return []
             names.append(sibling.group.name)
         return names

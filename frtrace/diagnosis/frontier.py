@@ -10,9 +10,10 @@ for, or that took part in everything, which clears them).
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import islice
 from typing import Any, Callable, Optional
 
-from frtrace.diagnosis.facts import Facts, Siblings, new_finding, oldest_created, unfinished
+from frtrace.diagnosis.facts import MAX_SIBLINGS_ASKED, Facts, Siblings, new_finding, oldest_created, unfinished
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView, RankStream
 from frtrace.model import Entry
@@ -28,6 +29,7 @@ def frontiers(facts: Facts) -> list[Finding]:
     """The rule: per group without a divergence, its frontier op."""
     findings: list[Finding] = []
     seen_until = _seen_until(facts.analysis.dumps)
+    records_starts = _records_starts(facts.analysis.dumps)
     for view in facts.device.views:
         if facts.divergence_at[view.group.id] is not None:
             continue
@@ -37,7 +39,7 @@ def frontiers(facts: Facts) -> list[Finding]:
         if frontier.no_dump:
             findings.append(_missing_at_frontier(view, frontier, facts.reliable, facts.siblings_of(view)))
         else:
-            findings.extend(stuck(view, frontier, facts.reliable, seen_until))
+            findings.extend(stuck(view, frontier, facts.reliable, seen_until, records_starts))
     in_flight = [f for f in findings if f.rule == IN_FLIGHT]
     if len(in_flight) > 1:
         findings.append(_in_flight_job(in_flight, len(facts.analysis.layout.ranks_found)))
@@ -68,6 +70,23 @@ def _seen_until(dumps: list[RankDump]) -> SeenUntil:
     return seen
 
 
+def _records_starts(dumps: list[RankDump]) -> Callable[[int], bool]:
+    """Whether a rank's dump shows it records when ops start (timing on): an op seen
+    started, or a pg_status row with a started number. Read once per rank asked about."""
+    by_rank = {dump.rank: dump for dump in dumps}
+    known: dict[int, bool] = {}
+
+    def records(rank: int) -> bool:
+        if rank not in known:
+            dump = by_rank.get(rank)
+            known[rank] = dump is not None and (
+                any(status.last_started is not None and status.last_started >= 0 for status in dump.pg_status.values())
+                or any(dump.entries.field("time_started_ns")))
+        return known[rank]
+
+    return records
+
+
 def _frontier(matches: list[CollectiveMatch], reliable: bool) -> Optional[CollectiveMatch]:
     """The op where the group stands: its newest; with completion states, the oldest
     unfinished one, as ranks may have enqueued more behind the one they wait in."""
@@ -91,14 +110,14 @@ def _missing_at_frontier(view: GroupView, frontier: CollectiveMatch, reliable: b
 def _siblings_in_the_same_op(siblings: Siblings, frontier: CollectiveMatch) -> list[CollectiveMatch]:
     """The sibling groups' matches at the frontier's number where every member stands in
     that same op as this group does, none finished, when some sibling does and none went
-    past it (empty otherwise). A rank that never arrived holds up only its own group: the
+    past it, of the first MAX_SIBLINGS_ASKED siblings (empty otherwise). A rank that never arrived holds up only its own group: the
     siblings, which do not wait for it, would have finished the op long before the dumps
     were taken. Standing in it alike, they show the whole job dumped mid-op (or stuck
     alike). A sibling that has not reached the op (no member issued it, or not every
     member yet) says neither: the other stages of a pipeline run other parts of the step."""
     op = frontier.first_entry.op
     found = []
-    for match in siblings.each_at(frontier.seq):
+    for match in islice(siblings.each_at(frontier.seq), MAX_SIBLINGS_ASKED):
         if match is None:
             continue
         if _in_it_unfinished(match, op):
@@ -193,7 +212,7 @@ def waited_on_without_dump(view: GroupView, frontier: CollectiveMatch, reliable:
 
 
 def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool,
-          seen_until: Optional[SeenUntil] = None) -> list[Finding]:
+          seen_until: Optional[SeenUntil] = None, records_starts: Optional[Callable[[int], bool]] = None) -> list[Finding]:
     """Every member issued the op and none completed it. That is a hang only when the op
     outlived its timeout (its age, read on each member's own clock up to the newest time
     its dump shows, reaches `timeout_ms`): a job dumped while the op ran shows the same,
@@ -215,7 +234,7 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool,
             evidence["timeout_ms"] = timeout_ms
         if age is None or not timeout_ms or age < timeout_ms * MS_NS:
             return [_in_flight(view, frontier, evidence, age, timeout_ms)]
-        never_started = _never_started(frontier)
+        never_started = _never_started(frontier, records_starts or (lambda rank: False))
         if never_started:
             return [_device_never_reached(view, frontier, never_started, evidence, age, timeout_ms)]
         severity = "error"
@@ -233,15 +252,19 @@ def stuck(view: GroupView, frontier: CollectiveMatch, reliable: bool,
     )]
 
 
-def _never_started(frontier: CollectiveMatch) -> tuple[int, ...]:
+def _never_started(frontier: CollectiveMatch, records_starts: Callable[[int], bool]) -> tuple[int, ...]:
     """The members whose op never started (`scheduled`) where others' did (`started`,
-    which only timing records): each member's kernel starts once its own GPU stream
-    reaches the op, so these GPUs never got there. Empty unless both are seen."""
+    which only timing records), each of whose own dumps shows it records starts
+    (`records_starts`: timing can be set per group, and where it is off every op in
+    flight is `scheduled`): each member's kernel starts once its own GPU stream reaches
+    the op, so these GPUs never got there. Empty unless both are seen."""
     states = {rank: {entry.state for entry in calls} for rank, calls in frontier.calls.items()}
     if not any("started" in seen for seen in states.values()):
         return ()
     never = tuple(sorted(rank for rank, seen in states.items() if seen == {"scheduled"}))
-    return never if len(never) < len(states) else ()
+    if len(never) == len(states) or not all(records_starts(rank) for rank in never):
+        return ()
+    return never
 
 
 def _device_never_reached(view: GroupView, frontier: CollectiveMatch, never_started: tuple[int, ...],

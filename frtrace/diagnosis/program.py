@@ -422,6 +422,13 @@ class Programs:
             return None
         return self.position(rank, batch[0])
 
+    def newest_collective(self, rank: int, family: Family) -> Optional[int]:
+        """The number of the newest collective the rank holds of its group of `family`;
+        None where it has no such group (or holds none of it)."""
+        gid = self.group_in_family.get((rank, family))
+        stream = self.views[gid].streams.get(rank) if gid is not None else None
+        return stream.last_seq if stream is not None else None
+
     def _find_p2p(self, rank: int, gid: int, p2p: RowList, token: Token) -> Optional[int]:
         seqs = self._p2p_seqs.get((gid, rank))
         if seqs is None:

@@ -92,12 +92,14 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
 
 
 def _behind_own_group(program: Programs, finding: Finding, witnesses: Witnesses) -> Container[int]:
-    """The ranks that never issued the op every member of the finding's group that issued
-    the op issued right before it (one op alike on all of them), or stand in it: they have
-    not got to where their group's programs hold the op, so they are behind it, whatever
-    their own past looks like (an MoE step runs more all_to_alls between two TP
+    """The ranks that have not reached the collective the finding's group's members that
+    issued the op (those read as witnesses) issued right before it, one op alike on all of
+    them: their own group of its family never got to its number, or they wait in it. They
+    have not got to where their group's programs hold the op, so they are behind it,
+    whatever their own past looks like (an MoE step runs more all_to_alls between two TP
     collectives in its backward pass than in its forward, which a rank's past alone reads
-    as a skip)."""
+    as a skip). Not where that op is a send or recv: members of a pipeline group play
+    different parts, and a rank's P2P numbers are its own."""
     group = program.views.get(finding.group_id) if finding.group_id is not None else None
     if group is None:
         return ()
@@ -112,12 +114,13 @@ def _behind_own_group(program: Programs, finding: Finding, witnesses: Witnesses)
         return ()
     (token,) = befores
     assert token is not None
-    return _NotPast(program, token)
+    return _NotPast(program, token) if not token.is_p2p else ()
 
 
 class _NotPast(Container[int]):
-    """The ranks that never issued the op `token` names, or issued nothing after it (they
-    wait in it), asked rank by rank."""
+    """The ranks whose group of the collective `token` names has not got to its number
+    on their device (their newest collective of it is older), or that wait in it, asked
+    rank by rank."""
 
     __slots__ = ("program", "token")
 
@@ -129,7 +132,10 @@ class _NotPast(Container[int]):
         if not isinstance(rank, int):
             return False
         position = self.program.find(rank, self.token)
-        return position is None or self.program.following(rank, position) is None
+        if position is not None:
+            return self.program.following(rank, position) is None
+        newest = self.program.newest_collective(rank, self.token.family)
+        return newest is not None and newest < self.token.seq
 
 
 def _not_behind_own_group(program: Programs, finding: Finding, absent: tuple[int, ...],

@@ -238,15 +238,18 @@ def finished_settlements(entries: Sequence[Entry], pg_status: dict[int, PgStatus
         if entry.completed or status is None or status.last_completed is None:
             continue
         numbering = counts_collectives[entry.pg_id]
-        if entry.is_p2p and numbering:
-            finished = entry.collective_seq_id < status.last_completed
-        elif entry.is_p2p:
+        if entry.is_p2p and entry.state == "started":
             # A send or recv that started has events of its own, queried when the dump was
             # taken: held, it had not finished. (A batch's ops have none and never start.)
             # The watchdog retires each finished op as it comes to it, and a group's plain
             # sends and recvs to different peers run on streams of their own: a later one
             # may have finished first, so a higher finished number says nothing of this one.
-            finished = entry.state != "started" and entry.p2p_seq_id <= status.last_completed
+            # Without timing nothing tells such an op from a batch's (docs/limits.md).
+            continue
+        if entry.is_p2p and numbering:
+            finished = entry.collective_seq_id < status.last_completed
+        elif entry.is_p2p:
+            finished = entry.p2p_seq_id <= status.last_completed
         else:  # a collective: only when pg_status surely counts collectives
             finished = bool(numbering) and entry.collective_seq_id <= status.last_completed
         if finished:
