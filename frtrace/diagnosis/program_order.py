@@ -17,7 +17,7 @@ Four modules answer, one question each:
 
 from __future__ import annotations
 
-from typing import Container, Optional
+from typing import Optional
 
 from frtrace.diagnosis.finding import Finding, WentPast
 from frtrace.diagnosis.like_ranks import (
@@ -65,9 +65,11 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     if witnessed is None:
         return _like_channels_say(program, finding, ranks, {})
     op_token, witnesses = witnessed
-    behind = _behind_own_group(program, finding, witnesses)
-    absent = tuple(r for r in ranks if r in program.entries and r not in behind)
-    judged = _not_behind_own_group(program, finding, absent, witnesses)
+    befores = _ops_before_in_group(program, finding, witnesses)
+    before = _one_collective(befores)
+    absent = tuple(r for r in ranks
+                   if r in program.entries and not (before is not None and _behind_own_group(program, before, r)))
+    judged = _not_behind_own_group(program, befores, absent)
     found, placed = _like_ranks_say(program, judged, op_token, witnesses)
     found = _like_channels_say(program, finding, ranks, found)
     unplaced = [r for r in absent if r not in placed and r not in found]
@@ -91,72 +93,56 @@ def went_past_finding(order: ProgramOrder, finding: Finding, ranks: tuple[int, .
     return found
 
 
-def _behind_own_group(program: Programs, finding: Finding, witnesses: Witnesses) -> Container[int]:
-    """The ranks that have not reached the collective the finding's group's members that
-    issued the op (those read as witnesses) issued right before it, one op alike on all of
-    them: their own group of its family never got to its number, or they wait in it. They
-    have not got to where their group's programs hold the op, so they are behind it,
-    whatever their own past looks like (an MoE step runs more all_to_alls between two TP
-    collectives in its backward pass than in its forward, which a rank's past alone reads
-    as a skip). Not where that op is a send or recv: members of a pipeline group play
-    different parts, and a rank's P2P numbers are its own."""
+def _ops_before_in_group(program: Programs, finding: Finding, witnesses: Witnesses) -> Optional[list[Optional[Token]]]:
+    """The Token of the op each member of the finding's group that issued its op (those
+    read as witnesses) issued right before it (None where its dump does not say); None
+    when the finding has no group."""
     group = program.views.get(finding.group_id) if finding.group_id is not None else None
     if group is None:
-        return ()
+        return None
     members = set(group.group.ranks)
-    befores = set()
+    befores: list[Optional[Token]] = []
     for rank, entry in witnesses:
         if rank in members:
             position = program.position(rank, entry)
             before = program.previous(rank, position) if position is not None else None
-            befores.add(program.token(rank, before) if before is not None else None)
-    if len(befores) != 1 or None in befores:
-        return ()
-    (token,) = befores
-    assert token is not None
-    return _NotPast(program, token) if not token.is_p2p else ()
+            befores.append(program.token(rank, before) if before is not None else None)
+    return befores
 
 
-class _NotPast(Container[int]):
-    """The ranks whose group of the collective `token` names has not got to its number
-    on their device (their newest collective of it is older), or that wait in it, asked
-    rank by rank."""
-
-    __slots__ = ("program", "token")
-
-    def __init__(self, program: Programs, token: Token):
-        self.program = program
-        self.token = token
-
-    def __contains__(self, rank: object) -> bool:
-        if not isinstance(rank, int):
-            return False
-        position = self.program.find(rank, self.token)
-        if position is not None:
-            return self.program.following(rank, position) is None
-        newest = self.program.newest_collective(rank, self.token.family)
-        return newest is not None and newest < self.token.seq
+def _one_collective(befores: Optional[list[Optional[Token]]]) -> Optional[Token]:
+    """The op before, where every member read issued the same collective before the op;
+    None otherwise (a send or recv: members of a pipeline group play different parts, and
+    a rank's P2P numbers are its own)."""
+    token = befores[0] if befores and len(set(befores)) == 1 else None
+    return token if token is not None and not token.is_p2p else None
 
 
-def _not_behind_own_group(program: Programs, finding: Finding, absent: tuple[int, ...],
-                          witnesses: Witnesses) -> tuple[int, ...]:
+def _behind_own_group(program: Programs, before: Token, rank: int) -> bool:
+    """Whether the rank has not reached `before`, the collective its group's members
+    issued right before the op (`_one_collective`): its own group of that family never
+    got to its number on its device, or it waits in it. It has not got to where its
+    group's programs hold the op, so it is behind it, whatever its own past looks like (an
+    MoE step runs more all_to_alls between two TP collectives in its backward pass than in
+    its forward, which a rank's past alone reads as a skip)."""
+    position = program.find(rank, before)
+    if position is not None:
+        return program.following(rank, position) is None
+    newest = program.newest_collective(rank, before.family)
+    return newest is not None and newest < before.seq
+
+
+def _not_behind_own_group(program: Programs, befores: Optional[list[Optional[Token]]],
+                          absent: tuple[int, ...]) -> tuple[int, ...]:
     """Those of `absent` that issued the op just before the finding's op in the program of
-    every member of its group that issued it. The ranks in sibling groups say where the op
-    comes in theirs, which may be another program (the TP groups of other pipeline
-    stages): a rank that has not reached the place its own group's members issued the
-    op at is behind, however like those ranks its last ops look."""
-    group = program.views.get(finding.group_id) if finding.group_id is not None else None
-    if group is None:
+    every member of its group that issued it (`befores`). The ranks in sibling groups say
+    where the op comes in theirs, which may be another program (the TP groups of other
+    pipeline stages): a rank that has not reached the place its own group's members issued
+    the op at is behind, however like those ranks its last ops look."""
+    if befores is None:
         return absent
-    members = set(group.group.ranks)
-    befores = []
-    for rank, entry in witnesses:
-        position = program.position(rank, entry) if rank in members else None
-        before = program.previous(rank, position) if position is not None else None
-        token = program.token(rank, before) if before is not None else None
-        if token is not None:
-            befores.append(token)
-    return tuple(r for r in absent if all(program.find(r, token) is not None for token in befores))
+    known = [token for token in befores if token is not None]
+    return tuple(r for r in absent if all(program.find(r, token) is not None for token in known))
 
 
 def _like_ranks_say(program: Programs, absent: tuple[int, ...], op_token: Optional[Token],

@@ -250,10 +250,16 @@ def _late_in_every_group(runs: list[tuple[int, int, list[float]]], threshold: fl
     if len(runs) < 2 and runs[0][1] <= 2:
         return []
     parts = [[x for x in marked if x >= threshold / 2] for _, _, marked in runs]
-    if all(part and (length < 2 * STRAGGLER_RECENT_MIN or len(part) >= STRAGGLER_OFTEN_SHARE * length)
-           for part, (length, _, _) in zip(parts, runs)):
+    if all(part and _often_enough(len(part), length) for part, (length, _, _) in zip(parts, runs)):
         return parts
     return []
+
+
+def _often_enough(late: int, length: int) -> bool:
+    """Whether a rank late at `late` of a group's `length` sampled collectives is late
+    there often enough: at STRAGGLER_OFTEN_SHARE of them, where the group holds twice
+    STRAGGLER_RECENT_MIN or more (fewer say too little to ask a share of)."""
+    return length < 2 * STRAGGLER_RECENT_MIN or late >= STRAGGLER_OFTEN_SHARE * length
 
 
 def _waited_for(facts: Facts, typical: dict[int, float], late: list[int], recent: bool = False,
@@ -380,8 +386,8 @@ def _lateness_samples(clean: list[CollectiveMatch]) -> Samples:
                     newest_late[rank].append(list(newest))
             if len(block.matches) >= STRAGGLER_MIN_SAMPLES:
                 sampled_runs[rank] += 1
-                marked = [x for x in late if x >= STRAGGLER_MIN_MS / 2] if max(late) >= STRAGGLER_MIN_MS / 2 else []
-                if marked and (len(late) < 2 * STRAGGLER_RECENT_MIN or len(marked) >= STRAGGLER_OFTEN_SHARE * len(late)):
+                marked = [x for x in late if x >= STRAGGLER_MIN_MS / 2]
+                if marked and _often_enough(len(marked), len(late)):
                     late_in_runs[rank].append((len(late), len(block.ranks), marked))
         sampled_in[block.matches[0].group_id].update(block.ranks)
         if len(block.ranks) > 2:
