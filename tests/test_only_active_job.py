@@ -412,3 +412,58 @@ def test_a_lone_batch_op_is_read_as_its_sibling_groups_are_when_the_dump_showing
     _, diagnosis = analyse_dicts({rank: dump for rank, dump in job.dumps.items() if rank != 9}, render=False)
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("inconclusive", ())
     assert not any(f.kind == "p2p_unmatched" for f in diagnosis.findings)
+
+
+def _status(enqueued: int, completed: int) -> dict:
+    return {"last_enqueued_collective": enqueued, "last_started_collective": -1, "last_completed_collective": completed}
+
+
+def _stopped_after_its_newest_batch_job() -> dict:
+    """4 ranks, TP groups [0,1] and [2,3], pipeline groups [0,2] and [1,3], only active
+    entries, every pipeline op posted in a batch of one whose marker takes a collective
+    number of its own (torch versions that bump it when a batch starts), pg_status in
+    those numbers. Rank 1 stopped issuing right after its newest batch (a send to rank 3,
+    which finished: its marker is gone, pg_status is at its number): it never issued
+    all_reduce #6 of its TP group, where rank 0 waits. Ranks 2 and 3 wait in their next
+    recv, from ranks 0 and 1."""
+    tp = {0: ("10", "TP"), 1: ("10", "TP"), 2: ("11", "TP"), 3: ("11", "TP")}
+    pp = {0: ("20", "PP"), 2: ("20", "PP"), 1: ("21", "PP"), 3: ("21", "PP")}
+    config = {"10": [0, 1], "11": [2, 3], "20": [0, 2], "21": [1, 3]}
+    dumps = {}
+    for rank in range(4):
+        sender = rank in (0, 1)
+        record = 100
+        entries = []
+        for c, p in ((10, 20), (11, 21), (12, 22)):  # finished batches of one: their markers are gone
+            op = "send 0->1" if sender else "recv 1<-0"
+            entries.append(entry(c, op, record_id=record, pg=pp[rank], pg_id=2, p2p_seq=p, state="scheduled"))
+            record += 3  # the marker, then a finished TP collective, left out
+        status = {"1": _status(5, 5), "2": _status(12, 12)}
+        if rank == 0:
+            entries.append(entry(6, "all_reduce", record_id=record, pg=tp[rank], pg_id=1, state="started",
+                                 time_discovered_started_ns=1_700_000_000_100_000_000))
+            status["1"] = _status(6, 5)
+        if not sender:  # the next recv, posted and waiting, its marker held
+            entries.append(entry(13, "recv 1<-0", record_id=record, pg=pp[rank], pg_id=2, p2p_seq=23, state="scheduled"))
+            entries.append(entry(13, "coalesced", record_id=record + 1, pg=pp[rank], pg_id=2, p2p_seq=23,
+                                 state="started", sizes=(), time_discovered_started_ns=1_700_000_000_100_000_000))
+            status["2"] = _status(13, 12)
+        groups = {"1": tp[rank], "2": pp[rank]}
+        dumps[rank] = {"version": "2.10", "comm_lib_version": "2.27.5", "pg_status": status, "entries": entries,
+                       "pg_config": {name: {"name": name, "desc": desc, "ranks": str(config[name])}
+                                     for name, desc in groups.values()}}
+    return dumps
+
+
+def test_a_batch_of_one_that_is_a_rank_s_newest_record_is_read_as_finished_where_pg_status_is_at_its_number():
+    from frtrace.load.loader import normalise_dump
+
+    dumps = _stopped_after_its_newest_batch_job()
+    # Read as unfinished, rank 1 looked as if it waited in its send to rank 3, and rank 3,
+    # whose recv of it finished, as if it never posted that recv.
+    _, diagnosis = analyse_dicts(dumps, render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (1,))
+    (root,) = [f for f in diagnosis.findings if f.is_root and f.severity == "error"]
+    assert root.kind == "not_issued"
+    # Read alone, nothing says the job batches its sends: the op stays as the dump shows it.
+    assert not normalise_dump(dumps[1], 1, "rank_1", "pickle").entries[-1].completed

@@ -739,7 +739,7 @@ def _settle_lone_batch_ops(dumps: Sequence[RankDump]) -> None:
     batching |= _groups_described_alike(dumps, batching)
     for dump in c10d:
         entries = dump.entries
-        rows = lone_ops_of_finished_batches(entries, batching)
+        rows = lone_ops_of_finished_batches(entries, batching, dump.pg_status)
         if rows:
             entries.replace({row: entries[row]._replace(retired=True) for row in rows})
             entries.compact()
