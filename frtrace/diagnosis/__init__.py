@@ -19,6 +19,7 @@ The rules, one module per question, run in this order:
     status_only.positions_from_pg_status   with no entry to compare anywhere: pg_status alone
     same_pair.one_finding_per_pair  one root finding per P2P pair that two rules explain
     divergence.skipped_not_ahead  an even split read as going ahead, whose absent ranks' own programs show they skipped the op
+    p2p.ops_of_stalled_gpus       a send or recv without its partner, held by a rank whose GPU ran a later collective its peers finished
     linking.link_consequences     across groups: roots, and the findings that follow from them
     entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
     unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
@@ -43,7 +44,7 @@ from frtrace.diagnosis.frontier import frontiers, gpus_stopped, held_past_peers,
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import LikeRanksJudge, WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
-from frtrace.diagnosis.p2p import posted_pairs, unmatched_p2p
+from frtrace.diagnosis.p2p import posted_pairs, ops_of_stalled_gpus, unmatched_p2p
 from frtrace.diagnosis.peerless_p2p import blocked_in_peerless_p2p
 from frtrace.diagnosis.p2p_sizes import mismatched_pairs
 from frtrace.diagnosis.same_pair import one_finding_per_pair
@@ -97,6 +98,7 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
     findings = one_finding_per_pair(absorb_stuck([finding for rule in FINDING_RULES for finding in found[rule]]))
     went_past = _went_past_judge(facts, runs.processes, gpus_stopped(findings))
     findings = skipped_not_ahead(facts, findings, went_past)
+    findings = ops_of_stalled_gpus(facts, findings)
     if not clocks_compare(facts.seen):
         for finding in findings:
             finding.age_ns = 0  # times of different hosts' CUPTI clocks say nothing of which came first

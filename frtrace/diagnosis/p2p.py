@@ -5,7 +5,8 @@ Takes `Facts`; returns `p2p_unmatched` findings, one per (group, src, dst) chann
 naming the rank that posted its op and the one that never posted the partner (and in a
 ring, where that one left no dump, whether the ring peers show the poster skipped a step),
 or, where the other end shows it posted the partner and went on, the holder's device stall
-(`stuck`, `_holder_stopped`);
+(`stuck`, `_holder_stopped`), or a later collective of the holder's that its peers
+finished (`stuck`, `ops_of_stalled_gpus`);
 and for each closed cycle of posted pairs (`Waits.closed_cycles`), a mismatch between the
 ends (in a ring, the rank that skipped a step: `not_issued`), or a note that they are in
 flight.
@@ -19,6 +20,7 @@ from typing import Any, Iterable, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding, P2PEnds, WentPast
+from frtrace.diagnosis.frontier import STUCK_ON_DEVICE
 from frtrace.diagnosis.like_channels import LeftOut, left_out_at, short_batch_at
 from frtrace.diagnosis.program import NO_P2P_OPS, P2POps, stream_p2p_ops
 from frtrace.diagnosis.waits import PostedPair
@@ -26,6 +28,8 @@ from frtrace.match.matcher import GroupView, P2PMatch
 from frtrace.model import Entry, family_of, numel
 from frtrace.table.seq_map import RowList
 from frtrace.wording import call_site, group_text, groups_text, ranks_text, shape_text
+
+UNMATCHED = "p2p.unmatched_p2p"
 
 # What the two ends of a transfer must agree on: (elements, dtypes) of each op, sorted.
 P2PSignature = tuple[tuple[int, tuple[str, ...]], ...]
@@ -155,7 +159,7 @@ def _unmatched(view: GroupView, pair: P2PMatch) -> Finding:
         evidence["peer_call_site"] = site
     known = (absent,) if absent >= 0 else ()
     return new_finding(
-        "p2p_unmatched", "p2p.unmatched_p2p", view, op=present.op, collective_seq_id=None, p2p_seq_id=present.p2p_seq_id,
+        "p2p_unmatched", UNMATCHED, view, op=present.op, collective_seq_id=None, p2p_seq_id=present.p2p_seq_id,
         ranks=tuple(sorted({holder, absent} - {-1})), suspect_ranks=known, message=message, evidence=evidence,
         waiting_ranks=(holder,), age_ns=present.time_created_ns, absent_ranks=known, anchor=present,
         p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent), call_entries={"peer_call_site": present} if site else {},
@@ -496,3 +500,62 @@ def _signatures_by_seq(p2p: RowList, window: range) -> dict[int, P2PSignature]:
         if seq in window:
             by_seq[seq].append(p2p[position])
     return {seq: sig for seq, entries in by_seq.items() if (sig := _p2p_signature(entries)) is not None}
+
+
+def ops_of_stalled_gpus(facts: Facts, findings: list[Finding]) -> list[Finding]:
+    """`findings`, where a send or recv left without its partner (`unmatched_p2p`) is held
+    by a rank whose GPU another finding shows ran past it: a collective the rank issued
+    after the op was finished by its peers while the rank still holds it unfinished
+    (`frontier.stuck_on_device`). A collective finishes only with every member's part of
+    it run: the rank's reports of its GPU work stopped, and what it shows unfinished says
+    nothing of its partner (a recv finished on the device, as the work after it waits for
+    its data; a send's state is no longer reported, and its pairing with the other end's
+    ops, which goes by what finished, is not to be trusted). The holder's stall
+    (`stuck`) stands in its place."""
+    ran_past = _collectives_run_unreported(facts, findings)
+    if not ran_past:
+        return findings
+    return [_op_run_unreported(facts, finding, ran_past) or finding for finding in findings]
+
+
+def _collectives_run_unreported(facts: Facts, findings: list[Finding]) -> dict[int, Entry]:
+    """rank -> its newest entry (by its own clock) of a collective a device-stall finding
+    shows its peers finished while it holds it unfinished."""
+    newest: dict[int, Entry] = {}
+    for finding in findings:
+        if finding.rule != STUCK_ON_DEVICE or finding.group_id is None or finding.collective_seq_id is None:
+            continue
+        # The whole dumps' match: the device view leaves out what a rank queued behind the op
+        # it is blocked in, and a stalled GPU's blocked op may be older than this one.
+        match = facts.analysis.matches.index.at.get((finding.group_id, finding.collective_seq_id))
+        if match is None:
+            continue
+        for rank in finding.facts["holding_ranks"]:
+            entries = match.calls.get(rank)
+            if entries and (rank not in newest or entries[0].time_created_ns > newest[rank].time_created_ns):
+                newest[rank] = entries[0]
+    return newest
+
+
+def _op_run_unreported(facts: Facts, finding: Finding, ran_past: dict[int, Entry]) -> Optional[Finding]:
+    ends, op = finding.p2p_ends, finding.anchor
+    if finding.rule != UNMATCHED or ends is None or op is None or finding.group_id is None:
+        return None
+    holder, partner = ends.posted_by, ends.missing_on
+    later = ran_past.get(holder)
+    if later is None or later.time_created_ns <= op.time_created_ns:
+        return None
+    view = facts.device.views[finding.group_id]
+    partner_op = "send" if ends.posted_by == ends.dst else "recv"
+    return new_finding(
+        "stuck", "p2p.op_run_unreported", view, op=op.op, collective_seq_id=None, p2p_seq_id=op.p2p_seq_id,
+        ranks=tuple(sorted({holder, partner} - {-1})), suspect_ranks=(holder,),
+        message=(f"rank {holder}'s GPU stopped reporting its work (a device-side fault): it still holds {op.op} "
+                 f"{ends.src}->{ends.dst} (p2p #{op.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}) "
+                 f"unfinished, yet its peers finished {later.op} #{later.collective_seq_id} in "
+                 f"{group_text(later.pg_name, later.pg_desc)}, which it issued later; its dump cannot show that rank "
+                 f"{partner} never posted the matching {partner_op}"),
+        evidence={"holding_ranks": [holder], "partner": partner, "ran_past": later.op,
+                  "ran_past_seq": later.collective_seq_id, "ran_past_group": later.pg_name, "state": op.state},
+        waiting_ranks=(holder,), age_ns=op.time_created_ns, anchor=op, p2p_ends=ends,
+    )
