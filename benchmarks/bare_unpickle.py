@@ -34,10 +34,17 @@ def _unpickle_all(paths: list) -> tuple:
 
 
 def main(argv: list) -> int:
-    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--processes"):
-        print("usage: python benchmarks/bare_unpickle.py DIR [--processes N]", file=sys.stderr)
+    usage = "usage: python benchmarks/bare_unpickle.py DIR [--processes N]"
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage + "\n\n" + (__doc__ or "").split("\n\n", 2)[-1])
+        return 0
+    if len(argv) not in (1, 3) or (len(argv) == 3 and (argv[1] != "--processes" or not argv[2].isdigit())):
+        print(usage, file=sys.stderr)
         return 2
     directory, processes = argv[0], int(argv[2]) if len(argv) == 3 else 1
+    if not os.path.isdir(directory):
+        print(f"bare_unpickle.py: {directory}: not a directory", file=sys.stderr)
+        return 2
     paths = sorted(os.path.join(directory, name) for name in os.listdir(directory))
     paths = [p for p in paths if os.path.isfile(p)]
     started = time.perf_counter()
