@@ -547,14 +547,17 @@ def _op_run_unreported(facts: Facts, finding: Finding, ran_past: dict[int, Entry
         return None
     view = facts.device.views[finding.group_id]
     partner_op = "send" if ends.posted_by == ends.dst else "recv"
+    # A recv from any source (`recv 1<-?`) names no partner: -1.
+    src = str(ends.src) if ends.src >= 0 else "?"
+    by_partner = f" by rank {partner}" if partner >= 0 else ""
     return new_finding(
         "stuck", "p2p.op_run_unreported", view, op=op.op, collective_seq_id=None, p2p_seq_id=op.p2p_seq_id,
         ranks=tuple(sorted({holder, partner} - {-1})), suspect_ranks=(holder,),
         message=(f"rank {holder}'s GPU stopped reporting its work (a device-side fault): it still holds {op.op} "
-                 f"{ends.src}->{ends.dst} (p2p #{op.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}) "
+                 f"{src}->{ends.dst} (p2p #{op.p2p_seq_id} in {group_text(view.group.name, view.group.desc)}) "
                  f"unfinished, yet its peers finished {later.op} #{later.collective_seq_id} in "
-                 f"{group_text(later.pg_name, later.pg_desc)}, which it issued later; its dump cannot show that rank "
-                 f"{partner} never posted the matching {partner_op}"),
+                 f"{group_text(later.pg_name, later.pg_desc)}, which it issued later; its dump cannot show the "
+                 f"matching {partner_op} was never posted{by_partner}"),
         evidence={"holding_ranks": [holder], "partner": partner, "ran_past": later.op,
                   "ran_past_seq": later.collective_seq_id, "ran_past_group": later.pg_name, "state": op.state},
         waiting_ranks=(holder,), age_ns=op.time_created_ns, anchor=op, p2p_ends=ends,

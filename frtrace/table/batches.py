@@ -19,7 +19,7 @@ from itertools import chain, compress, repeat
 from typing import Callable, Container, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
-from frtrace.table.entry_table import BatchFacts, EntryTable, StaticRow
+from frtrace.table.entry_table import BatchFacts, EntryTable, StaticRow, Value
 from frtrace.table.standing import batch_key, mixes_numberings
 
 _IS_MARKER = operator.attrgetter("name.is_coalesced_marker")
@@ -346,7 +346,7 @@ def batching_groups(table: EntryTable) -> set[str]:
 
 
 def lone_ops_of_finished_batches(table: EntryTable, batching: Container[str],
-                                 pg_status: Optional[dict[int, PgStatus]] = None) -> list[int]:
+                                 pg_status: dict[int, PgStatus]) -> list[int]:
     """Rows of the P2P ops of a dump of only active entries that are batches of one op
     that finished, in groups whose ranks post their P2P work in batches (`batching`): an op
     alone under its number, never started, with no marker held, whose next record (its
@@ -367,36 +367,39 @@ def lone_ops_of_finished_batches(table: EntryTable, batching: Container[str],
     facts = zip(rows, *(table.field_at(name, rows) for name in _OWN_EVENTS), table.field_at("record_id", rows))
     return [row for row, state, retired, started, done, record in facts
             if not says_more_than_scheduled(state, retired, started, done) and record + 1 not in held
-            and (record + 1 < newest or _batch_finished_by_status(table, row, pg_status or {}))]
+            and (record + 1 < newest or _batch_finished_by_status(table, row, ops, pg_status))]
 
 
-def _batch_finished_by_status(table: EntryTable, row: int, pg_status: dict[int, PgStatus]) -> bool:
+def _batch_finished_by_status(table: EntryTable, row: int, ops: list[tuple[int, str]],
+                              pg_status: dict[int, PgStatus]) -> bool:
     """Whether pg_status says the batch of the lone op at `row`, the dump's newest record,
     finished: no later record shows that its marker was recorded, but the group's last
     finished work is numbered at or past the batch. Read only where the number can be
     told: pg_status counts in collective numbers (`_counts_collectives`), and the group's
-    P2P ops held show each batch taking a collective number of its own, the two numbers
-    rising together (torch versions that bump the collective counter when a batch
-    starts and number its marker so). Elsewhere the op's collective number may be an
-    earlier collective's, which finishing says nothing of the batch."""
-    entry = table[row]
-    status = pg_status.get(entry.pg_id)
-    if status is None or status.last_completed is None or not isinstance(entry.collective_seq_id, int):
+    P2P ops held (of `ops`, (row, group) of the dump's P2P ops) show each batch taking a
+    collective number of its own, the two numbers rising together (torch versions that
+    bump the collective counter when a batch starts and number its marker so). Elsewhere
+    the op's collective number may be an earlier collective's, which finishing says
+    nothing of the batch."""
+    status = pg_status.get(table.value("pg_id", row))
+    if status is None or status.last_completed is None:
         return False
-    group = [e for e in table if e.pg_id == entry.pg_id]
-    p2p = [e for e in group if e.is_p2p]
-    collectives = [e.collective_seq_id for e in group if not e.is_p2p]
-    if _counts_collectives(status, [e.p2p_seq_id for e in p2p], collectives) is not True:
+    group = dict(ops)[row]
+    rows = [r for r, g in ops if g == group]
+    p2p_numbers, collective_numbers = table.field_at("p2p_seq_id", rows), table.field_at("collective_seq_id", rows)
+    # The group's collectives would only tell P2P numbers from numbers it cannot tell.
+    if _counts_collectives(status, p2p_numbers, []) is not True:
         return False
-    return _batches_own_collective_numbers(p2p) and entry.collective_seq_id <= status.last_completed
+    own = collective_numbers[rows.index(row)]
+    return (isinstance(own, int) and own <= status.last_completed
+            and _batches_own_collective_numbers(p2p_numbers, collective_numbers))
 
 
-def _batches_own_collective_numbers(p2p_ops: Sequence[Entry]) -> bool:
+def _batches_own_collective_numbers(p2p_numbers: Sequence[Value], collective_numbers: Sequence[Value]) -> bool:
     """Two batches or more held, and every P2P op's collective number is its P2P number
     less one offset: each batch took a collective number of its own."""
-    offsets = {op.p2p_seq_id - op.collective_seq_id for op in p2p_ops
-               if isinstance(op.p2p_seq_id, int) and isinstance(op.collective_seq_id, int)}
-    return len(offsets) == 1 and len({op.p2p_seq_id for op in p2p_ops}) >= 2
+    offsets = {p - c for p, c in zip(p2p_numbers, collective_numbers) if isinstance(p, int) and isinstance(c, int)}
+    return len(offsets) == 1 and len(set(p2p_numbers)) >= 2
 
 
 # What an op records of its own (see model.says_more_than_scheduled), in its order.
