@@ -412,6 +412,27 @@ class Facts:
                 return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
         return None
 
+    def posted_fewer_than_like_rank(self, view: GroupView, rank: int) -> bool:
+        """Whether `rank`, in whole dumps, went on to a collective of another group having
+        posted fewer sends and recvs in `view`'s group (its newest P2P number there is
+        lower) than the rank in its place in a sibling group, which waits in that same
+        collective: it left out a send or recv its like rank posted."""
+        went_on, mine = self.blocked_entry.get(rank), view.streams.get(rank)
+        if (went_on is None or went_on.is_p2p or mine is None or mine.only_active or not len(mine.p2p)
+                or rank not in view.group.ranks):
+            return False
+        newest = mine.p2p[len(mine.p2p) - 1].p2p_seq_id
+        for sibling, (like,) in self._like_ranks_in_siblings(view, (rank,)):
+            theirs, their_stream = self.blocked_entry.get(like), sibling.streams.get(like)
+            if (theirs is None or their_stream is None or their_stream.only_active or not len(their_stream.p2p)
+                    or (theirs.is_p2p, theirs.op, theirs.pg_desc, theirs.collective_seq_id)
+                    != (False, went_on.op, went_on.pg_desc, went_on.collective_seq_id)):
+                continue
+            their_newest = their_stream.p2p[len(their_stream.p2p) - 1].p2p_seq_id
+            if isinstance(newest, int) and isinstance(their_newest, int) and newest < their_newest:
+                return True
+        return False
+
     def like_ops_unfinished(self, view: GroupView, holder: int, absent: int, sends: bool,
                             number: int) -> list[str]:
         """The names of the sibling groups where the rank in `holder`'s place holds the like

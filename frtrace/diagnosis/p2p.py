@@ -67,6 +67,8 @@ def _holder_stopped(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[F
     holder, absent = (pair.src, pair.dst) if pair.send else (pair.dst, pair.src)
     if absent < 0 or not isinstance(present.p2p_seq_id, int):
         return None
+    if _batch_short_of(facts, view, holder, absent, present.p2p_seq_id):
+        return None
     like = facts.partner_went_on_as_like_rank(view, holder, absent, present.p2p_seq_id)
     if like is None:
         return None
@@ -85,6 +87,33 @@ def _holder_stopped(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[F
         waiting_ranks=(holder,), age_ns=present.time_created_ns, anchor=present,
         p2p_ends=P2PEnds(pair.src, pair.dst, holder, absent),
     )
+
+
+def _batch_short_of(facts: Facts, view: GroupView, holder: int, absent: int, number: int) -> Optional[int]:
+    """A peer of another op of the holder's batch #`number` (a `batch_isend_irecv`: its ops
+    finish together) that went on having posted fewer sends and recvs in the group than
+    its like rank (`Facts.posted_fewer_than_like_rank`): the batch waits on that peer's
+    missing op, so the holder's op of it staying unfinished shows no stall of the
+    holder's GPU. None when there is no such peer."""
+    ops = view.streams.get(holder)
+    if ops is None:
+        return None
+    members = view.group.ranks
+    batch: list[Entry] = []
+    for position in range(len(ops.p2p) - 1, -1, -1):
+        entry = ops.p2p[position]
+        if not isinstance(entry.p2p_seq_id, int) or entry.p2p_seq_id < number:
+            break
+        if entry.p2p_seq_id == number and not entry.name.is_coalesced_marker:
+            batch.append(entry)
+    if len(batch) < 2:
+        return None
+    for entry in batch:
+        local = entry.name.local_dst if entry.op == "send" else entry.name.local_src
+        peer = members[local] if local is not None and 0 <= local < len(members) else None
+        if peer is not None and peer not in (holder, absent) and facts.posted_fewer_than_like_rank(view, peer):
+            return peer
+    return None
 
 
 def _in_flight_like_its_siblings(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[Finding]:

@@ -453,8 +453,9 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     group's. The default group is the first group every rank creates
     (init_process_group), so its id is 0 unless an entry says 0 is another group's.
     Then, where the job's groups are named by torch's count of groups made, from like
-    ranks that made the same groups (`_take_like_ranks_ids`), and by the order of making
-    (`_created_between`, when `_named_in_creation_order`).
+    ranks that made the same groups (`_take_like_ranks_ids`); from ranks whose pg_status has the
+    same keys, where their ids agree (`_take_job_wide_ids`); and by the order of
+    making (`_created_between`, when `_named_in_creation_order`).
     Else the group has no id on the rank, and its pg_status row for the group cannot be
     found (it says nothing)."""
     own: dict[int, dict[int, int]] = defaultdict(dict)
@@ -491,6 +492,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         return own
     in_creation_order = _named_in_creation_order(own, groups_of, names)
     _take_like_ranks_ids(own, groups_of, {g.id: family_of(g) for g in layout.groups}, names, dumps)
+    _take_job_wide_ids(own, groups_of, dumps)
     unplaced = _unplaced_keys(own, dumps)
     if any(unplaced.values()) and in_creation_order:
         for rank, keys in unplaced.items():
@@ -557,6 +559,38 @@ def _take_like_ranks_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int,
             if gid not in ids and pg_id in free:
                 ids[gid] = pg_id
                 free.discard(pg_id)
+
+
+def _take_job_wide_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int, Sequence[int]],
+                       dumps: Mapping[int, RankDump]) -> None:
+    """Give a rank, for a group it tells no id of, the id another rank tells for it where
+    both made their groups alike: a pg_id counts the groups the rank made before it, so
+    ranks whose pg_status rows have the same keys (the ids of their groups that ran an
+    op) made theirs in one order, and a group they share has one id on both. Read so only
+    where those ranks' told ids show it: no group is told two ids among them (ranks that
+    made groups in orders of their own tell some so). An id is taken only where it is a
+    key of the rank's pg_status that no group of it is placed on yet."""
+    alike: dict[frozenset[int], list[int]] = defaultdict(list)
+    for rank, dump in dumps.items():
+        alike[frozenset(dump.pg_status)].append(rank)
+    unplaced = _unplaced_keys(own, dumps)
+    for ranks in alike.values():
+        if len(ranks) < 2 or not any(unplaced.get(rank) for rank in ranks):
+            continue
+        told: dict[int, set[int]] = defaultdict(set)
+        for rank in ranks:
+            for gid, pg_id in own[rank].items():
+                told[gid].add(pg_id)
+        if any(len(ids) > 1 for ids in told.values()):
+            continue
+        shared = {gid: next(iter(ids)) for gid, ids in told.items()}
+        for rank in ranks:
+            free, ids = set(unplaced.get(rank, ())), own[rank]
+            for gid in groups_of.get(rank, ()):
+                told_id = shared.get(gid)
+                if gid not in ids and told_id is not None and told_id in free:
+                    ids[gid] = told_id
+                    free.discard(told_id)
 
 
 def _agreed_ids(told: Mapping[int, set[int]]) -> Optional[dict[int, int]]:
