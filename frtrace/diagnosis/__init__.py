@@ -21,6 +21,7 @@ The rules, one module per question, run in this order:
     divergence.skipped_not_ahead  an even split read as going ahead, whose absent ranks' own programs show they skipped the op
     p2p.ops_of_stalled_gpus       a send or recv without its partner, held by a rank whose GPU ran a later collective its peers finished
     linking.link_consequences     across groups: roots, and the findings that follow from them
+    stopped_hosts.hosts_that_stopped  with a fault found: ranks waiting where their victims wait whose hosts queued nothing after, as like ranks did
     entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
     unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
@@ -37,6 +38,7 @@ from typing import Callable, Optional
 
 from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
 from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
+from frtrace.diagnosis.stopped_hosts import hosts_that_stopped
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRanksSay, P2PEnds, WentPast
@@ -106,6 +108,7 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
     findings.sort(key=_group_then_p2p)
     link_consequences(findings, went_past, facts.waits, _like_ranks_judge(facts),
                       frozenset(facts.analysis.layout.ranks_missing), held_past_peers(findings))
+    findings += hosts_that_stopped(facts, findings)
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)

@@ -165,6 +165,7 @@ class Facts:
     divergence_at: dict[int, Optional[int]]
     _waits: Optional[Waits] = None
     _dumps_by_rank: Optional[dict[int, RankDump]] = None
+    _whole_dumps_by_rank: Optional[dict[int, RankDump]] = None
     _step_memo: StepMemo = field(default_factory=StepMemo)  # see Siblings.memo
     _members_of: dict[Family, dict[int, GroupView]] = field(default_factory=dict)  # see _group_in_family
     # group id -> (src, dst) -> its P2P pairs, built for the groups asked about (p2p_on)
@@ -514,6 +515,22 @@ class Facts:
         if stream is None or stream.pg_id is None or dump is None:
             return None
         return dump.pg_status.get(stream.pg_id)
+
+    def group_of_entry(self, entry: Entry, rank: int) -> Optional[GroupView]:
+        """The device view of the group the rank recorded `entry` under."""
+        return self._group_of(entry, rank)
+
+    def like_ranks_in_siblings(self, view: GroupView, ranks: tuple[int, ...]) -> Iterator[tuple[GroupView, tuple[int, ...]]]:
+        """(sibling group, the ranks in the places of `ranks` there), for up to
+        MAX_SIBLINGS_ASKED sibling groups of `view`'s."""
+        return self._like_ranks_in_siblings(view, ranks)
+
+    def whole_dump_of(self, rank: int) -> Optional[RankDump]:
+        """The rank's dump as written, if it left one: with the ops it queued behind the
+        one it waits in, which the device view leaves out."""
+        if self._whole_dumps_by_rank is None:
+            self._whole_dumps_by_rank = {dump.rank: dump for dump in self.analysis.dumps}
+        return self._whole_dumps_by_rank.get(rank)
 
     @property
     def _dumps(self) -> dict[int, RankDump]:
