@@ -19,7 +19,7 @@ from frtrace.testing.synth import generate
 # What PyTorch records: batch end markers, watchdog polls, pipeline bubbles, pg_status by work.
 FAITHFUL = {"coalesced_events": "marker", "watchdog_ms": 100.0, "bubble_ms": 100.0, "pg_status": "work"}
 
-CULPRIT = 3  # of the ring [0, 1, 2, 3]; the sibling ring is [4, 5, 6, 7]
+# The ring [0, 1, 2, 3] runs beside its sibling [4, 5, 6, 7]; the culprit is of the first.
 WRAPPED = {0: 7, 1: 4, 2: 10, 3: 5, 4: 6, 5: 3, 6: 8, 7: 2}  # entries each rank's buffer lost
 
 
@@ -27,12 +27,12 @@ def _unfinished(entry: dict) -> None:
     entry.update(state="started", retired=False, time_discovered_completed_ns=None, duration_ms=None)
 
 
-def _ring_step_left_out(batches_numbered_as_collectives: bool = True) -> dict:
+def _ring_step_left_out(culprit: int = 3, batches_numbered_as_collectives: bool = True) -> dict:
     """8 ranks (CP 4 x DP 2: rings [0-3] and [4-7], DP pairs [r, r+4]), batched ring
     steps, then a DP batch, an all_gather and a job-wide all_reduce; whole dumps with
-    timing, ring buffers that wrapped at their own points. Rank 3 posted one ring batch
-    fewer. Ranks 0 and 2 (its neighbours) wait in their last batch; ranks 4 and 6 in the
-    DP batch for them; ranks 1, 3, 5 and 7 went on to the job-wide all_reduce."""
+    timing, ring buffers that wrapped at their own points. `culprit` posted one ring
+    batch fewer. Its two neighbours wait in their last batch, their DP partners in the DP
+    batch for them; the other ranks went on to the job-wide all_reduce."""
     dumps = copy.deepcopy(dict(generate(8, tp=1, pp=4, steps=2, ring=True, p2p="batched", timing=True, seed=1,
                                         **FAITHFUL).dumps))
 
@@ -42,23 +42,24 @@ def _ring_step_left_out(batches_numbered_as_collectives: bool = True) -> dict:
     for rank in range(8 if batches_numbered_as_collectives else 0):
         for e in ring_ops(rank):  # torch numbers each batch as a collective too (startCoalescing)
             e["collective_seq_id"] = e["p2p_seq_id"]
-    # Rank 3 leaves out a ring step three from the end: its later batches take one number
+    # The culprit leaves out a ring step three from the end: its later batches take one number
     # less (each rank numbers its own batches) and, in NCCL's order, pair with its
     # neighbours' batches of the step before (whose tensors alternate in size).
-    left_out = ring_ops(CULPRIT)[-1]["p2p_seq_id"] - 3
-    kept = [e for e in dumps[CULPRIT]["entries"] if not (e["process_group"][1] == "cp" and e["p2p_seq_id"] == left_out)]
+    left_out = ring_ops(culprit)[-1]["p2p_seq_id"] - 3
+    kept = [e for e in dumps[culprit]["entries"] if not (e["process_group"][1] == "cp" and e["p2p_seq_id"] == left_out)]
     first_id = kept[0]["record_id"]
     for record_id, e in enumerate(kept, start=first_id):  # it recorded nothing for the step
         e["record_id"] = record_id
         if e["process_group"][1] == "cp" and e["p2p_seq_id"] > left_out:
             e["p2p_seq_id"] -= 1
             e["collective_seq_id"] -= batches_numbered_as_collectives
-    dumps[CULPRIT]["entries"] = kept
+    dumps[culprit]["entries"] = kept
+    neighbours = ((culprit - 1) % 4, (culprit + 1) % 4)
     for rank in range(8):
         entries = dumps[rank]["entries"]
-        if rank in (0, 2):  # in their last ring batch
+        if rank in neighbours:  # in their last ring batch
             cut = max(i for i, e in enumerate(entries) if e["process_group"][1] == "cp") + 1
-        elif rank in (4, 6):  # in the DP batch, for ranks 0 and 2
+        elif rank - 4 in neighbours:  # in the DP batch, for the neighbours
             cut = max(i for i, e in enumerate(entries) if e["process_group"][1] == "dp"
                       and e["collective_seq_id"] == entries[-3]["collective_seq_id"]) + 1
         else:  # in the job-wide all_reduce
@@ -97,6 +98,7 @@ def _status_of(entries: list) -> dict:
 
 
 @pytest.mark.parametrize("numbered_as_collectives", [True, False], ids=["torch-numbering", "p2p-numbering"])
-def test_a_ring_rank_that_left_out_a_batch_is_named_not_its_neighbours(numbered_as_collectives):
-    _, diagnosis = analyse_dicts(_ring_step_left_out(numbered_as_collectives), render=False)
-    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (CULPRIT,))
+@pytest.mark.parametrize("culprit", [3, 0])
+def test_a_ring_rank_that_left_out_a_batch_is_named_not_its_neighbours(numbered_as_collectives, culprit):
+    _, diagnosis = analyse_dicts(_ring_step_left_out(culprit, numbered_as_collectives), render=False)
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (culprit,))

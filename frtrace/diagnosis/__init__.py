@@ -21,7 +21,7 @@ The rules, one module per question, run in this order:
     divergence.skipped_not_ahead  an even split read as going ahead, whose absent ranks' own programs show they skipped the op
     p2p.ops_of_stalled_gpus       a send or recv without its partner, held by a rank whose GPU ran a later collective its peers finished
     linking.link_consequences     across groups: roots, and the findings that follow from them
-    stopped_hosts.hosts_that_stopped  with a fault found: ranks waiting where their victims wait whose hosts queued nothing after, as like ranks did
+    stopped_hosts.hosts_that_stopped  with a fault found: ranks waiting where their victims wait whose hosts queued less after than their like ranks
     entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
     unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
@@ -38,7 +38,6 @@ from typing import Callable, Optional
 
 from frtrace.diagnosis.all_to_all import absorb_stuck, exchange_mismatches
 from frtrace.diagnosis.divergence import divergences, skipped_not_ahead
-from frtrace.diagnosis.stopped_hosts import hosts_that_stopped
 from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRanksSay, P2PEnds, WentPast
@@ -53,6 +52,7 @@ from frtrace.diagnosis.same_pair import one_finding_per_pair
 from frtrace.diagnosis.side_by_side import RuleRuns, shared_out
 from frtrace.diagnosis.program_order import ProgramOrder, went_past_finding
 from frtrace.diagnosis.status_only import positions_from_pg_status
+from frtrace.diagnosis.stopped_hosts import hosts_that_stopped
 from frtrace.diagnosis.stragglers import late_arrivals
 from frtrace.diagnosis.unchecked import unreadable_entries
 from frtrace.diagnosis.verdict import conclude

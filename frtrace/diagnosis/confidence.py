@@ -36,7 +36,7 @@ BASIS = {
     "skipped_own_past": 0.75,  # its own earlier steps issue what it did instead after this op
     "tie_broken_by_siblings": 0.7,  # an even split, decided by sibling groups running the same program
     "p2p_partner_never_posted": 0.7,  # a send (or recv) waits for a partner this rank never posted
-    "queued_less_than_like_ranks": 0.7,  # waits where its victims do, but its host queued nothing after, as ranks playing its part did
+    "queued_less_than_like_ranks": 0.7,  # waits where its victims do, but its host queued less after than ranks playing its part
     "waits_on_no_one": 0.7,  # of the ranks that never issued the op, it waits on nobody; the rest wait in ops other findings explain
     "tie_broken_by_blocked_elsewhere": 0.65,  # an even split, decided by the other camp waiting in another op
     "tie_broken_by_like_places": 0.7,  # an even split, the other camp idle where its places in every sibling group are

@@ -67,7 +67,7 @@ def _holder_stopped(facts: Facts, view: GroupView, pair: P2PMatch) -> Optional[F
     holder, absent = (pair.src, pair.dst) if pair.send else (pair.dst, pair.src)
     if absent < 0 or not isinstance(present.p2p_seq_id, int):
         return None
-    if _batch_short_of(facts, view, holder, absent, present.p2p_seq_id):
+    if _batch_short_of(facts, view, holder, absent, present.p2p_seq_id) is not None:
         return None
     like = facts.partner_went_on_as_like_rank(view, holder, absent, present.p2p_seq_id)
     if like is None:

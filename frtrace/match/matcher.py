@@ -454,7 +454,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
     (init_process_group), so its id is 0 unless an entry says 0 is another group's.
     Then, where the job's groups are named by torch's count of groups made, from like
     ranks that made the same groups (`_take_like_ranks_ids`); from ranks whose pg_status has the
-    same keys, where their ids agree (`_take_job_wide_ids`); and by the order of
+    same keys, where their ids agree (`_take_alike_ranks_ids`); and by the order of
     making (`_created_between`, when `_named_in_creation_order`).
     Else the group has no id on the rank, and its pg_status row for the group cannot be
     found (it says nothing)."""
@@ -492,7 +492,7 @@ def _own_pg_ids(streams_by_group: dict[int, dict[int, RankStream]], dumps: dict[
         return own
     in_creation_order = _named_in_creation_order(own, groups_of, names)
     _take_like_ranks_ids(own, groups_of, {g.id: family_of(g) for g in layout.groups}, names, dumps)
-    _take_job_wide_ids(own, groups_of, dumps)
+    _take_alike_ranks_ids(own, groups_of, dumps)
     unplaced = _unplaced_keys(own, dumps)
     if any(unplaced.values()) and in_creation_order:
         for rank, keys in unplaced.items():
@@ -561,7 +561,7 @@ def _take_like_ranks_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int,
                 free.discard(pg_id)
 
 
-def _take_job_wide_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int, Sequence[int]],
+def _take_alike_ranks_ids(own: dict[int, dict[int, int]], groups_of: Mapping[int, Sequence[int]],
                        dumps: Mapping[int, RankDump]) -> None:
     """Give a rank, for a group it tells no id of, the id another rank tells for it where
     both made their groups alike: a pg_id counts the groups the rank made before it, so
