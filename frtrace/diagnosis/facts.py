@@ -23,6 +23,7 @@ from frtrace.match.matcher import (
     MatchIndex,
     MatchResult,
     P2PMatch,
+    RankStream,
     Signature,
     batch_signature,
 )
@@ -222,7 +223,7 @@ class Facts:
         blocked = self.blocked_entry.get(rank)
         if blocked is None or blocked.is_p2p or blocked.collective_seq_id is None:
             return None
-        place = self._group_of(blocked, rank)
+        place = self.group_of_entry(blocked, rank)
         if place is None or place.group.id == view.group.id:
             return None
         position = view.group.ranks.index(rank)
@@ -237,7 +238,7 @@ class Facts:
             theirs = self.blocked_entry.get(like)
             if theirs is None or theirs.is_p2p or theirs.collective_seq_id != blocked.collective_seq_id:
                 continue
-            their_place = self._group_of(theirs, like)
+            their_place = self.group_of_entry(theirs, like)
             if their_place is not None and family_of(their_place.group) == family:
                 return blocked
         return None
@@ -306,7 +307,7 @@ class Facts:
         their finished ops are left out, and no P2P order of the rank is held. None when
         nothing shows that."""
         blocked = self.blocked_entry.get(rank)
-        place = self._group_of(blocked, rank) if blocked is not None else None
+        place = self.group_of_entry(blocked, rank) if blocked is not None else None
         if blocked is None or place is None or blocked.is_p2p:
             return None
         here = place.group.id == view.group.id
@@ -323,7 +324,7 @@ class Facts:
             if theirs is None or (theirs.is_p2p, theirs.op, theirs.collective_seq_id) != (
                     blocked.is_p2p, blocked.op, blocked.collective_seq_id):
                 continue
-            their_place = self._group_of(theirs, like)
+            their_place = self.group_of_entry(theirs, like)
             their_work = self._work_finished_before(sibling, like, theirs if here else None)
             if (their_place is not None and family_of(their_place.group) == family and their_work is not None
                     and 0 < their_work - mine <= MAX_P2P_SKIPPED):
@@ -349,7 +350,7 @@ class Facts:
         if (peer_blocked is None or not peer_blocked.is_p2p or peer not in members or rank not in members
                 or not self._in_group(blocked, rank, view) or not self._in_group(peer_blocked, peer, view)):
             return None
-        for sibling, (like, like_peer) in self._like_ranks_in_siblings(view, (rank, peer)):
+        for sibling, (like, like_peer) in self.like_ranks_in_siblings(view, (rank, peer)):
             theirs, their_peer = self.blocked_entry.get(like), self.blocked_entry.get(like_peer)
             if (theirs is None or their_peer is None or not theirs.is_p2p or theirs.op != blocked.op
                     or theirs.p2p_seq_id is None or (their_peer.op, their_peer.p2p_seq_id) != (
@@ -374,7 +375,7 @@ class Facts:
         if (blocked is None or not blocked.is_p2p or blocked.p2p_seq_id is None or holder not in members
                 or absent not in members or not self._in_group(blocked, absent, view) or self.collectives_of(view)):
             return None
-        for sibling, (like, like_absent) in self._like_ranks_in_siblings(view, (holder, absent)):
+        for sibling, (like, like_absent) in self.like_ranks_in_siblings(view, (holder, absent)):
             theirs = self.blocked_entry.get(like_absent)
             if (self.collectives_of(sibling) or theirs is None or (theirs.is_p2p, theirs.op, theirs.p2p_seq_id) != (True, blocked.op, blocked.p2p_seq_id)
                     or not self._in_group(theirs, like_absent, sibling)):
@@ -400,14 +401,9 @@ class Facts:
                 or mine.only_active or not len(mine.p2p) or holder not in members or absent not in members
                 or not self._waits_in(blocked, absent, holder)):
             return None
-        for sibling, (like, like_absent) in self._like_ranks_in_siblings(view, (holder, absent)):
-            theirs, their_stream = self.blocked_entry.get(like_absent), sibling.streams.get(like_absent)
-            if (theirs is None or their_stream is None or not len(their_stream.p2p)
-                    or (theirs.is_p2p, theirs.op, theirs.pg_desc, theirs.collective_seq_id)
-                    != (False, blocked.op, blocked.pg_desc, blocked.collective_seq_id)
-                    or not self._waits_in(theirs, like_absent)):
-                continue
-            if mine.p2p[len(mine.p2p) - 1].p2p_seq_id != their_stream.p2p[len(their_stream.p2p) - 1].p2p_seq_id:
+        for sibling, (like, like_absent) in self.like_ranks_in_siblings(view, (holder, absent)):
+            theirs = self._newest_p2p_gone_on_alike(sibling, like_absent, blocked)
+            if theirs is None or theirs != _newest_p2p(mine) or not self._waits_in(self.blocked_entry[like_absent], like_absent):
                 continue
             if self._finished_p2p_number(sibling, like, number):
                 return LikePartnerPosted(like, like_absent, group_text(sibling.group.name, sibling.group.desc))
@@ -422,17 +418,24 @@ class Facts:
         if (went_on is None or went_on.is_p2p or mine is None or mine.only_active or not len(mine.p2p)
                 or rank not in view.group.ranks):
             return False
-        newest = mine.p2p[len(mine.p2p) - 1].p2p_seq_id
-        for sibling, (like,) in self._like_ranks_in_siblings(view, (rank,)):
-            theirs, their_stream = self.blocked_entry.get(like), sibling.streams.get(like)
-            if (theirs is None or their_stream is None or their_stream.only_active or not len(their_stream.p2p)
-                    or (theirs.is_p2p, theirs.op, theirs.pg_desc, theirs.collective_seq_id)
-                    != (False, went_on.op, went_on.pg_desc, went_on.collective_seq_id)):
-                continue
-            their_newest = their_stream.p2p[len(their_stream.p2p) - 1].p2p_seq_id
-            if isinstance(newest, int) and isinstance(their_newest, int) and newest < their_newest:
+        newest = _newest_p2p(mine)
+        for sibling, (like,) in self.like_ranks_in_siblings(view, (rank,)):
+            theirs = self._newest_p2p_gone_on_alike(sibling, like, went_on)
+            if (isinstance(newest, int) and isinstance(theirs, int) and newest < theirs
+                    and not sibling.streams[like].only_active):
                 return True
         return False
+
+    def _newest_p2p_gone_on_alike(self, sibling: GroupView, like: int, went_on: Entry) -> Optional[int]:
+        """The newest P2P number of `like` in `sibling` where it holds sends or recvs there
+        and is blocked in the collective `went_on` is (the same op of the same number in a
+        group described alike); None otherwise."""
+        theirs, their_stream = self.blocked_entry.get(like), sibling.streams.get(like)
+        if (theirs is None or their_stream is None or not len(their_stream.p2p)
+                or (theirs.is_p2p, theirs.op, theirs.pg_desc, theirs.collective_seq_id)
+                != (False, went_on.op, went_on.pg_desc, went_on.collective_seq_id)):
+            return None
+        return _newest_p2p(their_stream)
 
     def like_ops_unfinished(self, view: GroupView, holder: int, absent: int, sends: bool,
                             number: int) -> list[str]:
@@ -446,7 +449,7 @@ class Facts:
         if not self.reliable or holder not in view.group.ranks or absent not in view.group.ranks:
             return []
         names = []
-        for sibling, (like_holder, like_absent) in self._like_ranks_in_siblings(view, (holder, absent)):
+        for sibling, (like_holder, like_absent) in self.like_ranks_in_siblings(view, (holder, absent)):
             if like_absent in sibling.no_dump:
                 return []
             src, dst = (like_holder, like_absent) if sends else (like_absent, like_holder)
@@ -475,7 +478,7 @@ class Facts:
         numbers = stream.p2p.field("p2p_seq_id")
         return any(stream.p2p[at].completed for at, seq in enumerate(numbers) if seq == number)
 
-    def _like_ranks_in_siblings(self, view: GroupView, ranks: tuple[int, ...]) -> Iterator[tuple[GroupView, tuple[int, ...]]]:
+    def like_ranks_in_siblings(self, view: GroupView, ranks: tuple[int, ...]) -> Iterator[tuple[GroupView, tuple[int, ...]]]:
         """(sibling group, the ranks in the places of `ranks` there) for up to
         MAX_SIBLINGS_ASKED sibling groups of `view`'s that have those places."""
         positions = [view.group.ranks.index(rank) for rank in ranks]
@@ -516,15 +519,6 @@ class Facts:
             return None
         return dump.pg_status.get(stream.pg_id)
 
-    def group_of_entry(self, entry: Entry, rank: int) -> Optional[GroupView]:
-        """The device view of the group the rank recorded `entry` under."""
-        return self._group_of(entry, rank)
-
-    def like_ranks_in_siblings(self, view: GroupView, ranks: tuple[int, ...]) -> Iterator[tuple[GroupView, tuple[int, ...]]]:
-        """(sibling group, the ranks in the places of `ranks` there), for up to
-        MAX_SIBLINGS_ASKED sibling groups of `view`'s."""
-        return self._like_ranks_in_siblings(view, ranks)
-
     def whole_dump_of(self, rank: int) -> Optional[RankDump]:
         """The rank's dump as written, if it left one: with the ops it queued behind the
         one it waits in, which the device view leaves out."""
@@ -551,7 +545,8 @@ class Facts:
     def _in_group(self, entry: Entry, rank: int, view: GroupView) -> bool:
         return self.analysis.layout.group_of(entry.pg_name, rank) == view.group.id
 
-    def _group_of(self, entry: Entry, rank: int) -> Optional[GroupView]:
+    def group_of_entry(self, entry: Entry, rank: int) -> Optional[GroupView]:
+        """The device view of the group the rank recorded `entry` under."""
         gid = self.analysis.layout.group_of(entry.pg_name, rank)
         return self.device.views[gid] if gid is not None else None
 
@@ -636,6 +631,12 @@ def took_part_unrecorded(match: CollectiveMatch, reliable: bool) -> bool:
     without the rest of its members: the ones with no entry for it took part, their
     dump just does not show it (dumped without collectives, or only active ops)."""
     return reliable and bool(match.calls) and len(match.completed_ranks) == len(match.calls)
+
+
+def _newest_p2p(stream: RankStream) -> int:
+    """The P2P number of the rank's newest send or recv in the group (it holds one)."""
+    newest: int = stream.p2p[len(stream.p2p) - 1].p2p_seq_id
+    return newest
 
 
 def new_finding(kind: str, rule: str, view: Optional[GroupView], *, suspect_ranks: tuple[int, ...],

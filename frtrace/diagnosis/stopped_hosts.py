@@ -13,12 +13,12 @@ had the whole timeout to run ahead, and ranks running one program run ahead alik
 from __future__ import annotations
 
 from itertools import islice
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 from frtrace.diagnosis.facts import Facts, new_finding
 from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView
-from frtrace.model import Entry
+from frtrace.table.standing import batch_key, queued_behind
 from frtrace.wording import group_text
 
 RULE = "stopped_hosts.queued_less_than_like_ranks"
@@ -28,9 +28,11 @@ LIKE_RANKS_ASKED = 8
 
 def hosts_that_stopped(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """The rule: where a root finding shows a fault, each rank not named yet whose host
-    queued fewer ops after the op it waits in than most like ranks waiting alike
-    (`_queued_less_than_like_ranks`), one of which queued a collective of a group both are
-    in that the rank never issued. One finding per rank."""
+    queued fewer ops after the op it waits in than most of its like ranks waiting alike
+    that no finding names (LIKE_RANKS_ASKED of them, two at least: fewer than their lower
+    median), one of which queued a collective of a group both are in that the rank never
+    issued (`_queued_what_it_never_issued`). A GPU that stopped leaves its host queueing
+    on, which makes one like rank queue more than the rest, not most. One finding per rank."""
     if not facts.reliable or not any(f.severity == "error" and f.suspect_ranks and f.is_root for f in findings):
         return []
     named = {rank for f in findings for rank in f.suspect_ranks}
@@ -38,58 +40,23 @@ def hosts_that_stopped(facts: Facts, findings: list[Finding]) -> list[Finding]:
 
     def queued_after(rank: int) -> int:
         if rank not in queued:
-            queued[rank] = _queued_after(facts, rank)
+            dump = facts.whole_dump_of(rank)
+            queued[rank] = queued_behind(dump.entries) if dump is not None else 0
         return queued[rank]
 
     found: list[Finding] = []
     for rank in sorted(facts.blocked_entry):
-        if rank in named or not _queued_less_than_like_ranks(facts, rank, named, queued_after):
+        if rank in named:
             continue
-        evidence = _like_rank_queued_more(facts, rank, named)
+        alike = list(islice((like for like in _like_ranks_waiting_alike(facts, rank) if like not in named),
+                            LIKE_RANKS_ASKED))
+        if len(alike) < 2 or queued_after(rank) >= sorted(map(queued_after, alike))[(len(alike) - 1) // 2]:
+            continue
+        evidence = _queued_what_it_never_issued(facts, rank, alike)
         if evidence is not None:
             found.append(_stopped(facts, rank, *evidence))
             named.add(rank)
     return found
-
-
-def _queued_after(facts: Facts, rank: int) -> int:
-    """How many entries the rank's whole dump holds recorded after the op it waits in,
-    the rest of that op's batch left out: what its host enqueued behind it."""
-    blocked, dump = facts.blocked_entry[rank], facts.whole_dump_of(rank)
-    if dump is None:
-        return 0
-    entries = dump.entries
-    row = blocked.index
-    if not (0 <= row < len(entries) and entries.value("record_id", row) == blocked.record_id):
-        record_ids = entries.field("record_id")  # not where the file put it: looked for
-        if blocked.record_id not in record_ids:
-            return 0
-        row = record_ids.index(blocked.record_id)
-    after = row + 1
-    while after < len(entries) and _same_batch(entries[after], blocked):
-        after += 1
-    return len(entries) - after
-
-
-def _queued_less_than_like_ranks(facts: Facts, rank: int, named: set[int], queued_after: Callable[[int], int]) -> bool:
-    """Whether the rank queued fewer ops after the op it waits in than most like ranks
-    waiting alike that no finding names (two at least: fewer than their lower median):
-    their hosts ran on where its host stopped. (A GPU that stopped leaves its host
-    queueing on, which makes one like rank queue more than the rest, not most.)"""
-    alike = list(islice((like for like in _like_ranks_waiting_alike(facts, rank) if like not in named), LIKE_RANKS_ASKED))
-    if len(alike) < 2:
-        return False
-    counts = sorted(map(queued_after, alike))
-    return queued_after(rank) < counts[(len(counts) - 1) // 2]
-
-
-def _same_batch(entry: Entry, blocked: Entry) -> bool:
-    return (blocked.is_p2p and entry.pg_name == blocked.pg_name and entry.p2p_seq_id == blocked.p2p_seq_id
-            and (entry.is_p2p or entry.name.is_coalesced_marker))
-
-
-def _number(entry: Entry) -> Optional[int]:
-    return entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
 
 
 def _like_ranks_waiting_alike(facts: Facts, rank: int) -> Iterator[int]:
@@ -101,23 +68,20 @@ def _like_ranks_waiting_alike(facts: Facts, rank: int) -> Iterator[int]:
         return
     for sibling, (like,) in facts.like_ranks_in_siblings(view, (rank,)):
         theirs = facts.blocked_entry.get(like)
-        if (theirs is not None and (theirs.is_p2p, theirs.op, _number(theirs)) == (mine.is_p2p, mine.op, _number(mine))
+        if (theirs is not None and theirs.op == mine.op and batch_key(theirs)[1:] == batch_key(mine)[1:]
                 and facts.group_of_entry(theirs, like) is sibling):
             yield like
 
 
-def _like_rank_queued_more(facts: Facts, rank: int, named: set[int]) -> Optional[tuple[GroupView, CollectiveMatch, int]]:
-    """(group, its collective, the like rank that queued it) where a like rank waiting
-    alike (`_like_ranks_waiting_alike`) shares a group with `rank` and queued, after the
-    op it waits in, a collective of that group `rank` never issued. Groups that also run
-    sends and recvs are not asked: torch numbers a batch of them as a collective too, so
-    where members ran different numbers of batches (pipeline stages), a collective's
-    number differs between them. Nor are like ranks other findings name: a GPU that stopped
-    leaves its host queueing on, and its queue says nothing of its peers' hosts."""
+def _queued_what_it_never_issued(facts: Facts, rank: int,
+                                 alike: list[int]) -> Optional[tuple[GroupView, CollectiveMatch, int]]:
+    """(group, its collective, the like rank that queued it) where one of `alike` shares
+    a group with `rank` and queued, after the op it waits in, a collective of that group
+    `rank` never issued. Groups that also run sends and recvs are not asked: torch
+    numbers a batch of them as a collective too, so where members ran different numbers
+    of batches (pipeline stages), a collective's number differs between them."""
     full = facts.analysis.matches
-    for like in _like_ranks_waiting_alike(facts, rank):
-        if like in named:
-            continue
+    for like in alike:
         theirs = facts.blocked_entry[like]
         for view in full.views:
             members = view.group.ranks

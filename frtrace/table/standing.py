@@ -131,6 +131,16 @@ def batch_key(entry: Entry) -> tuple[str, bool, int]:
     return entry.pg_name, entry.is_p2p, entry.p2p_seq_id if entry.is_p2p else entry.collective_seq_id
 
 
+def queued_behind(entries: Sequence[Entry]) -> int:
+    """How many entries the rank's host queued behind the op it is blocked in, the rest
+    of that op's batch left out (0 when it is blocked in none)."""
+    blocked = blocked_at(entries)
+    if blocked >= len(entries) - 1:
+        return 0
+    batch = batch_key(entries[blocked])
+    return sum(batch_key(entries[i]) != batch for i in range(blocked + 1, len(entries)))
+
+
 def without_queued_ops(dump: RankDump) -> RankDump:
     """The dump as the rank's GPU got it: without the ops the host only queued behind
     the one the rank is blocked in. The host enqueues ahead, so a stuck rank may list
