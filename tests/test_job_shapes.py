@@ -678,22 +678,22 @@ def test_two_hosts_that_stop_at_once_are_named_and_the_ranks_stuck_behind_them_a
 def test_ranks_that_wait_elsewhere_for_others_are_behind_not_outpaced_by_the_few_that_issued_the_op():
     # A healthy TP 2 x PP 8 x DP 2 job, then two GPUs stop at one moment
     # (frtrace.testing.inject.inject_at_once, as NVRx injects them): rank 9's at TP
-    # all_gather #19, rank 10's wherever it then is. In DP groups many ranks stuck behind
+    # all_gather #17, rank 26's wherever it then is. In DP groups many ranks stuck behind
     # either never reach an op a few issued; those wait in other ops, on others than the
-    # few, so they are behind, not left behind by ranks gone ahead (rank 10 was left out).
-    # (Two hosts that stop issuing there leave rank 10 waiting in a pipeline all_reduce
-    # that a rank behind rank 9 never reaches, as that rank's victims do: only rank 9
-    # shows. The injector once had rank 10 hold that op finished, a state no job is in.)
+    # few, so they are behind, not left behind by ranks gone ahead.
+    # (The injector once stopped rank 10's GPU at #19 after it had finished an op that a
+    # rank held up by rank 9 never reached, a state no job is in: it now refuses that.)
     from frtrace.testing.inject import inject_at_once
 
     healthy = generate(32, 2, 8, steps=4, timing=True, p2p="batched", seed=2, **FAITHFUL)
     named = {rank: (f"rank_{rank}", dump) for rank, dump in dict(healthy.dumps).items()}
-    injected = inject_at_once(named, "gpu", "5", 19, (9, 10))
+    assert inject_at_once(named, "gpu", "5", 19, (9, 10)) is None
+    injected = inject_at_once(named, "gpu", "5", 17, (9, 26))
     assert injected is not None
     dumps, what = injected
-    assert what["culprits"] == [9, 10]
+    assert what["culprits"] == [9, 26]
     _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
-    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (9, 10))
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (9, 26))
     assert not [f for f in diagnosis.findings if f.kind == "extra_op" and f.is_root]
 
 

@@ -30,8 +30,9 @@ def _tp_dp_steps(rank: int, steps: int) -> list:
 
 def _tp_hang(queued: bool = False) -> dict:
     """Rank 1 stops after two steps; rank 0 waits in TP all_gather #3 for it, so it never
-    reaches DP all_reduce #3 (with `queued`, its host enqueued that one behind: `scheduled`)."""
-    steps = {r: _tp_dp_steps(r, 3) for r in range(2, 6)}
+    reaches DP all_reduce #3 (with `queued`, its host enqueued that one behind: `scheduled`),
+    where ranks 2-5 wait for them."""
+    steps = {r: _tp_dp_steps(r, 3)[:-1] + [(f"all_reduce@dp{r % 2}", {"state": "started"})] for r in range(2, 6)}
     steps[1] = _tp_dp_steps(1, 2)
     steps[0] = _tp_dp_steps(0, 2) + ["all_gather@tp01"]
     if queued:

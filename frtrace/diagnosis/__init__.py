@@ -10,6 +10,7 @@ The rules, one module per question, run in this order:
     divergence.divergences        per group: the first op members disagree on or never issued
     all_to_all.exchange_mismatches   per group: an all_to_all whose members' sends and receives do not add up
     frontier.stuck_on_device      per group: an op some members hold unfinished that others finished and went past
+                                  (job-wide: the ranks behind so that no stall explains)
     frontier.frontiers            per group without a divergence: stuck ops, members without a dump
     p2p.unmatched_p2p             per P2P channel: a send or recv without its partner (or one
                                   its partner finished: the holder's device stall)
@@ -22,6 +23,7 @@ The rules, one module per question, run in this order:
     p2p.ops_of_stalled_gpus       a send or recv without its partner, held by a rank whose GPU ran a later collective its peers finished
     linking.link_consequences     across groups: roots, and the findings that follow from them
     stopped_hosts.hosts_that_stopped  with a fault found: ranks waiting where their victims wait whose hosts queued less after than their like ranks
+    running.unsettled_roots       ranks behind that no root blames: a job dumped while it ran, whose roots read off places blame nobody
     entry_checks.inconsistent_entries   entries that contradict their own op and group size (a warning)
     unchecked.unreadable_entries  collectives whose entries could not all be read, so not all compared
     stragglers.late_arrivals      ranks that consistently arrive late (a warning at most)
@@ -42,6 +44,7 @@ from frtrace.diagnosis.entry_checks import inconsistent_entries
 from frtrace.diagnosis.facts import Facts
 from frtrace.diagnosis.finding import Diagnosis, Finding, LikeRanksSay, P2PEnds, WentPast
 from frtrace.diagnosis.frontier import frontiers, gpus_stopped, held_past_peers, stuck_on_device
+from frtrace.diagnosis.running import unsettled_roots
 from frtrace.diagnosis.kinds import KINDS, Kind, UnknownKind, kind
 from frtrace.diagnosis.linking import LikeRanksJudge, WentPastJudge, link_consequences
 from frtrace.diagnosis.missing import empty_dumps, unaccounted_missing_ranks, unseen_top_ranks
@@ -109,6 +112,7 @@ def _diagnose(facts: Facts, runs: RuleRuns, meanwhile: Optional[Callable[[], obj
     link_consequences(findings, went_past, facts.waits, _like_ranks_judge(facts),
                       frozenset(facts.analysis.layout.ranks_missing), held_past_peers(findings))
     findings += hosts_that_stopped(facts, findings)
+    findings = unsettled_roots(findings)
     findings += runs.findings(inconsistent_entries)
     findings += runs.findings(unreadable_entries)
     findings += runs.findings(late_arrivals)

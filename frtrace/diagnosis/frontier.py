@@ -387,6 +387,10 @@ def unknown_members(view: GroupView, frontier: CollectiveMatch) -> Finding:
     )
 
 
+# An op some members hold unfinished and others finished: (group, op, holders, finishers).
+_Split = tuple[GroupView, CollectiveMatch, tuple[int, ...], tuple[int, ...]]
+
+
 def stuck_on_device(facts: Facts) -> list[Finding]:
     """The rule: per group, the oldest collective some members still hold unfinished
     while others finished it and went on to finish later ones. The holders issued it,
@@ -399,23 +403,34 @@ def stuck_on_device(facts: Facts) -> list[Finding]:
     # reach its GPU when its peers finished them.
     full = facts.analysis.matches
     findings: list[Finding] = []
+    stalls: list[_Split] = []
+    lagging: set[int] = set()  # ranks holding an op a peer finished
+    stalled: set[int] = set()  # of those, the ranks a device stall explains somewhere
     for view in full.views:
         matches = full.index.collectives_of.get(view.group.id, [])
         finished = _newest_finished(view, matches)
-        split: Optional[Finding] = None  # the group's oldest op some members finished and others hold
+        stall: Optional[_Split] = None  # the group's oldest op some members finished and went past, others hold
+        note: Optional[Finding] = None  # else the group's oldest op some members finished and others hold
         for match in unfinished(matches):
             done = tuple(sorted(set(match.completed_ranks) | set(match.finished_unseen)))
             holders = tuple(r for r in match.issued if r not in done)
             if not holders or not done:
                 continue
+            lagging.update(holders)
             went_on = any(finished.get(r, -1) > match.seq for r in done)
             if went_on and _stall_explains(facts, holders, done, match.no_dump):
-                split = _stuck_on_device(view, match, holders, done)
-                break
-            if split is None:
-                split = _dumped_at_other_moments(view, match, holders, done, went_on, facts.blocked_entry)
-        if split is not None:
-            findings.append(split)
+                stalled.update(holders)
+                stall = stall or (view, match, holders, done)
+            elif stall is None and note is None:
+                note = _dumped_at_other_moments(view, match, holders, done, went_on, facts.blocked_entry)
+        if stall is not None:
+            stalls.append(stall)
+        elif note is not None:
+            findings.append(note)
+    findings += (_stuck_on_device(view, match, holders, done) for view, match, holders, done in stalls)
+    unexplained = tuple(sorted(lagging - stalled))
+    if unexplained:
+        findings.append(_lagging_ranks(unexplained))
     return findings
 
 
@@ -431,6 +446,22 @@ def _stall_explains(facts: Facts, holders: tuple[int, ...], done: tuple[int, ...
     return len(holders) <= len(done) + len(unseen) and any(rank in facts.blocked_entry for rank in done)
 
 
+def _lagging_ranks(lagging: tuple[int, ...]) -> Finding:
+    """The job-wide note of the ranks that hold an op unfinished which a peer finished,
+    where no device stall is shown: dumped a moment before the op ended on their side, or
+    stopped there (`running.unsettled_roots` asks which)."""
+    one = len(lagging) == 1
+    return new_finding(
+        "in_flight", LAGGING_RANKS, None, severity="info", op=None, collective_seq_id=None, p2p_seq_id=None,
+        ranks=lagging, suspect_ranks=(),
+        message=(f"{ranks_text(lagging)} {'holds' if one else 'hold'} ops unfinished that {'its' if one else 'their'} "
+                 "peers finished, and no device stall is shown there: each rank dumps at its own moment"),
+        evidence={"lagging_ranks": list(lagging)},
+    )
+
+
+# The job-wide note of ranks behind their peers in ops the peers finished (`_lagging_ranks`).
+LAGGING_RANKS = "frontier.lagging_ranks"
 DUMPED_AT_OTHER_MOMENTS = "frontier.dumped_at_other_moments"
 # The rule of a device stall: ranks holding an op their peers finished and went past.
 STUCK_ON_DEVICE = "frontier.stuck_on_device"

@@ -123,6 +123,11 @@ class RankStream:
             return "not_issued"
         if self.finished is not None and seq <= self.finished:
             return "finished"
+        if self.only_active and not self.left_queued and self.enqueued is not None and seq <= self.enqueued:
+            # It enqueued the op and keeps every op it has not finished: it finished it.
+            # Its pg_status may say it finished less, as the watchdog counts what it saw
+            # finish at its last poll, while the dump asks each op's events itself.
+            return "finished"
         if self.only_active and self.left_queued and (self.finished is not None or self.enqueued is not None):
             # Past what it finished (maybe nothing yet): had it enqueued the op, its whole
             # dump would hold it (it keeps unfinished ops), queued behind the op the rank is

@@ -15,6 +15,7 @@ import json
 import random
 import re
 from collections import defaultdict
+from typing import Optional
 
 KINDS = ("hang", "size", "dtype", "op", "gpu", "skip", "extra", "p2pskip", "p2pstep", "hang2", "gpu2")
 # Two culprits at one moment (NVRx starts both faults after one delay): the first's fault at
@@ -155,7 +156,8 @@ def inject_at_once(job: dict, kind: str, group: str, seq: int, culprits: tuple[i
     """A host hang or a GPU that stops reporting (`kind` "hang" or "gpu") on two ranks at
     one moment: the first at its collective #`seq` of `group`, the second at its first
     unit created then or later (time_created_ns, a clock the ranks share), wherever that
-    is. None where the second had issued everything before that moment."""
+    is. None where the second had issued everything before that moment, or where, for a
+    GPU, the first's victims held it up before its own GPU stopped (no fault of its shows)."""
     granks = group_ranks(job)
     layout = Layout(job, granks)
     first, second = culprits
@@ -168,6 +170,8 @@ def inject_at_once(job: dict, kind: str, group: str, seq: int, culprits: tuple[i
         return None
     at[second] = later[0]
     dumps = _stopped(job, layout, granks, kind, set(culprits), at, set(), queued)
+    if dumps is None:
+        return None
     return dumps, {"group": group, "seq": seq, "culprit": first, "culprits": sorted(culprits), "kind": kind + "2",
                    "members": len(granks[group])}
 
@@ -189,24 +193,31 @@ def inject_at(job: dict, kind: str, group: str, seq: int, culprit: int, queued: 
                 never.add(number)
     at = {culprit: layout.at[culprit][key]} if kind in ("hang", "gpu") else {}
     dumps = _stopped(job, layout, granks, kind, {culprit}, at, never, queued, key, p2p_status)
+    if dumps is None:
+        return None
     return dumps, {"group": group, "seq": seq, "culprit": culprit, "kind": kind, "members": len(granks[group])}
 
 
 def _stopped(job: dict, layout: Layout, granks: dict[str, list[int]], kind: str, culprits: set[int],
-             at: dict[int, int], never: set, queued: int, key=None, p2p_status: bool = True) -> dict:
+             at: dict[int, int], never: set, queued: int, key=None, p2p_status: bool = True) -> Optional[dict]:
     """The job's dumps once every rank is cut at the op it blocks in. A hang's or a stalled
     GPU's culprits (`at`: culprit -> the unit its fault is at) keep what they were given:
     a hang's up to that unit (cut, as any rank, at one that cannot finish), a stalled
-    GPU's that unit and `queued` after it, unfinished."""
+    GPU's that unit and `queued` after it, unfinished. None where a stalled GPU's rank
+    blocks before its stall (in an op a rank held up by another culprit never reached)."""
     reached = {rank: len(layout.units[rank]) for rank in job}
     for rank, unit in at.items():
         reached[rank] = unit + (1 if kind == "gpu" else 0)
     # A host that stopped issuing still waits in what it issued before that cannot finish
-    # (an op the other culprit never issued); a stalled GPU's ops are marked by _stalled.
-    blocked = _settle(job, layout, granks, reached, never, stays=set(at) if kind == "gpu" else set())
+    # (an op the other culprit never issued); so does a stalled GPU, in an op before its
+    # stall that a rank held up by the other culprit never reached. Else its ops from the
+    # stall on are marked by _stalled.
+    blocked = _settle(job, layout, granks, reached, never, stays=set())
+    if kind == "gpu" and any(reached[rank] < unit + 1 for rank, unit in at.items()):
+        return None  # a culprit was held up before its GPU stopped: no fault of its own shows
     dumps = {}
     for rank, (name, dump) in job.items():
-        if kind == "gpu" and rank in at:
+        if kind == "gpu" and rank in at and reached[rank] == at[rank] + 1:
             dumps[rank] = (name, _stalled(dump, layout.units[rank], at[rank], queued, p2p_status))
         else:
             dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, rank in culprits,
@@ -405,6 +416,50 @@ def _works(entries, group, p2p_status=True):
         else:
             works.append((last["collective_seq_id"], last["state"]))
     return works
+
+
+def dumped_at(job: dict, moments: dict[int, int], polled_ns: int = 0) -> dict:
+    """The job as each rank's dump reads when taken at its own moment (`moments`: rank -> ns
+    on its clock; a rank not named keeps its dump): ops created later are left out, and ops
+    seen to start or finish later have not yet. A job dumped by hand while it ran is so,
+    each rank a few milliseconds from the others. In pg_status, what started and finished
+    is the watchdog's, from its last poll `polled_ns` before the dump (the dump asks each
+    op's events itself); what was enqueued, the host's, is as of the dump."""
+    out = dict(job)
+    for rank, moment in moments.items():
+        name, dump = job[rank]
+        out[rank] = (name, _as_dumped_at(dump, moment, moment - polled_ns))
+    return out
+
+
+def _as_dumped_at(dump: dict, moment: int, polled: int) -> dict:
+    at_poll = _as_seen_until(dump, polled)
+    dump = _as_seen_until(dump, moment)
+    for pg_id, status in dump.get("pg_status", {}).items():
+        polled_status = at_poll.get("pg_status", {}).get(pg_id, status)
+        status.update(last_started_collective=polled_status["last_started_collective"],
+                      last_completed_collective=polled_status["last_completed_collective"])
+    return dump
+
+
+def _as_seen_until(dump: dict, moment: int) -> dict:
+    dump = copy.deepcopy(dump)
+    entries = dump["entries"]
+    dump["entries"] = [e for e in entries if e["time_created_ns"] <= moment]
+    for entry in dump["entries"]:
+        _as_seen_at(entry, moment)
+    return _with_status(dump, entries[len(dump["entries"]):])
+
+
+def _as_seen_at(entry: dict, moment: int) -> None:
+    completed = entry.get("time_discovered_completed_ns")
+    if completed is None or completed <= moment:
+        return
+    started = entry.get("time_discovered_started_ns")
+    entry.update(time_discovered_completed_ns=None, duration_ms=None, retired=False)
+    if started is not None and started > moment:
+        entry["time_discovered_started_ns"] = None
+    entry["state"] = "started" if entry.get("time_discovered_started_ns") is not None else "scheduled"
 
 
 def only_active(dumps: dict) -> dict:
