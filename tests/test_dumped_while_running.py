@@ -36,11 +36,14 @@ def test_a_job_dumped_while_it_ran_blames_nobody(tp, pp, p2p, seed):
     _, diagnosis = analyse_dicts(_while_running(tp, pp, p2p=p2p, seed=seed, share=0.66), render=False)
 
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("inconclusive", ())
+    assert diagnosis.verdict.startswith("INCONCLUSIVE: the job was still running when dumped: ")
     lagging = [f for f in diagnosis.findings if f.rule == "frontier.lagging_ranks"]
-    assert lagging and lagging[0].ranks
-    # What a settled hang would have blamed is kept, as a warning that blames nobody.
+    assert len(lagging) == 1 and lagging[0].severity == "warning" and lagging[0].ranks
+    # What a settled hang would have blamed is kept, as an in-flight warning that blames nobody.
     left_open = [f for f in diagnosis.findings if "suspects_if_settled" in f.facts]
-    assert left_open and all(f.severity == "warning" and not f.suspect_ranks for f in left_open)
+    assert left_open and all(f.kind == "in_flight" and f.severity == "warning" and not f.suspect_ranks
+                             for f in left_open)
+    assert {f.facts["kind_if_settled"] for f in left_open} <= {"not_issued", "extra_op", "p2p_unmatched", "stuck"}
     assert all(set(f.facts["running_ranks"]) <= set(lagging[0].ranks) for f in left_open)
 
 

@@ -3,7 +3,8 @@
 Takes the linked findings; returns them, where ranks that no root finding blames hold ops
 their peers finished (`frontier.lagging_ranks`), with each root that reads a hang off
 where ranks stand (an op not issued, one issued beyond the peers, a send or recv never
-posted, an op stuck) made a warning that blames nobody.
+posted, an op stuck) made an `in_flight` warning that blames nobody, and the job-wide
+note of the lagging ranks made the warning that says why.
 
 A hang that lasted until the dumps is settled: every op that can finish has finished on
 every member, so no rank holds an op a peer finished unless its GPU stopped reporting, and
@@ -13,8 +14,6 @@ without it, and where one rank stands against another says nothing of a hang.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.frontier import LAGGING_RANKS
@@ -27,28 +26,38 @@ _READ_OFF_PLACES = frozenset({"not_issued", "extra_op", "p2p_unmatched", "stuck"
 def unsettled_roots(findings: list[Finding]) -> list[Finding]:
     """The rule: where ranks lag that no root blames, the job was running when dumped, and
     the roots that read a hang off where ranks stand blame nobody and leave it inconclusive."""
-    running = _running_ranks(findings)
-    if running:
-        for finding in findings:
-            if finding.is_root and finding.own_suspects and finding.kind in _READ_OFF_PLACES:
-                _leave_open(finding, running)
+    lagging = next((f for f in findings if f.rule == LAGGING_RANKS), None)
+    if lagging is None:
+        return findings
+    blamed = {rank for f in findings if f.is_root for rank in f.own_suspects}
+    running = tuple(rank for rank in lagging.ranks if rank not in blamed)
+    if not running:
+        return findings
+    left_open = [f for f in findings if f.is_root and f.own_suspects and f.kind in _READ_OFF_PLACES]
+    for finding in left_open:
+        _leave_open(finding, running)
+    if left_open:
+        _say_it_ran(lagging, running, left_open)
     return findings
 
 
-def _running_ranks(findings: list[Finding]) -> Optional[tuple[int, ...]]:
-    """The lagging ranks that no root finding blames: ranks that went on running."""
-    lagging = next((f.ranks for f in findings if f.rule == LAGGING_RANKS), ())
-    blamed = {rank for f in findings if f.is_root for rank in f.own_suspects}
-    return tuple(rank for rank in lagging if rank not in blamed) or None
-
-
 def _leave_open(finding: Finding, running: tuple[int, ...]) -> None:
-    suspects = finding.own_suspects
-    finding.facts["suspects_if_settled"] = list(suspects)
-    finding.facts["running_ranks"] = list(running)
+    finding.facts.update(kind_if_settled=finding.kind, suspects_if_settled=list(finding.own_suspects),
+                         running_ranks=list(running))
+    finding.kind = "in_flight"
     finding.own_suspects = ()
     finding.own_severity = "warning"
-    finding.statement += (f"; but the job was still running when dumped ({ranks_text(running)}, blamed by nothing, "
-                          f"{'holds ops its' if len(running) == 1 else 'hold ops their'} peers finished): "
-                          f"{ranks_text(suspects)} may have been dumped a moment before {'it' if len(suspects) == 1 else 'they'} "
-                          "got there")
+    finding.statement += " — if the job had hung: it was still running when dumped (the job-wide warning says why)"
+
+
+def _say_it_ran(lagging: Finding, running: tuple[int, ...], left_open: list[Finding]) -> None:
+    one = len(running) == 1
+    would_blame = tuple(sorted({rank for f in left_open for rank in f.facts["suspects_if_settled"]}))
+    lagging.own_severity = "warning"
+    lagging.facts["running_ranks"] = list(running)
+    lagging.statement = (
+        f"the job was still running when dumped: {ranks_text(running)}, blamed by nothing, "
+        f"{'holds' if one else 'hold'} ops unfinished that {'its' if one else 'their'} peers finished, which a hang "
+        "that lasted until the dumps leaves only on a rank whose GPU stopped; so each rank's dump is of its own "
+        f"moment, and {'the finding' if len(left_open) == 1 else f'the {len(left_open)} findings'} that would blame "
+        f"{ranks_text(would_blame)} for where {'it stands' if len(would_blame) == 1 else 'they stand'} blame nobody")
