@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from helpers import analyse_dicts
 
+from frtrace.report.render import render_text
 from frtrace.testing.inject import dumped_at, only_active
 from frtrace.testing.synth import Fault, generate
 
@@ -33,7 +34,7 @@ def _while_running(tp: int, pp: int, *, p2p: str, seed: int, share: float, activ
 
 @pytest.mark.parametrize("tp, pp, p2p, seed", [(2, 2, "plain", 0), (4, 2, "batched", 1), (4, 1, "plain", 1)])
 def test_a_job_dumped_while_it_ran_blames_nobody(tp, pp, p2p, seed):
-    _, diagnosis = analyse_dicts(_while_running(tp, pp, p2p=p2p, seed=seed, share=0.66), render=False)
+    analysis, diagnosis = analyse_dicts(_while_running(tp, pp, p2p=p2p, seed=seed, share=0.66), render=False)
 
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("inconclusive", ())
     assert diagnosis.verdict.startswith("INCONCLUSIVE: the job was still running when dumped: ")
@@ -42,7 +43,12 @@ def test_a_job_dumped_while_it_ran_blames_nobody(tp, pp, p2p, seed):
     # What a settled hang would have blamed is kept, as an in-flight warning that blames nobody.
     left_open = [f for f in diagnosis.findings if "suspects_if_settled" in f.facts]
     assert left_open and all(f.kind == "in_flight" and f.severity == "warning" and not f.suspect_ranks
-                             for f in left_open)
+                             and (f.caused_by, f.link) == (lagging[0], "running") for f in left_open)
+    # The first screen: the verdict, the one job-wide warning, notes, the rest folded.
+    text = render_text(analysis, diagnosis)
+    before_folded = text[:text.index("Consequences of the root cause")]
+    assert before_folded.count("[warning: in_flight] the job was still running when dumped") == 1
+    assert before_folded.count("[warning") == 1 and "[error" not in before_folded
     assert {f.facts["kind_if_settled"] for f in left_open} <= {"not_issued", "extra_op", "p2p_unmatched", "stuck"}
     assert all(set(f.facts["running_ranks"]) <= set(lagging[0].ranks) for f in left_open)
 

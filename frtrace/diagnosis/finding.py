@@ -120,7 +120,10 @@ class Finding:
     held_elsewhere: tuple[int, ...] = ()
     caused_by: Optional["Finding"] = None  # the root cause this finding follows from
     # "blocked" (its ranks wait in the root) | "same_suspects" | "unseen" (it blames only
-    # ranks without a dump, while the root blames ranks whose dumps show what they did)
+    # ranks without a dump, while the root blames ranks whose dumps show what they did) |
+    # "running" (it reads a hang off where ranks stand, in dumps of a job that still ran:
+    # running.unsettled_roots) | "lagging" (a note of ranks behind their peers there, which
+    # the job-wide root lists)
     link: Optional[str] = None
 
     def __post_init__(self) -> None:
@@ -132,11 +135,12 @@ class Finding:
 
     @property
     def severity(self) -> str:
-        return self.own_severity if self.caused_by is None else "warning"
+        # A note folded under a root as its detail stays a note.
+        return self.own_severity if self.caused_by is None or self.link == "lagging" else "warning"
 
     @property
     def suspect_ranks(self) -> tuple[int, ...]:
-        if self.link in ("blocked", "unseen"):
+        if self.link in ("blocked", "unseen", "running"):
             return ()
         if self.held_elsewhere and self.caused_by is None:
             return tuple(r for r in self.own_suspects if r not in self.held_elsewhere)
@@ -160,7 +164,9 @@ class Finding:
         if self.circle and self.caused_by is None:
             text += (f" (findings that wait on each other in a circle blame {ranks_text(self.circle)} alike; this op"
                      f" is the oldest of theirs, and any of those ranks may have started it)")
-        if self.caused_by is not None:
+        if self.link == "running":
+            text += " — if the job had hung: it was still running when dumped (the job-wide warning says why)"
+        elif self.caused_by is not None and self.link != "lagging":
             where = _root_place(self.caused_by)
             if self.link == "blocked":
                 text += f" — a consequence: they are stuck in {where}"

@@ -3,8 +3,9 @@
 Takes the linked findings; returns them, where ranks that no root finding blames hold ops
 their peers finished (`frontier.lagging_ranks`), with each root that reads a hang off
 where ranks stand (an op not issued, one issued beyond the peers, a send or recv never
-posted, an op stuck) made an `in_flight` warning that blames nobody, and the job-wide
-note of the lagging ranks made the warning that says why.
+posted, an op stuck) made an `in_flight` consequence of the job-wide note of the lagging
+ranks (link "running": a warning that blames nobody), and that note the warning that says
+why, the notes of where ranks lag its details (link "lagging").
 
 A hang that lasted until the dumps is settled: every op that can finish has finished on
 every member, so no rank holds an op a peer finished unless its GPU stopped reporting, and
@@ -16,7 +17,7 @@ without it, and where one rank stands against another says nothing of a hang.
 from __future__ import annotations
 
 from frtrace.diagnosis.finding import Finding
-from frtrace.diagnosis.frontier import LAGGING_RANKS
+from frtrace.diagnosis.frontier import DUMPED_AT_OTHER_MOMENTS, LAGGING_RANKS
 from frtrace.wording import ranks_text
 
 # The kinds a rank's place against its peers tells: wrong where dumps are of other moments.
@@ -34,25 +35,28 @@ def unsettled_roots(findings: list[Finding]) -> list[Finding]:
     if not running:
         return findings
     left_open = [f for f in findings if f.is_root and f.own_suspects and f.kind in _READ_OFF_PLACES]
-    for finding in left_open:
-        _leave_open(finding, running)
     if left_open:
         _say_it_ran(lagging, running, left_open)
+    for finding in left_open:
+        _leave_open(finding, running, lagging)
+    for note in findings:  # the places the ranks lag at: the job-wide warning's details
+        if note.rule == DUMPED_AT_OTHER_MOMENTS and note.is_root:
+            note.caused_by, note.link = lagging, "lagging"
     return findings
 
 
-def _leave_open(finding: Finding, running: tuple[int, ...]) -> None:
+def _leave_open(finding: Finding, running: tuple[int, ...], lagging: Finding) -> None:
+    """The finding follows from the job-wide warning (link "running"): a warning that
+    blames nobody, folded with the other consequences, what it would say kept."""
     finding.facts.update(kind_if_settled=finding.kind, suspects_if_settled=list(finding.own_suspects),
                          running_ranks=list(running))
     finding.kind = "in_flight"
-    finding.own_suspects = ()
-    finding.own_severity = "warning"
-    finding.statement += " — if the job had hung: it was still running when dumped (the job-wide warning says why)"
+    finding.caused_by, finding.link = lagging, "running"
 
 
 def _say_it_ran(lagging: Finding, running: tuple[int, ...], left_open: list[Finding]) -> None:
     one = len(running) == 1
-    would_blame = tuple(sorted({rank for f in left_open for rank in f.facts["suspects_if_settled"]}))
+    would_blame = tuple(sorted({rank for f in left_open for rank in f.own_suspects}))
     lagging.own_severity = "warning"
     lagging.facts["running_ranks"] = list(running)
     lagging.statement = (
