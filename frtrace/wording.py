@@ -30,6 +30,15 @@ def ranks_text(ranks: Iterable[int]) -> str:
     return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {fold_ranks(ordered)}"
 
 
+def some_ranks_text(ranks: Iterable[int], most: int = 8) -> str:
+    """`ranks_text`, or past `most` ranks their count and the first few: `57 ranks (4,7,15,…)`
+    (a sentence read at thousands of ranks stays a line; the evidence lists them all)."""
+    ordered = sorted(ranks)
+    if len(ordered) <= most:
+        return ranks_text(ordered)
+    return f"{len(ordered)} ranks ({fold_ranks(ordered[:most])},…)"
+
+
 def seq_text(entry: Entry) -> str:
     """`#4` for a collective, `p2p #7` for a send or recv."""
     return f"p2p #{entry.p2p_seq_id}" if entry.is_p2p else f"#{entry.collective_seq_id}"

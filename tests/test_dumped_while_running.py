@@ -12,6 +12,7 @@ from helpers import analyse_dicts
 from frtrace.report.render import render_text
 from frtrace.testing.inject import dumped_at, only_active
 from frtrace.testing.synth import Fault, generate
+from frtrace.util import fold_ranks
 
 MS = 1_000_000
 
@@ -95,3 +96,22 @@ def test_a_gpu_stalled_until_the_dumps_is_still_named(only_active_dumps):
 
     assert (diagnosis.status, diagnosis.suspect_ranks) == ("faults", (5,))
     assert not [f for f in diagnosis.findings if "suspects_if_settled" in f.facts]
+
+
+def test_a_job_of_many_ranks_dumped_while_it_ran_says_so_in_a_few_lines():
+    # 512 ranks (TP 8 x PP 4 x DP 16), each dumped (r * 7 mod 21) ms after the moment: dozens
+    # of ranks lag and more would be blamed; the verdict counts them and names a few.
+    job = generate(512, 8, 4, steps=3, timing=True, seed=3, p2p="batched")
+    named = {rank: (f"rank_{rank}", dump) for rank, dump in dict(job.dumps).items()}
+    created = sorted(entry["time_created_ns"] for entry in named[0][1]["entries"])
+    moment = created[int(len(created) * 0.66)]
+    dumps = dumped_at(named, {rank: moment + rank * 7 % 21 * MS for rank in named})
+
+    _, diagnosis = analyse_dicts({rank: dump for rank, (_, dump) in dumps.items()}, render=False)
+
+    assert (diagnosis.status, diagnosis.suspect_ranks) == ("inconclusive", ())
+    lagging = next(f for f in diagnosis.findings if f.rule == "frontier.lagging_ranks")
+    running = lagging.facts["running_ranks"]
+    assert len(running) > 8
+    assert f"{len(running)} ranks ({fold_ranks(running[:8])},…)" in diagnosis.verdict
+    assert len(diagnosis.verdict) < 500

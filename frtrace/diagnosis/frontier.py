@@ -18,7 +18,7 @@ from frtrace.diagnosis.finding import Finding
 from frtrace.match.matcher import CollectiveMatch, GroupView, RankStream
 from frtrace.model import Entry
 from frtrace.table.rank_dump import RankDump
-from frtrace.wording import call_site, duration_text, group_text, groups_text, ranks_text
+from frtrace.wording import call_site, duration_text, group_text, groups_text, ranks_text, some_ranks_text
 
 MS_NS = 1_000_000
 # rank -> the newest time its own dump shows (its host's clock), None when it shows none
@@ -454,7 +454,7 @@ def _lagging_ranks(lagging: tuple[int, ...]) -> Finding:
     return new_finding(
         "in_flight", LAGGING_RANKS, None, severity="info", op=None, collective_seq_id=None, p2p_seq_id=None,
         ranks=lagging, suspect_ranks=(),
-        message=(f"{ranks_text(lagging)} {'holds' if one else 'hold'} ops unfinished that {'its' if one else 'their'} "
+        message=(f"{some_ranks_text(lagging)} {'holds' if one else 'hold'} ops unfinished that {'its' if one else 'their'} "
                  "peers finished, and no device stall is shown there: each rank dumps at its own moment"),
         evidence={"lagging_ranks": list(lagging)},
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from frtrace.diagnosis.finding import Finding
 from frtrace.diagnosis.frontier import DUMPED_AT_OTHER_MOMENTS, LAGGING_RANKS
-from frtrace.wording import ranks_text
+from frtrace.wording import some_ranks_text
 
 # The kinds a rank's place against its peers tells: wrong where dumps are of other moments.
 _READ_OFF_PLACES = frozenset({"not_issued", "extra_op", "p2p_unmatched", "stuck"})
@@ -60,8 +60,8 @@ def _say_it_ran(lagging: Finding, running: tuple[int, ...], left_open: list[Find
     lagging.own_severity = "warning"
     lagging.facts["running_ranks"] = list(running)
     lagging.statement = (
-        f"the job was still running when dumped: {ranks_text(running)}, blamed by nothing, "
+        f"the job was still running when dumped: {some_ranks_text(running)}, blamed by nothing, "
         f"{'holds' if one else 'hold'} ops unfinished that {'its' if one else 'their'} peers finished, which a hang "
         "that lasted until the dumps leaves only on a rank whose GPU stopped; so each rank's dump is of its own "
         f"moment, and {'the finding' if len(left_open) == 1 else f'the {len(left_open)} findings'} that would blame "
-        f"{ranks_text(would_blame)} for where {'it stands' if len(would_blame) == 1 else 'they stand'} blame nobody")
+        f"{some_ranks_text(would_blame)} for where {'it stands' if len(would_blame) == 1 else 'they stand'} blame nobody")
