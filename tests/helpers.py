@@ -268,7 +268,7 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
     from frtrace.diagnosis import diagnose
     from frtrace.load.layout import build_layout
     from frtrace.load.loader import normalise_dump
-    from frtrace.load.normalise import settle_only_active_job
+    from frtrace.load.normalise import count_collectives_apart_from_batches, settle_only_active_job
     from frtrace.load.safe_decode import DecodeError
     from frtrace.match.analysis import finish_analysis
     from frtrace.match.matcher import match
@@ -284,6 +284,7 @@ def analyse_dicts(dumps_by_rank: dict, encoding: str = "pickle", render: bool = 
             failed.append(rank)
     if not dumps:
         return None
+    dumps = count_collectives_apart_from_batches(dumps)
     settle_only_active_job(dumps)
     layout = build_layout(dumps, failed, None)
     analysis = finish_analysis(LoadResult(dumps=dumps, errors=errors, prefix="rank_", failed_ranks=tuple(failed)),

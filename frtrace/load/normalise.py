@@ -9,6 +9,7 @@ warnings, never exceptions; only data not shaped like a dump at all raises Decod
 from __future__ import annotations
 
 
+import dataclasses
 import json
 import operator
 import re
@@ -21,9 +22,11 @@ from frtrace.load import cupti
 from frtrace.load.safe_decode import DecodeError, RawDump, RawValue
 from frtrace.model import SHAPE_FIELDS, UNREADABLE_OP, Entry, Frame, OpName, PgConfig, PgStatus, Shapes
 from frtrace.table.batches import (
+    batch_numbering,
     batching_groups,
     finished_settlements,
     lone_ops_of_finished_batches,
+    p2p_batch_groups,
     settle_table_batches,
 )
 from frtrace.table.entry_columns import (
@@ -725,6 +728,53 @@ def settle_only_active_job(dumps: Sequence[RankDump]) -> list[RankDump]:
         _settle_finished(dump)
     _settle_lone_batch_ops(dumps)
     return settled
+
+
+# Ranks whose batches say they take collective numbers of their own before the job is
+# read so (one that says otherwise stops the reading: the torch build is the job's).
+_RANKS_TO_SAY = 4
+
+
+def count_collectives_apart_from_batches(dumps: list[RankDump]) -> list[RankDump]:
+    """The dumps, where torch numbered the P2P batches as collectives (its
+    `startCoalescing` bumps the collective counter: `batches.batch_numbering` says so for
+    some ranks, and none says otherwise), with every entry of a group that posts batches
+    renumbered by its collective number less its P2P number: what the group's collectives
+    count apart from its batches, as other torch versions number them. A pipeline's stages
+    post different numbers of batches, so by torch's own numbers one collective of the
+    pipeline group is a different number on each stage. Such groups' pg_status rows, in
+    torch's numbers, say nothing then. A renumbered dump is a new object (its group parts
+    are dealt again)."""
+    c10d = [dump for dump in dumps if dump.entries and dump.writer == cupti.C10D and dump.backend != "gloo"]
+    said = 0
+    for dump in c10d:
+        own_numbers = batch_numbering(dump.entries)
+        if own_numbers is False:
+            return dumps
+        said += bool(own_numbers)
+        if said == _RANKS_TO_SAY:
+            break
+    if not said:
+        return dumps
+    groups = set().union(*(p2p_batch_groups(dump.entries) for dump in c10d))
+    groups |= _groups_described_alike(dumps, groups)
+    renumber = {id(dump) for dump in c10d}
+    return [_counted_apart_from_batches(dump, groups) if id(dump) in renumber else dump for dump in dumps]
+
+
+def _counted_apart_from_batches(dump: RankDump, groups: set[str]) -> RankDump:
+    entries = dump.entries
+    rows = [row for row, _ in entries.rows_where(lambda static: static.pg_name if static.pg_name in groups else None)]
+    if not rows:
+        return dump
+    numbers, p2p_numbers = entries.field_at("collective_seq_id", rows), entries.field_at("p2p_seq_id", rows)
+    entries.set_field(rows, "collective_seq_id",
+                      [number - p2p if type(number) is int and type(p2p) is int else number
+                       for number, p2p in zip(numbers, p2p_numbers)])
+    pg_ids = set(entries.field_at("pg_id", rows))
+    unknown = PgStatus(None, None, None)
+    status = {pg_id: unknown if pg_id in pg_ids else row for pg_id, row in dump.pg_status.items()}
+    return dataclasses.replace(dump, pg_status=status)
 
 
 def _settle_lone_batch_ops(dumps: Sequence[RankDump]) -> None:

@@ -18,7 +18,7 @@ from frtrace.load.loader import (
     load_dump_files,
     load_dumps,
 )
-from frtrace.load.normalise import settle_only_active_job
+from frtrace.load.normalise import count_collectives_apart_from_batches, settle_only_active_job
 from frtrace.match.matcher import DealtDumps, MatchResult, match, rematch
 from frtrace.model import LoadIssue, PgConfig
 from frtrace.table.rank_dump import LoadResult, RankDump
@@ -127,6 +127,7 @@ def _analysed(loaded: LoadResult, dealt: DealtDumps, inputs: Sequence[object], w
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
     _check_loaded(loaded, inputs)
+    loaded.dumps = count_collectives_apart_from_batches(loaded.dumps)
     settle_only_active_job(loaded.dumps)
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
     matches = match(loaded.dumps, layout, dealt, processes=processes)
@@ -166,6 +167,7 @@ def match_files(
                              on_dump=dealt.add)
     if ft_group_world_size:
         loaded.dumps = [_globalise_ft_ranks(d, ft_group_world_size) for d in loaded.dumps]
+    loaded.dumps = count_collectives_apart_from_batches(loaded.dumps)
     settle_only_active_job(loaded.dumps)
     layout = build_layout(loaded.dumps, loaded.failed_ranks, world_size)
     return loaded, layout, match(loaded.dumps, layout, dealt)

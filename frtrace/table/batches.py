@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from typing import Callable, Container, Optional, Sequence
 
 from frtrace.model import Entry, OpName, PgStatus, says_more_than_scheduled
@@ -343,6 +343,42 @@ def batching_groups(table: EntryTable) -> set[str]:
         groups.update(group for (row, group), number in zip(markers, marker_numbers)
                       if op_at.get(row - 1) == (group, number))
     return groups
+
+
+def batch_numbering(table: EntryTable, most: int = 64) -> Optional[bool]:
+    """Whether the rank's P2P batches take collective numbers of their own, as a batch
+    recorded right after another of its group shows (its first op's record id and P2P
+    number one past the other's marker's): torch versions whose `startCoalescing` bumps
+    the collective counter number it one past (True); others give both the number of the
+    group's last collective (False, whatever else shows). None where no batch follows
+    another so among the rank's first `most` markers. The torch build is the job's: one
+    rank's answer is every rank's."""
+    statics, codes, last = table.statics, table.codes, len(table) - 1
+    pairs = [row for row, group in islice(table.rows_where(_marker_group), most)
+             if row < last and _p2p_op_group(statics[codes[row + 1]]) == group]
+    if not pairs:
+        return None
+    nexts = [row + 1 for row in pairs]
+    records, next_records = table.field_at("record_id", pairs), table.field_at("record_id", nexts)
+    p2p, next_p2p = table.field_at("p2p_seq_id", pairs), table.field_at("p2p_seq_id", nexts)
+    numbers, next_numbers = table.field_at("collective_seq_id", pairs), table.field_at("collective_seq_id", nexts)
+    says = {after - number for record, next_record, p, next_p, number, after
+            in zip(records, next_records, p2p, next_p2p, numbers, next_numbers)
+            if _ints(record, next_record, p, next_p, number, after) and next_record == record + 1 and next_p == p + 1
+            and after - number in (0, 1)}
+    return None if not says else says == {1}
+
+
+def _ints(*values: Value) -> bool:
+    return all(type(value) is int for value in values)
+
+
+def p2p_batch_groups(table: EntryTable) -> set[str]:
+    """The groups (pg names) of the rank's batch markers that close P2P ops (the op before
+    the marker a P2P op of its group)."""
+    statics, codes = table.statics, table.codes
+    return {group for row, group in table.rows_where(_marker_group)
+            if row and _p2p_op_group(statics[codes[row - 1]]) == group}
 
 
 def lone_ops_of_finished_batches(table: EntryTable, batching: Container[str],

@@ -341,6 +341,11 @@ class EntryTable(Sequence[Entry]):
                 column.write(targets, column.read_rows(sources))
         self._readers = self._in_use = None
 
+    def set_field(self, rows: Sequence[int], name: str, values: Sequence[Value]) -> None:
+        """Set the field `name` (not one of STATIC_FIELDS) of the entries at `rows` to `values`."""
+        self._columns[_COLUMN_OF[name]].write(rows, values)
+        self._readers = self._in_use = None
+
     def set_static(self, rows: Sequence[int], name: str, values: Sequence[Value]) -> None:
         """Set the static field `name` (see STATIC_FIELDS) of the entries at `rows` to `values`."""
         k = STATIC_FIELDS.index(name)

@@ -462,6 +462,26 @@ def _as_seen_at(entry: dict, moment: int) -> None:
     entry["state"] = "started" if entry.get("time_discovered_started_ns") is not None else "scheduled"
 
 
+def batches_numbered_as_collectives(dumps: dict) -> dict:
+    """rank -> dump dict, numbered as torch builds whose `startCoalescing` bumps the
+    collective counter number them: in a group that posts its P2P work in batches, every
+    entry's collective number grows by its P2P number (each batch took a collective number
+    of its own). For dumps of batches only, whose markers close P2P ops."""
+    batching: set[str] = set()
+    for dump in dumps.values():
+        entries = dump["entries"]
+        batching.update(entry["process_group"][0] for before, entry in zip(entries, entries[1:])
+                        if entry["profiling_name"].endswith(":coalesced") and before["is_p2p"])
+    out = {}
+    for rank, dump in dumps.items():
+        dump = copy.deepcopy(dump)
+        for entry in dump["entries"]:
+            if entry["process_group"][0] in batching:
+                entry["collective_seq_id"] += entry["p2p_seq_id"]
+        out[rank] = dump
+    return out
+
+
 def only_active(dumps: dict) -> dict:
     """The dumps as onlyActive writes them: finished entries left out."""
     return {rank: (name, {**dump, "entries": [e for e in dump["entries"] if e["state"] != "completed"]})
