@@ -38,18 +38,17 @@ def unsettled_roots(findings: list[Finding]) -> list[Finding]:
     if left_open:
         _say_it_ran(lagging, running, left_open)
     for finding in left_open:
-        _leave_open(finding, running, lagging)
+        _leave_open(finding, lagging)
     for note in findings:  # the places the ranks lag at: the job-wide warning's details
         if note.rule == DUMPED_AT_OTHER_MOMENTS and note.is_root:
             note.caused_by, note.link = lagging, "lagging"
     return findings
 
 
-def _leave_open(finding: Finding, running: tuple[int, ...], lagging: Finding) -> None:
+def _leave_open(finding: Finding, lagging: Finding) -> None:
     """The finding follows from the job-wide warning (link "running"): a warning that
     blames nobody, folded with the other consequences, what it would say kept."""
-    finding.facts.update(kind_if_settled=finding.kind, suspects_if_settled=list(finding.own_suspects),
-                         running_ranks=list(running))
+    finding.facts.update(kind_if_settled=finding.kind, suspects_if_settled=list(finding.own_suspects))
     finding.kind = "in_flight"
     finding.caused_by, finding.link = lagging, "running"
 

@@ -212,12 +212,12 @@ def _stopped(job: dict, layout: Layout, granks: dict[str, list[int]], kind: str,
     # (an op the other culprit never issued); so does a stalled GPU, in an op before its
     # stall that a rank held up by the other culprit never reached. Else its ops from the
     # stall on are marked by _stalled.
-    blocked = _settle(job, layout, granks, reached, never, stays=set())
+    blocked = _settle(job, layout, granks, reached, never)
     if kind == "gpu" and any(reached[rank] < unit + 1 for rank, unit in at.items()):
         return None  # a culprit was held up before its GPU stopped: no fault of its own shows
     dumps = {}
     for rank, (name, dump) in job.items():
-        if kind == "gpu" and rank in at and reached[rank] == at[rank] + 1:
+        if kind == "gpu" and rank in at:
             dumps[rank] = (name, _stalled(dump, layout.units[rank], at[rank], queued, p2p_status))
         else:
             dumps[rank] = (name, _cut(dump, layout.units[rank], reached[rank], rank in blocked, key, rank in culprits,
@@ -270,7 +270,7 @@ def skip_p2p_at(job: dict, culprit: int, unit: int):
     layout.units[culprit] = units[:unit] + [(f - removed, e - removed, k) for f, e, k in units[unit + 1:]]
     layout.at[culprit] = {key: u for u, (_, _, unit_keys) in enumerate(layout.units[culprit]) for key in unit_keys}
     reached = {rank: len(layout.units[rank]) for rank in job}
-    blocked = _settle(job, layout, granks, reached, set(keys), stays=set())
+    blocked = _settle(job, layout, granks, reached, set(keys))
     dumps = {rank: (rank_name, _cut(rank_dump, layout.units[rank], reached[rank], rank in blocked, None, False,
                                     "p2pskip"))
              for rank, (rank_name, rank_dump) in job.items()}
@@ -278,10 +278,9 @@ def skip_p2p_at(job: dict, culprit: int, unit: int):
                    "members": len(granks[group])}
 
 
-def _settle(job, layout, granks, reached, never, stays):
+def _settle(job, layout, granks, reached, never):
     """Cut each rank's units at the first one that cannot finish (kept: it is blocked in
-    it), until nothing changes; the ranks in `stays` keep what they were given. Returns
-    the ranks blocked."""
+    it), until nothing changes. Returns the ranks blocked."""
     def partners(key, rank):
         return [p for p in granks[key[1]] if p != rank] if key[0] == "C" else [key[3] if rank == key[2] else key[2]]
 
@@ -302,8 +301,6 @@ def _settle(job, layout, granks, reached, never, stays):
     while changed:
         changed = False
         for rank in job:
-            if rank in stays:
-                continue
             for u in range(reached[rank]):
                 if not all(can_finish(rank, key) for key in layout.units[rank][u][2]):
                     blocked.add(rank)
